@@ -1,0 +1,196 @@
+"""Private ``redis-server`` processes: the five independent Redlock masters, and test nodes.
+
+The project starts and stops these itself, on 127.0.0.1 and its own ports, with no persistence
+(``--save "" --appendonly no``) and their pid and log files under ``.run/``. Fault tests use
+:meth:`RedisNode.kill`, :meth:`RedisNode.pause` (``SIGSTOP``) and :meth:`RedisNode.resume`.
+
+No Django import: the lock library's tests and benchmarks use this module on its own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
+
+
+class NodeError(RuntimeError):
+    """A private Redis node could not be started or stopped."""
+
+
+def redis_server_binary() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        raise NodeError(INSTALL_HINT)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class RedisNode:
+    """One ``redis-server`` on 127.0.0.1:``port``; state lives in ``run_dir``."""
+
+    port: int
+    run_dir: Path
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / f"redis-{self.port}.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.run_dir / f"redis-{self.port}.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 0.5)
+        kwargs.setdefault("socket_connect_timeout", 0.5)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    def ping(self) -> bool:
+        try:
+            with self.client(socket_timeout=0.2, socket_connect_timeout=0.2) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def start(self, *, wait_s: float = 5.0) -> None:
+        """Start the node, or leave it be if it already runs and answers."""
+        if self.pid() is not None and self.ping():
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        binary = redis_server_binary()
+        args = [
+            binary,
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "yes",
+            "--pidfile", str(self.pidfile),
+            "--logfile", str(self.logfile),
+            "--dir", str(self.run_dir),
+        ]
+        result = subprocess.run(args, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NodeError(f"redis-server on port {self.port} did not start: {result.stderr.strip() or result.stdout.strip()}")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self.ping():
+                return
+            time.sleep(0.02)
+        raise NodeError(f"redis-server on port {self.port} did not answer within {wait_s}s; see {self.logfile}")
+
+    def _signal(self, signum: int) -> int | None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signum)
+        return pid
+
+    def stop(self, *, wait_s: float = 5.0) -> None:
+        """Stop gracefully (SIGTERM), escalating to SIGKILL; a no-op if not running."""
+        pid = self._signal(signal.SIGCONT)  # a paused node cannot act on SIGTERM
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not self._wait_gone(pid, wait_s):
+            os.kill(pid, signal.SIGKILL)
+            self._wait_gone(pid, wait_s)
+        self.pidfile.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """Kill abruptly (SIGKILL): the node forgets every key, as after a crash."""
+        pid = self._signal(signal.SIGCONT)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            self._wait_gone(pid, 5.0)
+        self.pidfile.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing."""
+        if self._signal(signal.SIGSTOP) is None:
+            raise NodeError(f"redis-server on port {self.port} is not running")
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    @staticmethod
+    def _wait_gone(pid: int, wait_s: float) -> bool:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return True
+            time.sleep(0.01)
+        return False
+
+
+class RedisNodes:
+    """A set of private nodes on consecutive ports starting at ``base_port``."""
+
+    def __init__(self, *, base_port: int, count: int, run_dir: Path | str) -> None:
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        self.nodes = [RedisNode(port=base_port + i, run_dir=Path(run_dir)) for i in range(count)]
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, index: int) -> RedisNode:
+        return self.nodes[index]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def status(self) -> list[dict]:
+        return [
+            {"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url}
+            for node in self.nodes
+        ]

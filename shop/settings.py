@@ -1,0 +1,169 @@
+"""Settings for the flash-sale shop.
+
+Everything comes from the environment, with defaults that work on a developer's machine
+(PostgreSQL and Redis on 127.0.0.1). Outside development (``FLASHSALE_ENV=production``)
+``DJANGO_SECRET_KEY`` is required and ``DEBUG`` is off unless asked for.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: use 1 or 0")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from None
+
+
+ENVIRONMENT = os.environ.get("FLASHSALE_ENV", "development")
+if ENVIRONMENT not in {"development", "production"}:
+    raise ImproperlyConfigured(f"FLASHSALE_ENV={ENVIRONMENT!r}: use development or production")
+DEVELOPMENT = ENVIRONMENT == "development"
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEVELOPMENT:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production")
+    SECRET_KEY = "development-only-insecure-key-do-not-deploy"
+
+# gunicorn.conf.py sets DJANGO_DEBUG=0, so DEBUG is off under gunicorn unless asked for.
+DEBUG = env_bool("DJANGO_DEBUG", DEVELOPMENT)
+
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "inventory",
+    "shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "shop.urls"
+WSGI_APPLICATION = "shop.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL: row locks and CHECK constraints rely on it")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Shoppers are identified by their session. Signed-cookie sessions keep a 5,000-request burst
+# from writing 5,000 session rows; the cookie is signed with SECRET_KEY and HttpOnly.
+SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Production hardening; `manage.py check --deploy` is clean with FLASHSALE_ENV=production
+# behind a TLS-terminating proxy (see README).
+if not DEVELOPMENT:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+# The purchase lock. INVENTORY_BACKEND is an alias (db, redis, redlock, unsafe) or a dotted path
+# to an InventoryBackend subclass.
+REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", 7379)
+REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
+INVENTORY = {
+    "BACKEND": os.environ.get("INVENTORY_BACKEND", "db"),
+    "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "REDLOCK_URLS": [
+        u.strip()
+        for u in os.environ.get(
+            "REDLOCK_URLS",
+            ",".join(f"redis://127.0.0.1:{REDLOCK_BASE_PORT + i}/0" for i in range(REDLOCK_NODE_COUNT)),
+        ).split(",")
+        if u.strip()
+    ],
+    "LOCK_TTL_MS": env_int("LOCK_TTL_MS", 10_000),
+    "ACQUIRE_TIMEOUT_MS": env_int("ACQUIRE_TIMEOUT_MS", 5_000),
+    "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
+}

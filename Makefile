@@ -1,0 +1,51 @@
+# Two commands matter: `make demo` and `make test`. Everything else is what they are made of.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
+MANAGE := $(BIN)/python manage.py
+
+.PHONY: demo test venv system services nodes-start nodes-stop migrate seed burst lockbench clean
+
+demo: services migrate seed
+	$(MANAGE) flashsale --backends db,redis,redlock --requests 5000 --stock 100 --json artifacts/burst.json
+
+test: services
+	$(BIN)/python -m pytest
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-peers.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -r requirements-peers.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# System packages the project needs and the machine may lack (installed only as root on Debian).
+system:
+	@bash scripts/ensure-system.sh
+
+services: venv system
+	@bash scripts/ensure-services.sh
+	$(MANAGE) preflight
+
+nodes-start: venv
+	$(MANAGE) redlock_nodes start
+
+nodes-stop: venv
+	$(MANAGE) redlock_nodes stop
+
+migrate: services
+	$(MANAGE) migrate --noinput
+
+seed: migrate
+	$(MANAGE) seed
+
+lockbench: services
+	$(MANAGE) lockbench --json artifacts/lockbench.json
+
+clean:
+	-$(MANAGE) redlock_nodes stop
+	rm -rf .run artifacts staticfiles

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install system packages the project needs when they are missing: Debian's Chromium for the
+# browser tests (Playwright's own browser download cannot work offline). Only as root on Debian;
+# elsewhere, say what to install.
+set -euo pipefail
+
+need=()
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${need[*]} with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+else
+    echo "missing: ${need[*]}: install it (Debian: sudo apt-get install ${need[*]})" >&2
+    exit 1
+fi

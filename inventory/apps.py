@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class InventoryConfig(AppConfig):
+    name = "inventory"
+    verbose_name = "Flash-sale inventory"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

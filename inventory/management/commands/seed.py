@@ -1,0 +1,28 @@
+"""Create (or reset) the demo products."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.management.base import BaseCommand
+
+from inventory.models import Product
+from inventory.services import reset_sale
+
+DEMO_PRODUCTS = [
+    ("phone-x", "Phone X", Decimal("499.00"), 100),
+    ("earbuds-pro", "Earbuds Pro", Decimal("89.00"), 250),
+    ("smartwatch-s", "Smartwatch S", Decimal("199.00"), 50),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo flash-sale products, or reset their stock and orders if they exist."
+
+    def handle(self, *args, **options):
+        for sku, name, price, stock in DEMO_PRODUCTS:
+            product, created = Product.objects.get_or_create(
+                sku=sku, defaults={"name": name, "price": price, "initial_stock": stock, "stock": stock}
+            )
+            if not created:
+                reset_sale(sku=sku, stock=stock)
+            self.stdout.write(f"{'created' if created else 'reset'} {sku}: {stock} units at ${price}")

@@ -1,0 +1,57 @@
+"""Products on flash sale and the orders against them.
+
+The database is the last guard: ``stock`` can never go below zero (CHECK), never above the
+initial stock, and a customer can hold at most one order per product (UNIQUE).
+"""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Product(models.Model):
+    sku = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    price = models.DecimalField(max_digits=10, decimal_places=2)
+    initial_stock = models.PositiveIntegerField(help_text="Units put on sale at the last reset.")
+    stock = models.IntegerField(help_text="Units left.")
+    per_customer_limit = models.PositiveIntegerField(default=1, help_text="Most units one customer may buy.")
+    # The highest fencing token that has written this row. A distributed-lock holder may write
+    # only with a larger token, so a holder that paused past its lease cannot write late.
+    fence = models.BigIntegerField(default=0)
+    sale_starts_at = models.DateTimeField(null=True, blank=True)
+    sale_ends_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sku"]
+        constraints = [
+            models.CheckConstraint(condition=Q(stock__gte=0), name="product_stock_not_negative"),
+            models.CheckConstraint(condition=Q(stock__lte=models.F("initial_stock")), name="product_stock_at_most_initial"),
+            models.CheckConstraint(condition=Q(per_customer_limit__gte=1), name="product_limit_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.sku})"
+
+    @property
+    def sold(self) -> int:
+        return self.initial_stock - self.stock
+
+
+class Order(models.Model):
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="orders")
+    customer = models.CharField(max_length=64, db_index=True, help_text="The shopper's session identity.")
+    quantity = models.PositiveIntegerField()
+    backend = models.CharField(max_length=32, help_text="The lock backend that guarded this purchase.")
+    fence = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the lock grant, if any.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["product", "customer"], name="order_one_per_customer_per_product"),
+            models.CheckConstraint(condition=Q(quantity__gte=1), name="order_quantity_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"order {self.pk}: {self.quantity} × {self.product.sku} for {self.customer}"

@@ -1,0 +1,162 @@
+"""Storefront pages and the JSON purchase API. Views parse and map; services decide."""
+from __future__ import annotations
+
+import json
+import secrets
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET, require_http_methods
+
+from inventory.backends import Outcome
+from inventory.models import Product
+from inventory.services import MAX_QUANTITY, InventoryError, ProductNotFound, purchase, sale_state
+
+#: A purchase body is tiny; anything larger is refused before it is parsed.
+MAX_BODY_BYTES = 1024
+
+STATUS_BY_OUTCOME = {
+    Outcome.CONFIRMED: 201,
+    Outcome.SOLD_OUT: 409,
+    Outcome.LIMIT_REACHED: 409,
+    Outcome.NOT_ON_SALE: 409,
+    Outcome.BUSY: 503,
+}
+MESSAGES = {
+    Outcome.CONFIRMED: "Your order is confirmed.",
+    Outcome.SOLD_OUT: "Sold out: every unit has been bought.",
+    Outcome.LIMIT_REACHED: "You have already bought your share of this product.",
+    Outcome.NOT_ON_SALE: "This product is not on sale right now.",
+    Outcome.BUSY: "The shop is busy: please try again in a moment.",
+}
+RETRY_AFTER_SECONDS = "1"
+
+
+def shopper_id(request: HttpRequest) -> str:
+    """The shopper's identity: a random id kept in their session."""
+    shopper = request.session.get("shopper")
+    if not shopper:
+        shopper = secrets.token_hex(16)
+        request.session["shopper"] = shopper
+    return shopper
+
+
+def json_error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def product_payload(product: Product) -> dict:
+    return {
+        "sku": product.sku,
+        "name": product.name,
+        "price": str(product.price),
+        "stock": product.stock,
+        "initial_stock": product.initial_stock,
+        "per_customer_limit": product.per_customer_limit,
+        "state": sale_state(product),
+        "sale_starts_at": product.sale_starts_at.isoformat() if product.sale_starts_at else None,
+        "sale_ends_at": product.sale_ends_at.isoformat() if product.sale_ends_at else None,
+    }
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    products = list(Product.objects.all())
+    return render(request, "shop/home.html", {"products": [(p, sale_state(p)) for p in products]})
+
+
+@require_GET
+@ensure_csrf_cookie
+def product_page(request: HttpRequest, sku: str) -> HttpResponse:
+    product = get_object_or_404(Product, sku=sku)
+    shopper_id(request)
+    return render(request, "shop/product.html", {"product": product, "state": sale_state(product)})
+
+
+@require_http_methods(["POST"])
+def buy(request: HttpRequest, sku: str) -> HttpResponse:
+    """The HTML form's target: works without JavaScript."""
+    product = get_object_or_404(Product, sku=sku)
+    raw = request.POST.get("quantity", "1")
+    try:
+        quantity = int(raw)
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+    except (ValueError, InventoryError) as exc:
+        message = str(exc) if isinstance(exc, InventoryError) else "quantity must be a whole number"
+        return render(request, "shop/result.html", {"product": product, "error": message}, status=400)
+    status = STATUS_BY_OUTCOME[result.outcome]
+    response = render(
+        request,
+        "shop/result.html",
+        {"product": product, "result": result, "message": MESSAGES[result.outcome]},
+        status=status,
+    )
+    if result.outcome is Outcome.BUSY:
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+    return response
+
+
+def api_product(request: HttpRequest, sku: str) -> JsonResponse:
+    if request.method != "GET":
+        return json_error(405, "use GET", allowed=["GET"])
+    product = Product.objects.filter(sku=sku).first()
+    if product is None:
+        return json_error(404, f"no product with sku {sku!r}")
+    return JsonResponse(product_payload(product))
+
+
+def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
+    """``POST {"quantity": n}``: 201 confirmed, 409 refused, 503 busy, 4xx bad input."""
+    if request.method != "POST":
+        response = json_error(405, "use POST", allowed=["POST"])
+        response["Allow"] = "POST"
+        return response
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return json_error(400, "invalid Content-Length")
+    if length > MAX_BODY_BYTES:
+        return json_error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    if request.content_type != "application/json":
+        return json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}')
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return json_error(400, "body is not valid JSON")
+    if not isinstance(body, dict):
+        return json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}')
+    unknown = set(body) - {"quantity"}
+    if unknown:
+        return json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+    quantity = body.get("quantity", 1)
+    try:
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+    except ProductNotFound as exc:
+        return json_error(404, str(exc))
+    except InventoryError as exc:
+        return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+    payload = {
+        "outcome": result.outcome.value,
+        "message": MESSAGES[result.outcome],
+        "backend": result.backend,
+        "order_id": result.order_id,
+    }
+    response = JsonResponse(payload, status=STATUS_BY_OUTCOME[result.outcome])
+    if result.outcome is Outcome.BUSY:
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+    return response
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF refusals: JSON for the API, a page for the storefront; always 403."""
+    if request.path.startswith("/api/"):
+        return json_error(403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header.")
+    return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return json_error(404, "not found")
+    return render(request, "shop/404.html", status=404)
+

@@ -55,3 +55,33 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"order {self.pk}: {self.quantity} × {self.product.sku} for {self.customer}"
+
+
+class BurstRun(models.Model):
+    """One backend's run of ``manage.py flashsale``: what was sent, what came back, what the audit found."""
+
+    started_at = models.DateTimeField(db_index=True)
+    backend = models.CharField(max_length=32)
+    sku = models.CharField(max_length=64)
+    requests = models.PositiveIntegerField()
+    stock_initial = models.IntegerField()
+    stock_final = models.IntegerField()
+    orders = models.PositiveIntegerField()
+    oversold = models.IntegerField()
+    undersold = models.IntegerField()
+    status_counts = models.JSONField(default=dict, help_text='HTTP status → count, e.g. {"201": 100, "409": 4900}.')
+    errors_5xx = models.PositiveIntegerField()
+    rps = models.FloatField()
+    p50_ms = models.FloatField()
+    p95_ms = models.FloatField()
+    p99_ms = models.FloatField()
+    duration_s = models.FloatField()
+    invariants_ok = models.BooleanField()
+    # [[seconds since start, stock left, purchase requests sent], ...] sampled while the burst ran.
+    timeline = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.backend} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"

@@ -1,0 +1,156 @@
+"""What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
+
+Nothing here talks to Redis; ``sync.py`` and ``aio.py`` do, with the same decisions made by the
+same functions so the twins cannot drift apart.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One grant of a lock.
+
+    ``token`` proves ownership to Redis (release and extend compare it); ``fence`` is the fencing
+    token storage must check; ``valid_until`` is a ``time.monotonic()`` deadline after which the
+    holder must assume it no longer owns the lock.
+    """
+
+    name: str
+    token: str
+    fence: int
+    valid_until: float
+
+    def remaining_ms(self) -> float:
+        return (self.valid_until - time.monotonic()) * 1000.0
+
+
+class LockError(Exception):
+    """A lock operation failed; ``name`` is the lock's key, ``nodes`` the Redis nodes involved."""
+
+    def __init__(self, message: str, *, name: str, nodes: list[str]) -> None:
+        super().__init__(f"{message} (lock {name!r} on {', '.join(nodes) or 'no nodes'})")
+        self.name = name
+        self.nodes = list(nodes)
+
+
+class NotAcquired(LockError):
+    """The wait ran out (``timeout_ms``) without a grant."""
+
+
+class QuorumUnavailable(NotAcquired):
+    """Too few nodes answered to ever form a majority, so waiting could not help."""
+
+
+class NotOwned(LockError):
+    """Release or extend by a holder whose token no longer owns the lock (expired or taken over)."""
+
+
+class LockLost(LockError):
+    """The lease ended while held: the watchdog could not renew, or the lease expired."""
+
+
+class Script:
+    """A Lua script with its SHA1 computed once, at import: calls send EVALSHA, never the text,
+    and fall back to EVAL (which also caches the script) only on NOSCRIPT after a node restart."""
+
+    __slots__ = ("text", "sha")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+
+# Take the lock and, in the same atomic step, issue a fencing number.
+# KEYS[1] lock key; KEYS[2] the lock's fence counter.  ARGV[1] token; ARGV[2] ttl in ms.
+# Returns the fence (>= 1) on a grant; on a refusal, minus the holder's remaining ms (<= 0), so a
+# waiter knows how long a crashed holder can block it.
+ACQUIRE = Script("""
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('incr', KEYS[2])
+end
+local pttl = redis.call('pttl', KEYS[1])
+if pttl > 0 then return -pttl end
+return 0
+""")
+
+# Compare-and-delete, then wake one waiter.
+# KEYS[1] lock key; KEYS[2] the lock's signal list.  ARGV[1] token; ARGV[2] signal lifetime in ms.
+# The signal list holds at most one element, so a release wakes one waiter, not a herd; it
+# expires so a release nobody waited for leaves nothing behind for long.
+RELEASE = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[1])
+  redis.call('del', KEYS[2])
+  redis.call('rpush', KEYS[2], 1)
+  redis.call('pexpire', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+""")
+
+# Reset the lock's lifetime if this token still holds it.
+# KEYS[1] lock key.  ARGV[1] token; ARGV[2] new ttl in ms.  Returns 1 when extended, else 0.
+EXTEND = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+""")
+
+# Redlock fencing write-back: raise a node's counter to the fence chosen from the majority, only
+# on nodes where this token holds the lock (the ordering argument in __init__ relies on it).
+# KEYS[1] lock key; KEYS[2] fence counter.  ARGV[1] token; ARGV[2] fence.  Returns 1 or 0.
+RAISE_FENCE = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  local current = tonumber(redis.call('get', KEYS[2]) or '0')
+  if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
+  return 1
+end
+return 0
+""")
+
+SIGNAL_LIFETIME_MS = 2000
+
+
+def new_token() -> str:
+    return os.urandom(16).hex()
+
+
+def fence_key(name: str) -> str:
+    return f"{name}:fence"
+
+
+def signal_key(name: str) -> str:
+    return f"{name}:signal"
+
+
+def drift_ms(ttl_ms: int) -> float:
+    """Clock drift allowance from the Redis distlock page: 1 % of the TTL plus 2 ms."""
+    return ttl_ms * 0.01 + 2.0
+
+
+def default_node_timeout_ms(ttl_ms: int) -> float:
+    """Small against the TTL (the distlock page suggests 5-50 ms for 10 s): 50 ms, or ttl/20."""
+    return max(5.0, min(50.0, ttl_ms / 20.0))
+
+
+def check_arguments(name: str, ttl_ms: int, timeout_ms: int) -> None:
+    if not name:
+        raise ValueError("a lock needs a non-empty name")
+    if ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
+    if timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+
+
+def node_name(client) -> str:
+    """``host:port`` of a redis-py (sync or asyncio) client, for error messages."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"

@@ -5,12 +5,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
-.PHONY: demo test venv system services nodes-start nodes-stop migrate seed burst lockbench clean
+.PHONY: demo test venv system services static nodes-start nodes-stop migrate seed lockbench clean
 
-demo: services migrate seed
+demo: services migrate seed static
 	$(MANAGE) flashsale --backends db,redis,redlock --requests 5000 --stock 100 --json artifacts/burst.json
 
-test: services
+# The suite starts (and stops) its own Redlock nodes on its own ports; pytest-django makes test_flashsale.
+test: venv system
+	@bash scripts/ensure-services.sh
+	$(MANAGE) preflight --no-nodes
+	$(MANAGE) collectstatic --noinput -v0
 	$(BIN)/python -m pytest
 
 venv: $(STAMP)
@@ -30,6 +34,10 @@ system:
 services: venv system
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight
+
+# gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off.
+static: venv
+	$(MANAGE) collectstatic --noinput -v0
 
 nodes-start: venv
 	$(MANAGE) redlock_nodes start

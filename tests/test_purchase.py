@@ -1,0 +1,148 @@
+"""The purchase service: outcomes, and that every refusal leaves stock and orders unchanged."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from inventory.backends import Outcome, load_backend
+from inventory.models import Order, Product
+from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
+
+BACKENDS = ["db", "redis", "redlock"]
+
+
+def snapshot(sku: str) -> tuple:
+    product = Product.objects.get(sku=sku)
+    return product.stock, product.fence, Order.objects.filter(product=product).count()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, use_backend):
+    use_backend(request.param)
+    return request.param
+
+
+@pytest.mark.django_db(transaction=True)
+class TestOutcomes:
+    def test_confirmed_takes_stock_and_records_the_order(self, backend, make_product):
+        make_product(stock=3, limit=2)
+        result = purchase(sku="phone-x", customer="alice", quantity=2)
+        assert result.outcome is Outcome.CONFIRMED
+        order = Order.objects.get(pk=result.order_id)
+        assert (order.customer, order.quantity, order.backend) == ("alice", 2, backend)
+        assert Product.objects.get(sku="phone-x").stock == 1
+        if backend == "db":
+            assert order.fence is None
+        else:
+            assert order.fence == Product.objects.get(sku="phone-x").fence > 0
+
+    def test_second_order_of_a_customer_is_refused(self, backend, make_product):
+        make_product(stock=5)
+        assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
+        before = snapshot("phone-x")
+        assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.LIMIT_REACHED
+        assert snapshot("phone-x") == before
+
+    def test_sold_out_when_stock_is_short(self, backend, make_product):
+        make_product(stock=1, limit=2)
+        before = snapshot("phone-x")
+        assert purchase(sku="phone-x", customer="bob", quantity=2).outcome is Outcome.SOLD_OUT
+        assert snapshot("phone-x") == before
+        assert purchase(sku="phone-x", customer="bob", quantity=1).confirmed
+        assert purchase(sku="phone-x", customer="carol", quantity=1).outcome is Outcome.SOLD_OUT
+        assert snapshot("phone-x")[0] == 0
+
+    def test_fence_increases_with_every_grant(self, backend, make_product):
+        if backend == "db":
+            pytest.skip("the row lock needs no fencing token")
+        make_product(stock=5)
+        fences = [purchase(sku="phone-x", customer=f"c{i}", quantity=1).fence for i in range(5)]
+        assert fences == sorted(fences) and len(set(fences)) == 5
+
+
+@pytest.mark.django_db
+class TestRefusalsChangeNothing:
+    @pytest.mark.parametrize("quantity", [0, -1, 2, 10**9, "1", 1.5, None, True])
+    def test_bad_quantity(self, make_product, quantity):
+        make_product(stock=5, limit=1)
+        before = snapshot("phone-x")
+        with pytest.raises(InvalidQuantity):
+            purchase(sku="phone-x", customer="alice", quantity=quantity)
+        assert snapshot("phone-x") == before
+
+    def test_unknown_sku(self, make_product):
+        make_product(stock=5)
+        with pytest.raises(ProductNotFound):
+            purchase(sku="nope", customer="alice", quantity=1)
+        assert Order.objects.count() == 0
+
+    @pytest.mark.parametrize("window", ["upcoming", "ended"])
+    def test_outside_the_sale_window(self, make_product, window):
+        now = timezone.now()
+        if window == "upcoming":
+            make_product(stock=5, sale_starts_at=now + timedelta(hours=1))
+        else:
+            make_product(stock=5, sale_ends_at=now - timedelta(minutes=1))
+        before = snapshot("phone-x")
+        result = purchase(sku="phone-x", customer="alice", quantity=1)
+        assert result.outcome is Outcome.NOT_ON_SALE
+        assert snapshot("phone-x") == before
+
+
+@pytest.mark.django_db
+class TestStockAdministration:
+    def test_restock_adds_to_stock_and_initial(self, make_product):
+        make_product(stock=2)
+        product = restock(sku="phone-x", quantity=3)
+        assert (product.stock, product.initial_stock) == (5, 5)
+        assert audit(sku="phone-x").ok
+
+    def test_reset_sale_clears_orders_and_fence(self, make_product):
+        make_product(stock=2)
+        Product.objects.filter(sku="phone-x").update(fence=42)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        product = reset_sale(sku="phone-x", stock=7)
+        assert (product.stock, product.initial_stock, product.fence) == (7, 7, 0)
+        assert Order.objects.count() == 0
+
+    def test_audit_reports_a_mismatch(self, make_product):
+        make_product(stock=5)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        Product.objects.filter(sku="phone-x").update(stock=5)  # an order whose units never left the shelf
+        report = audit(sku="phone-x")
+        assert (report.ordered, report.sold, report.oversold, report.ok) == (1, 0, 1, False)
+        Product.objects.filter(sku="phone-x").update(stock=3)  # units gone without an order
+        report = audit(sku="phone-x")
+        assert (report.lost, report.ok) == (1, False)
+
+    def test_audit_counts_undersold_against_demand(self, make_product):
+        make_product(stock=5)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        assert audit(sku="phone-x", demand=3).undersold == 2
+        assert audit(sku="phone-x", demand=1).undersold == 0
+
+
+class TestBackendLoading:
+    def test_unknown_alias(self, settings):
+        with pytest.raises(ImproperlyConfigured, match="not a backend"):
+            load_backend("memcached")
+
+    def test_unimportable_path_chains_the_cause(self, settings):
+        with pytest.raises(ImproperlyConfigured) as info:
+            load_backend("inventory.backends.nowhere.Backend")
+        assert isinstance(info.value.__cause__, ImportError)
+
+    def test_not_a_backend_class(self, settings):
+        with pytest.raises(ImproperlyConfigured, match="not an InventoryBackend"):
+            load_backend("inventory.models.Product")
+
+    def test_unsafe_is_refused_unless_allowed(self, settings):
+        with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_BACKEND=1"):
+            load_backend("unsafe", options={**settings.INVENTORY, "ALLOW_UNSAFE": False})
+        assert load_backend("unsafe", options={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == "unsafe"
+
+    def test_dotted_path(self, settings):
+        assert load_backend("inventory.backends.db.RowLockBackend").name == "db"

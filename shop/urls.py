@@ -1,8 +1,11 @@
 from django.contrib import admin
 from django.urls import path
 
+from inventory.admin import dashboard_stock_view, dashboard_view
+
 from . import views
 
+handler400 = "shop.views.bad_request"
 handler404 = "shop.views.not_found"
 
 urlpatterns = [
@@ -11,5 +14,8 @@ urlpatterns = [
     path("products/<slug:sku>/buy", views.buy, name="buy"),
     path("api/products/<slug:sku>", views.api_product, name="api-product"),
     path("api/products/<slug:sku>/purchase", views.api_purchase, name="api-purchase"),
+    # The sale dashboard lives inside the admin, behind its staff login.
+    path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="admin-dashboard"),
+    path("admin/dashboard/stock.json", admin.site.admin_view(dashboard_stock_view), name="admin-dashboard-stock"),
     path("admin/", admin.site.urls),
 ]

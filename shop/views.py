@@ -6,15 +6,27 @@ import secrets
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET
 
 from inventory.backends import Outcome
 from inventory.models import Product
-from inventory.services import MAX_QUANTITY, InventoryError, ProductNotFound, purchase, sale_state
+from inventory.services import MAX_QUANTITY, InvalidQuantity, InventoryError, ProductNotFound, purchase, sale_state
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
 MAX_BODY_BYTES = 1024
+
+#: What shoppers read for each sale state, and on the buy button in that state.
+STATE_LABELS = {"upcoming": "Starts soon", "live": "Live now", "sold_out": "Sold out", "ended": "Sale ended"}
+BUTTON_LABELS = {"upcoming": "Not on sale yet", "live": "Buy now", "sold_out": "Sold out", "ended": "Sale ended"}
+HEADINGS = {
+    Outcome.CONFIRMED: "Order confirmed",
+    Outcome.SOLD_OUT: "Sold out",
+    Outcome.LIMIT_REACHED: "Limit reached",
+    Outcome.NOT_ON_SALE: "Not on sale",
+    Outcome.BUSY: "Busy — try again",
+}
 
 STATUS_BY_OUTCOME = {
     Outcome.CONFIRMED: 201,
@@ -46,7 +58,14 @@ def json_error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
+def seconds_until(moment, now) -> int | None:
+    """Whole seconds from ``now`` to ``moment`` (None when there is no moment), so that
+    countdowns in the browser do not depend on the shopper's clock."""
+    return None if moment is None else max(0, int((moment - now).total_seconds() + 0.999))
+
+
 def product_payload(product: Product) -> dict:
+    now = timezone.now()
     return {
         "sku": product.sku,
         "name": product.name,
@@ -57,13 +76,27 @@ def product_payload(product: Product) -> dict:
         "state": sale_state(product),
         "sale_starts_at": product.sale_starts_at.isoformat() if product.sale_starts_at else None,
         "sale_ends_at": product.sale_ends_at.isoformat() if product.sale_ends_at else None,
+        "starts_in_s": seconds_until(product.sale_starts_at, now),
+        "ends_in_s": seconds_until(product.sale_ends_at, now),
+    }
+
+
+def product_context(product: Product) -> dict:
+    """What the product templates show: the API payload plus labels."""
+    payload = product_payload(product)
+    return {
+        "product": product,
+        "live": payload,
+        "state": payload["state"],
+        "state_label": STATE_LABELS[payload["state"]],
+        "button_label": BUTTON_LABELS[payload["state"]],
+        "art": "abcd"[product.pk % 4],  # which of the stylesheet's tile colours to use
     }
 
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    products = list(Product.objects.all())
-    return render(request, "shop/home.html", {"products": [(p, sale_state(p)) for p in products]})
+    return render(request, "shop/home.html", {"products": [product_context(p) for p in Product.objects.all()]})
 
 
 @require_GET
@@ -71,27 +104,65 @@ def home(request: HttpRequest) -> HttpResponse:
 def product_page(request: HttpRequest, sku: str) -> HttpResponse:
     product = get_object_or_404(Product, sku=sku)
     shopper_id(request)
-    return render(request, "shop/product.html", {"product": product, "state": sale_state(product)})
+    context = product_context(product)
+    context["quantities"] = range(1, min(product.per_customer_limit, MAX_QUANTITY) + 1)
+    return render(request, "shop/product.html", context)
 
 
-@require_http_methods(["POST"])
+def quantity_hint(product: Product) -> str:
+    limit = min(product.per_customer_limit, MAX_QUANTITY)
+    if limit == 1:
+        return "You can buy one unit of this product: choose a quantity of 1."
+    return f"Choose a quantity from 1 to {limit}: that is the most one shopper may buy."
+
+
+def error_page(request: HttpRequest, product: Product | None, status: int, heading: str, message: str) -> HttpResponse:
+    return render(
+        request, "shop/result.html",
+        {"product": product, "outcome": "error", "heading": heading, "message": message}, status=status,
+    )
+
+
 def buy(request: HttpRequest, sku: str) -> HttpResponse:
     """The HTML form's target: works without JavaScript."""
-    product = get_object_or_404(Product, sku=sku)
+    product = Product.objects.filter(sku=sku).first()
+    if request.method != "POST":
+        response = error_page(
+            request, product, 405, "Use the buy button",
+            "Orders are placed with the buy button on the product page.",
+        )
+        response["Allow"] = "POST"
+        return response
+    if product is None:
+        return error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale.")
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = MAX_BODY_BYTES + 1
+    if length > MAX_BODY_BYTES:
+        return error_page(request, product, 413, "Check your order", "The order form sent too much data.")
     raw = request.POST.get("quantity", "1")
     try:
         quantity = int(raw)
+    except ValueError:
+        return error_page(request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}")
+    try:
         result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
-    except (ValueError, InventoryError) as exc:
-        message = str(exc) if isinstance(exc, InventoryError) else "quantity must be a whole number"
-        return render(request, "shop/result.html", {"product": product, "error": message}, status=400)
-    status = STATUS_BY_OUTCOME[result.outcome]
-    response = render(
-        request,
-        "shop/result.html",
-        {"product": product, "result": result, "message": MESSAGES[result.outcome]},
-        status=status,
-    )
+    except InvalidQuantity:
+        return error_page(request, product, 400, "Check your order", quantity_hint(product))
+    except InventoryError as exc:
+        return error_page(request, product, 400, "Check your order", str(exc))
+    product.refresh_from_db()
+    context = {
+        **product_context(product),
+        "outcome": result.outcome.value,
+        "heading": HEADINGS[result.outcome],
+        "message": MESSAGES[result.outcome],
+        "result": result,
+        "quantity": quantity,
+        "total": product.price * quantity,
+    }
+    response = render(request, "shop/result.html", context, status=STATUS_BY_OUTCOME[result.outcome])
     if result.outcome is Outcome.BUSY:
         response["Retry-After"] = RETRY_AFTER_SECONDS
     return response
@@ -103,7 +174,9 @@ def api_product(request: HttpRequest, sku: str) -> JsonResponse:
     product = Product.objects.filter(sku=sku).first()
     if product is None:
         return json_error(404, f"no product with sku {sku!r}")
-    return JsonResponse(product_payload(product))
+    response = JsonResponse(product_payload(product))
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
@@ -122,7 +195,7 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
         return json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}')
     try:
         body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return json_error(400, "body is not valid JSON")
     if not isinstance(body, dict):
         return json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}')
@@ -153,6 +226,13 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     if request.path.startswith("/api/"):
         return json_error(403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header.")
     return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Requests Django itself refuses (too many form fields, an oversized form body, a bad host)."""
+    if request.path.startswith("/api/"):
+        return json_error(400, "bad request")
+    return error_page(request, None, 400, "Bad request", "The shop could not read that request.")
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

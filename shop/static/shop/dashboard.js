@@ -1,0 +1,53 @@
+// The admin dashboard's live stock: poll the staff JSON endpoint each second and update the rows.
+(function () {
+  "use strict";
+  var root = document.querySelector("[data-stock-url]");
+  if (!root || !window.fetch) return;
+  var url = root.getAttribute("data-stock-url");
+  var heading = document.getElementById("live-stock-heading");
+  var note = document.getElementById("live-note");
+
+  function set(row, field, value) {
+    var cell = row.querySelector('[data-field="' + field + '"]');
+    if (cell && cell.textContent !== String(value)) cell.textContent = value;
+  }
+
+  function render(products) {
+    var totalStock = 0, totalOrders = 0, allOk = true;
+    products.forEach(function (p) {
+      totalStock += p.stock; totalOrders += p.orders; allOk = allOk && p.invariant_ok;
+      var row = root.querySelector('tr[data-sku="' + p.sku + '"]');
+      if (!row) return;
+      ["stock", "initial_stock", "sold", "ordered", "fence"].forEach(function (f) { set(row, f, p[f]); });
+      var badge = row.querySelector('[data-field="state"]');
+      badge.className = "sale-badge sale-" + p.state;
+      badge.textContent = p.state_label;
+      var bar = row.querySelector(".dash-bar");
+      bar.setAttribute("aria-valuenow", p.stock);
+      bar.setAttribute("aria-valuemax", p.initial_stock);
+      bar.firstElementChild.style.width = p.percent_left + "%";
+      row.querySelector('[data-field="invariant"]').innerHTML = p.invariant_ok
+        ? '<span class="invariant invariant-ok">✔ holds</span>'
+        : '<span class="invariant invariant-broken">✘ broken</span>';
+    });
+    document.getElementById("total-stock").textContent = totalStock;
+    document.getElementById("total-orders").textContent = totalOrders;
+    var tile = document.getElementById("invariant-tile");
+    tile.className = "tile " + (allOk ? "tile-ok" : "tile-bad");
+    document.getElementById("invariant-summary").textContent = allOk ? "✔ holds" : "✘ broken";
+  }
+
+  function poll() {
+    if (document.hidden) return setTimeout(poll, 1000);
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(function (data) {
+        render(data.products);
+        heading.classList.remove("live-stale");
+        note.textContent = "updated " + new Date().toLocaleTimeString();
+      })
+      .catch(function () { heading.classList.add("live-stale"); note.textContent = "connection lost, retrying"; })
+      .then(function () { setTimeout(poll, 1000); });
+  }
+  setTimeout(poll, 1000);
+})();

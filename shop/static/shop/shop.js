@@ -1,0 +1,93 @@
+// Live stock for the storefront: every element with data-live-sku polls its product's JSON
+// each second and updates the stock bar, the sale badge, the countdown and the buy button.
+// Without JavaScript the pages still work; they just show the stock as it was when loaded.
+(function () {
+  "use strict";
+  if (!window.fetch) return;
+  var STATE_LABELS = { upcoming: "Starts soon", live: "Live now", sold_out: "Sold out", ended: "Sale ended" };
+  var BUTTON_LABELS = { upcoming: "Not on sale yet", live: "Buy now", sold_out: "Sold out", ended: "Sale ended" };
+  var ANNOUNCE = { live: "The sale is live.", sold_out: "Sold out.", ended: "The sale has ended." };
+  var POLL_MS = 1000;
+
+  function pad(n) { return n < 10 ? "0" + n : String(n); }
+  function duration(seconds) {
+    seconds = Math.max(0, Math.ceil(seconds));
+    var d = Math.floor(seconds / 86400), h = Math.floor(seconds / 3600) % 24;
+    var m = Math.floor(seconds / 60) % 60, s = seconds % 60;
+    return (d ? d + "d " : "") + (d || h ? pad(h) + ":" : "") + pad(m) + ":" + pad(s);
+  }
+
+  function LiveProduct(el) {
+    this.el = el;
+    this.url = el.getAttribute("data-api");
+    this.state = el.getAttribute("data-state");
+    this.part = function (role) { return el.querySelector('[data-role="' + role + '"]'); };
+    var cd = this.part("countdown");
+    var now = performance.now();
+    this.startsAt = cd && cd.hasAttribute("data-starts-in") ? now + 1000 * Number(cd.getAttribute("data-starts-in")) : null;
+    this.endsAt = cd && cd.hasAttribute("data-ends-in") ? now + 1000 * Number(cd.getAttribute("data-ends-in")) : null;
+  }
+
+  LiveProduct.prototype.tick = function () {
+    var cd = this.part("countdown");
+    if (!cd) return;
+    var now = performance.now();
+    if (this.state === "upcoming" && this.startsAt !== null) {
+      cd.textContent = "Starts in " + duration((this.startsAt - now) / 1000);
+    } else if (this.state === "live" && this.endsAt !== null) {
+      cd.textContent = "Ends in " + duration((this.endsAt - now) / 1000);
+    } else if (this.state !== "upcoming" && this.state !== "live") {
+      cd.textContent = "";
+    }
+  };
+
+  LiveProduct.prototype.render = function (p) {
+    var now = performance.now();
+    this.startsAt = p.starts_in_s === null ? null : now + 1000 * p.starts_in_s;
+    this.endsAt = p.ends_in_s === null ? null : now + 1000 * p.ends_in_s;
+    this.part("stock").textContent = p.stock;
+    this.part("initial").textContent = p.initial_stock;
+    var bar = this.part("bar");
+    var percent = p.initial_stock ? Math.round(100 * p.stock / p.initial_stock) : 0;
+    bar.setAttribute("aria-valuenow", p.stock);
+    bar.setAttribute("aria-valuemax", p.initial_stock);
+    bar.setAttribute("aria-valuetext", p.stock + " of " + p.initial_stock + " left");
+    bar.classList.toggle("is-empty", p.stock === 0);
+    bar.classList.toggle("is-low", p.stock > 0 && p.stock <= 10);
+    bar.firstElementChild.style.width = percent + "%";
+
+    if (p.state !== this.state) {
+      this.el.classList.remove("state-" + this.state);
+      this.el.classList.add("state-" + p.state);
+      this.el.setAttribute("data-state", p.state);
+      var badge = this.part("state");
+      badge.className = "badge badge-" + p.state;
+      badge.textContent = STATE_LABELS[p.state] || p.state;
+      var announce = this.part("announce");
+      if (announce && ANNOUNCE[p.state]) announce.textContent = ANNOUNCE[p.state];
+      this.state = p.state;
+    }
+    var button = this.part("buy");
+    if (button) {
+      button.disabled = p.state !== "live";
+      button.textContent = BUTTON_LABELS[p.state] || "Buy now";
+    }
+    this.tick();
+  };
+
+  LiveProduct.prototype.poll = function () {
+    var self = this;
+    if (document.hidden) { setTimeout(function () { self.poll(); }, POLL_MS); return; }
+    fetch(this.url, { headers: { Accept: "application/json" }, cache: "no-store" })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(function (p) { self.render(p); })
+      .catch(function () { /* a missed poll is retried in a second */ })
+      .then(function () { setTimeout(function () { self.poll(); }, POLL_MS); });
+  };
+
+  var products = Array.prototype.map.call(document.querySelectorAll("[data-live-sku]"), function (el) {
+    return new LiveProduct(el);
+  });
+  products.forEach(function (p) { p.tick(); p.poll(); });
+  setInterval(function () { products.forEach(function (p) { p.tick(); }); }, 1000);
+})();

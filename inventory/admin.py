@@ -1,22 +1,311 @@
-from django.contrib import admin
+"""Staff views of the sale: products with their invariant, orders, burst runs and a dashboard.
 
-from .models import Order, Product
+Stock moves only through the services (purchase, restock, reset), so the admin shows stock and
+fence read-only and offers restock and reset as actions, each behind a confirmation page and
+each recorded in the admin log (``LogEntry``) of the product it changed.
+"""
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from .charts import Bar, Series, bar_chart, colour_for, line_chart
+from .models import BurstRun, Order, Product
+from .services import InventoryError, reset_sale, restock, sale_state
+
+admin.site.site_header = "Flash sale admin"
+admin.site.site_title = "Flash sale admin"
+admin.site.index_title = "Inventory"
+admin.site.index_template = "admin/inventory/index.html"
+
+
+def products_with_totals():
+    """Products annotated with ordered units, order count and whether the invariant holds."""
+    return Product.objects.annotate(
+        ordered_units=Coalesce(Sum("orders__quantity"), 0),
+        order_count=Count("orders"),
+    ).annotate(
+        invariant_ok=Q(stock__gte=0) & Q(ordered_units=F("initial_stock") - F("stock")),
+    )
+
+
+def invariant_mark(product) -> str:
+    if product.invariant_ok:
+        return format_html('<span class="invariant invariant-ok" title="ordered = initial − stock, stock ≥ 0">✔ holds</span>')
+    drift = product.ordered_units - (product.initial_stock - product.stock)
+    what = f"oversold by {drift}" if drift > 0 else f"{-drift} units lost" if drift < 0 else "stock below 0"
+    return format_html('<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', what)
+
+
+class RestockForm(forms.Form):
+    quantity = forms.IntegerField(
+        label="Units to add to each selected product", min_value=1, max_value=1_000_000,
+        widget=forms.NumberInput(attrs={"autofocus": True}),
+    )
+
+
+class ResetSaleForm(forms.Form):
+    stock = forms.IntegerField(
+        label="Units to put on sale", min_value=0, max_value=1_000_000, required=False,
+        help_text="Leave blank to put each product's current initial stock back on sale.",
+    )
 
 
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
-    list_display = ["sku", "name", "price", "initial_stock", "stock", "sold", "fence"]
+    list_display = [
+        "sku", "name", "price", "state", "initial_stock", "stock", "sold", "ordered", "fence", "invariant",
+    ]
+    list_display_links = ["sku", "name"]
     search_fields = ["sku", "name"]
-    readonly_fields = ["fence"]
+    actions = ["restock_selected", "reset_sale_selected"]
+    fieldsets = [
+        (None, {"fields": ["sku", "name", "price", "per_customer_limit"]}),
+        ("Sale window", {"fields": ["sale_starts_at", "sale_ends_at"], "description": "Blank means open-ended."}),
+        ("Stock", {"fields": ["initial_stock", "stock", "fence"]}),
+    ]
 
-    @admin.display(description="sold")
+    def get_queryset(self, request):
+        return products_with_totals()
+
+    def get_readonly_fields(self, request, obj=None):
+        # Stock changes only through purchase, restock and reset; on creation it equals initial stock.
+        return ["initial_stock", "stock", "fence"] if obj else ["stock", "fence"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.stock = obj.initial_stock
+        super().save_model(request, obj, form, change)
+
+    @admin.display(description="sale")
+    def state(self, product: Product) -> str:
+        return sale_state(product).replace("_", " ")
+
+    @admin.display(description="sold", ordering=F("initial_stock") - F("stock"))
     def sold(self, product: Product) -> int:
         return product.sold
 
+    @admin.display(description="ordered", ordering="ordered_units")
+    def ordered(self, product) -> int:
+        return product.ordered_units
+
+    @admin.display(description="invariant", ordering="invariant_ok")
+    def invariant(self, product) -> str:
+        return invariant_mark(product)
+
+    def _confirm(self, request, queryset, *, form, action: str, title: str, verb: str, warning: str = ""):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.model._meta,
+            "queryset": products_with_totals().filter(pk__in=queryset.values("pk")),
+            "form": form,
+            "action": action,
+            "verb": verb,
+            "warning": warning,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/inventory/product/action_confirmation.html", context)
+
+    @admin.action(description="Restock selected products…", permissions=["change"])
+    def restock_selected(self, request, queryset):
+        form = RestockForm(request.POST if "post" in request.POST else None)
+        if not form.is_valid():
+            return self._confirm(
+                request, queryset, form=form, action="restock_selected",
+                title="Restock products", verb="Restock",
+            )
+        quantity = form.cleaned_data["quantity"]
+        for product in queryset:
+            try:
+                updated = restock(sku=product.sku, quantity=quantity)
+            except InventoryError as exc:
+                self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
+                continue
+            self.log_change(request, updated, f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}.")
+            self.message_user(request, f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Reset sale of selected products…", permissions=["change"])
+    def reset_sale_selected(self, request, queryset):
+        form = ResetSaleForm(request.POST if "post" in request.POST else None)
+        if not form.is_valid():
+            orders = Order.objects.filter(product__in=queryset).count()
+            return self._confirm(
+                request, queryset, form=form, action="reset_sale_selected",
+                title="Reset sale", verb="Reset sale",
+                warning=f"This deletes {orders} order{'s' if orders != 1 else ''} and sets the fence back to 0.",
+            )
+        for product in queryset:
+            stock = form.cleaned_data["stock"]
+            stock = product.initial_stock if stock is None else stock
+            try:
+                updated = reset_sale(sku=product.sku, stock=stock)
+            except InventoryError as exc:
+                self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
+                continue
+            self.log_change(request, updated, f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, fence {product.fence} → 0.")
+            self.message_user(request, f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.", messages.SUCCESS)
+        return None
+
+
+class CustomerFilter(admin.SimpleListFilter):
+    """Filter by a shopper id typed in (there are far too many shoppers for a list of links)."""
+
+    title = "customer"
+    parameter_name = "customer"
+    template = "admin/inventory/input_filter.html"
+
+    def lookups(self, request, model_admin):
+        return ()
+
+    def has_output(self) -> bool:
+        return True
+
+    def queryset(self, request, queryset):
+        value = (self.value() or "").strip()
+        return queryset.filter(customer=value) if value else queryset
+
+    def choices(self, changelist):
+        # The template renders a text box; this carries the other active filters along.
+        params = {k: v for k, v in changelist.get_filters_params().items() if k != self.parameter_name}
+        yield {"value": self.value() or "", "params": params, "clear_url": changelist.get_query_string(remove=[self.parameter_name])}
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records written by the shop and the burst runner: viewable, never edited by hand."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
-    list_display = ["id", "product", "customer", "quantity", "backend", "fence", "created_at"]
-    list_filter = ["backend", "product"]
-    search_fields = ["customer"]
+class OrderAdmin(ReadOnlyAdmin):
+    list_display = ["id", "product", "customer_link", "quantity", "backend", "fence", "created_at"]
+    list_filter = ["product", "backend", CustomerFilter]
+    search_fields = ["customer", "product__sku"]
     list_select_related = ["product"]
+    date_hierarchy = "created_at"
+
+    @admin.display(description="customer", ordering="customer")
+    def customer_link(self, order: Order) -> str:
+        url = reverse("admin:inventory_order_changelist") + f"?customer={order.customer}"
+        return format_html('<a href="{}" title="all orders of this customer">{}</a>', url, order.customer)
+
+
+@admin.register(BurstRun)
+class BurstRunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "started_at", "backend", "sku", "requests", "stock_initial", "stock_final", "orders",
+        "oversold", "undersold", "errors_5xx", "rps", "p99_ms", "invariants_ok",
+    ]
+    list_filter = ["backend", "invariants_ok", "sku"]
+    date_hierarchy = "started_at"
+
+
+# The dashboard: a page inside the admin (registered in shop/urls.py under admin_view, so staff only).
+
+def _require_view_permission(request: HttpRequest) -> None:
+    if not (request.user.has_perm("inventory.view_product") and request.user.has_perm("inventory.view_burstrun")):
+        raise PermissionDenied
+
+
+def stock_rows() -> list[dict]:
+    rows = []
+    for product in products_with_totals():
+        state = sale_state(product)
+        rows.append({
+            "id": product.pk,
+            "sku": product.sku,
+            "name": product.name,
+            "stock": product.stock,
+            "initial_stock": product.initial_stock,
+            "sold": product.sold,
+            "ordered": product.ordered_units,
+            "orders": product.order_count,
+            "fence": product.fence,
+            "state": state,
+            "state_label": state.replace("_", " "),
+            "invariant_ok": bool(product.invariant_ok),
+            "percent_left": round(100 * product.stock / product.initial_stock) if product.initial_stock else 0,
+        })
+    return rows
+
+
+def latest_run_per_backend(runs: list[BurstRun]) -> list[BurstRun]:
+    latest: dict[str, BurstRun] = {}
+    for run in runs:  # newest first
+        latest.setdefault(run.backend, run)
+    return sorted(latest.values(), key=lambda r: r.backend)
+
+
+def burst_charts(runs: list[BurstRun]) -> dict[str, str]:
+    """The dashboard's SVG charts from the newest run of each backend."""
+    latest = latest_run_per_backend(runs)
+    if not latest:
+        return {}
+    series = [
+        Series(
+            f"{run.backend} ({run.started_at:%b %d %H:%M})",
+            [(float(point[0]), float(point[1])) for point in run.timeline if len(point) >= 2],
+            colour_for(run.backend, i),
+        )
+        for i, run in enumerate(latest)
+    ]
+    return {
+        "stock": mark_safe(line_chart(
+            series, title="Stock left during the latest burst of each backend", x_label="seconds", y_label="units left",
+        )),
+        "throughput": mark_safe(bar_chart(
+            [Bar(run.backend, run.rps, colour_for(run.backend, i)) for i, run in enumerate(latest)],
+            title="Throughput per backend (latest burst)", unit="requests/s",
+        )),
+        "p99": mark_safe(bar_chart(
+            [Bar(run.backend, run.p99_ms, colour_for(run.backend, i)) for i, run in enumerate(latest)],
+            title="99th percentile latency per backend (latest burst)", unit="ms",
+        )),
+        "legend": [(s.label, s.colour) for s in series],
+    }
+
+
+def dashboard_view(request: HttpRequest):
+    _require_view_permission(request)
+    runs = list(BurstRun.objects.all()[:50])
+    products = stock_rows()
+    context = {
+        **admin.site.each_context(request),
+        "title": "Sale dashboard",
+        "products": products,
+        "runs": runs,
+        "charts": burst_charts(runs),
+        "totals": {
+            "stock": sum(p["stock"] for p in products),
+            "orders": sum(p["orders"] for p in products),
+            "invariant_ok": all(p["invariant_ok"] for p in products),
+            "bursts": BurstRun.objects.count(),
+            "bursts_failed": BurstRun.objects.filter(invariants_ok=False).count(),
+        },
+    }
+    return TemplateResponse(request, "admin/inventory/dashboard.html", context)
+
+
+def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
+    """The dashboard's live stock, polled each second."""
+    _require_view_permission(request)
+    response = JsonResponse({"products": stock_rows()})
+    response["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,182 @@
+"""The storefront pages: sale states, the buy form's outcome pages, and form-level bad input."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from inventory.models import Order, Product
+
+pytestmark = pytest.mark.django_db
+
+
+def snapshot(sku: str = "phone-x") -> tuple:
+    product = Product.objects.get(sku=sku)
+    return product.stock, product.fence, Order.objects.count()
+
+
+@pytest.fixture
+def shopper() -> Client:
+    client = Client()
+    return client
+
+
+def buy(client: Client, quantity="1", sku: str = "phone-x", **extra):
+    return client.post(f"/products/{sku}/buy", {"quantity": quantity}, **extra)
+
+
+class TestHome:
+    def test_lists_products_with_price_stock_bar_and_state(self, client, make_product):
+        now = timezone.now()
+        make_product("phone-x", stock=10, name="Phone X")
+        make_product("watch", stock=5, sale_starts_at=now + timedelta(hours=1))
+        make_product("tablet", stock=0)
+        make_product("old", stock=3, sale_ends_at=now - timedelta(minutes=1))
+        html = client.get("/").content.decode()
+        assert "Phone X" in html and "$9.99" in html
+        assert 'aria-valuenow="10"' in html and 'aria-valuemax="10"' in html
+        for label in ("Live now", "Starts soon", "Sold out", "Sale ended"):
+            assert label in html
+        assert 'data-starts-in="3' in html  # seconds until the watch goes on sale (about 3600)
+        assert 'data-api="/api/products/phone-x"' in html
+
+    def test_empty_shop_says_how_to_seed(self, client, db):
+        assert "manage.py seed" in client.get("/").content.decode()
+
+    def test_pages_load_only_local_assets(self, client, make_product):
+        make_product()
+        for url in ("/", "/products/phone-x/"):
+            html = client.get(url).content.decode()
+            assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+            assert "https://" not in html and "//cdn" not in html
+
+
+class TestProductPage:
+    def test_buy_form_has_csrf_token_and_quantity_limited_to_the_sale(self, shopper, make_product):
+        make_product(limit=3)
+        response = shopper.get("/products/phone-x/")
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert 'name="csrfmiddlewaretoken"' in html
+        assert '<option value="3">' in html and '<option value="4">' not in html
+        assert "csrftoken" in response.cookies
+
+    def test_limit_of_one_sends_a_fixed_quantity(self, shopper, make_product):
+        make_product(limit=1)
+        html = shopper.get("/products/phone-x/").content.decode()
+        assert '<input type="hidden" name="quantity" value="1">' in html
+
+    @pytest.mark.parametrize("fields, label", [
+        ({"stock": 0}, "Sold out"),
+        ({"sale_starts_at": timezone.now() + timedelta(days=1)}, "Not on sale yet"),
+        ({"sale_ends_at": timezone.now() - timedelta(days=1)}, "Sale ended"),
+    ])
+    def test_button_disabled_outside_a_live_sale(self, shopper, make_product, fields, label):
+        stock = fields.pop("stock", 5)
+        make_product(stock=stock, **fields)
+        html = shopper.get("/products/phone-x/").content.decode()
+        assert f'disabled data-role="buy">{label}</button>' in html
+
+    def test_unknown_product_is_a_404_page(self, shopper, db):
+        response = shopper.get("/products/nope/")
+        assert response.status_code == 404
+        assert "Not found" in response.content.decode()
+
+
+class TestBuyOutcomes:
+    def test_confirmed_page_shows_the_order_number(self, shopper, make_product):
+        make_product(stock=5, limit=2)
+        response = buy(shopper, "2")
+        order = Order.objects.get()
+        assert response.status_code == 201
+        html = response.content.decode()
+        assert "Order confirmed" in html and f'<dd id="order-number">{order.pk}</dd>' in html
+        assert "$19.98" in html
+        assert Product.objects.get().stock == 3
+
+    def test_second_purchase_refused_by_the_limit(self, shopper, make_product):
+        make_product(stock=5)
+        assert buy(shopper).status_code == 201
+        before = snapshot()
+        response = buy(shopper)
+        assert response.status_code == 409
+        assert "Limit reached" in response.content.decode()
+        assert snapshot() == before
+
+    def test_sold_out_page(self, shopper, make_product):
+        make_product(stock=0)
+        response = buy(shopper)
+        assert response.status_code == 409
+        assert "Sold out" in response.content.decode()
+        assert Order.objects.count() == 0
+
+    @pytest.mark.parametrize("window, says", [
+        ({"sale_starts_at": timezone.now() + timedelta(hours=2)}, "The sale starts"),
+        ({"sale_ends_at": timezone.now() - timedelta(seconds=1)}, "The sale has ended"),
+    ])
+    def test_outside_the_sale_window_is_refused_and_changes_nothing(self, shopper, make_product, window, says):
+        make_product(stock=5, **window)
+        before = snapshot()
+        response = buy(shopper)
+        assert response.status_code == 409
+        html = response.content.decode()
+        assert "Not on sale" in html and says in html
+        assert snapshot() == before
+
+    def test_busy_page_offers_a_retry_and_says_when(self, shopper, make_product, use_backend, redis_client):
+        make_product(stock=5)
+        use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
+        # Someone else holds the product's lock, so this purchase cannot get it in time.
+        from inventory.backends import get_backend
+        backend = get_backend()
+        with backend.guard("phone-x"):
+            before = snapshot()
+            response = buy(shopper)
+        assert response.status_code == 503
+        assert response["Retry-After"] == "1"
+        html = response.content.decode()
+        assert "Busy — try again" in html and "Try again</button>" in html
+        assert snapshot() == before
+
+
+class TestBuyBadInput:
+    @pytest.mark.parametrize("quantity", ["0", "-1", "-100", "3", "101", "99999999999999999999999", "9" * 900,
+                                          "1.5", "abc", "", " ", "1e3", "0x10", "NaN", "½"])
+    def test_bad_quantity_is_a_400_page_and_changes_nothing(self, shopper, make_product, quantity):
+        make_product(stock=5, limit=2)
+        before = snapshot()
+        response = buy(shopper, quantity)
+        assert response.status_code == 400
+        html = response.content.decode()
+        assert "Check your order" in html and "Choose a quantity from 1 to 2" in html
+        assert snapshot() == before
+
+    def test_unknown_sku(self, shopper, db):
+        response = buy(shopper, sku="nope")
+        assert response.status_code == 404
+        assert "No such product" in response.content.decode()
+
+    def test_get_on_the_buy_url_is_405_with_allow(self, shopper, make_product):
+        make_product()
+        response = shopper.get("/products/phone-x/buy")
+        assert response.status_code == 405
+        assert response["Allow"] == "POST"
+        assert Order.objects.count() == 0
+
+    def test_oversized_form_body_is_413(self, shopper, make_product):
+        make_product()
+        before = snapshot()
+        response = shopper.post("/products/phone-x/buy", {"quantity": "1", "padding": "x" * 5000})
+        assert response.status_code == 413
+        assert snapshot() == before
+
+    def test_form_refused_by_django_is_a_400_page(self, shopper, make_product, settings):
+        make_product()
+        settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
+        before = snapshot()
+        response = shopper.post("/products/phone-x/buy", {"quantity": "1", **{f"f{i}": "x" for i in range(5)}})
+        assert response.status_code == 400
+        assert "Bad request" in response.content.decode()
+        assert snapshot() == before

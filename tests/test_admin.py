@@ -1,0 +1,231 @@
+"""The staff side: product list with the invariant, restock/reset behind a confirmation and
+logged, orders filters, the dashboard and its charts, and the createstaff command."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from inventory.charts import nice_ticks
+from inventory.models import BurstRun, Order, Product
+from inventory.services import purchase
+
+pytestmark = pytest.mark.django_db
+CHANGELIST = "/admin/inventory/product/"
+
+
+@pytest.fixture
+def staff(client, admin_user):
+    client.force_login(admin_user)
+    return client
+
+
+def make_run(backend: str = "db", **fields) -> BurstRun:
+    defaults = dict(
+        started_at=timezone.now(), backend=backend, sku="phone-x", requests=5000, stock_initial=100, stock_final=0,
+        orders=100, oversold=0, undersold=0, status_counts={"201": 100, "409": 4900}, errors_5xx=0, rps=900.0,
+        p50_ms=40.0, p95_ms=120.0, p99_ms=210.0, duration_s=5.6, invariants_ok=True,
+        timeline=[[0, 100, 0], [1.0, 60, 900], [2.0, 10, 1800], [3.0, 0, 2700], [5.6, 0, 5000]],
+    )
+    return BurstRun.objects.create(**{**defaults, **fields})
+
+
+class TestProductList:
+    def test_shows_figures_and_invariant_marks(self, staff, make_product):
+        make_product("phone-x", stock=5)
+        purchase(sku="phone-x", customer="alice", quantity=1)
+        broken = make_product("tablet", stock=5)
+        Product.objects.filter(pk=broken.pk).update(stock=3)  # two units left the shelf without an order
+        html = staff.get(CHANGELIST).content.decode()
+        assert "✔ holds" in html
+        assert "✘ 2 units lost" in html
+        for column in ("initial stock", "stock", "sold", "ordered", "fence", "invariant"):
+            assert f">{column.capitalize()}<" in html or f">{column}<" in html.lower()
+
+    def test_stock_is_read_only_on_the_change_form(self, staff, make_product):
+        product = make_product(stock=5)
+        html = staff.get(f"{CHANGELIST}{product.pk}/change/").content.decode()
+        assert 'name="stock"' not in html and 'name="fence"' not in html and 'name="initial_stock"' not in html
+
+    def test_adding_a_product_puts_its_initial_stock_on_sale(self, staff):
+        response = staff.post(f"{CHANGELIST}add/", {
+            "sku": "lamp", "name": "Lamp", "price": "12.50", "per_customer_limit": "1", "initial_stock": "30",
+        })
+        assert response.status_code == 302, response.content.decode()[:2000]
+        assert Product.objects.values_list("initial_stock", "stock").get(sku="lamp") == (30, 30)
+
+    def test_anonymous_and_non_staff_are_sent_to_login(self, client, django_user_model):
+        assert client.get(CHANGELIST).status_code == 302
+        user = django_user_model.objects.create_user("shopper", password="pw-12345678")
+        client.force_login(user)
+        assert client.get(CHANGELIST)["Location"].startswith("/admin/login/")
+
+
+class TestActions:
+    def action(self, client, name, product, **fields):
+        return client.post(CHANGELIST, {"action": name, "_selected_action": [product.pk], **fields})
+
+    def test_restock_asks_first_then_restocks_and_logs(self, staff, make_product):
+        product = make_product(stock=5)
+        response = self.action(staff, "restock_selected", product, index="0")
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "Restock these 1 product?" in html and 'name="quantity"' in html and "csrfmiddlewaretoken" in html
+        assert Product.objects.get().stock == 5  # nothing until confirmed
+
+        response = self.action(staff, "restock_selected", product, post="yes", quantity="7")
+        assert response.status_code == 302
+        assert Product.objects.values_list("stock", "initial_stock").get() == (12, 12)
+        entry = LogEntry.objects.get()
+        assert (entry.action_flag, entry.object_id) == (CHANGE, str(product.pk))
+        assert "Restocked 7 units" in entry.get_change_message()
+
+    @pytest.mark.parametrize("quantity", ["", "0", "-3", "abc", "1.5", "1000001"])
+    def test_restock_with_bad_quantity_shows_the_form_again(self, staff, make_product, quantity):
+        product = make_product(stock=5)
+        response = self.action(staff, "restock_selected", product, post="yes", quantity=quantity)
+        assert response.status_code == 200
+        assert 'class="errorlist' in response.content.decode()
+        assert Product.objects.get().stock == 5 and not LogEntry.objects.exists()
+
+    def test_reset_warns_about_orders_then_resets_and_logs(self, staff, make_product):
+        product = make_product(stock=5)
+        purchase(sku="phone-x", customer="alice", quantity=1)
+        purchase(sku="phone-x", customer="bob", quantity=1)
+        html = self.action(staff, "reset_sale_selected", product, index="0").content.decode()
+        assert "This deletes 2 orders" in html
+        assert Order.objects.count() == 2
+
+        response = self.action(staff, "reset_sale_selected", product, post="yes", stock="")
+        assert response.status_code == 302
+        product.refresh_from_db()
+        assert (product.stock, product.initial_stock, product.fence, Order.objects.count()) == (5, 5, 0, 0)
+        assert "Reset sale: 2 orders deleted" in LogEntry.objects.get().get_change_message()
+
+    def test_reset_to_a_new_stock(self, staff, make_product):
+        product = make_product(stock=5)
+        self.action(staff, "reset_sale_selected", product, post="yes", stock="40")
+        assert Product.objects.values_list("stock", "initial_stock").get() == (40, 40)
+
+
+class TestOrders:
+    @pytest.fixture
+    def orders(self, make_product):
+        make_product("phone-x", stock=5)
+        make_product("tablet", stock=5)
+        purchase(sku="phone-x", customer="alice", quantity=1)
+        purchase(sku="tablet", customer="alice", quantity=1)
+        purchase(sku="tablet", customer="bob", quantity=1)
+        Order.objects.filter(customer="bob").update(backend="redis")
+
+    def rows(self, client, query: str) -> int:
+        html = client.get(f"/admin/inventory/order/?{query}").content.decode()
+        return html.count('class="action-checkbox"') or html.count("<tr class=")
+
+    def test_filter_by_product_backend_and_customer(self, staff, orders):
+        tablet = Product.objects.get(sku="tablet")
+        base = staff.get("/admin/inventory/order/")
+        assert base.status_code == 200
+        assert "By customer" in base.content.decode() and "By backend" in base.content.decode()
+        cl = lambda q: staff.get(f"/admin/inventory/order/?{q}").context["cl"].result_count  # noqa: E731
+        assert cl("") == 3
+        assert cl(f"product__id__exact={tablet.pk}") == 2
+        assert cl("backend=redis") == 1
+        assert cl("customer=alice") == 2
+        assert cl(f"customer=alice&product__id__exact={tablet.pk}") == 1
+
+    def test_orders_cannot_be_edited_or_deleted(self, staff, orders):
+        order = Order.objects.first()
+        html = staff.get(f"/admin/inventory/order/{order.pk}/change/").content.decode()
+        assert 'name="quantity"' not in html
+        assert staff.post(f"/admin/inventory/order/{order.pk}/delete/").status_code == 403
+
+
+class TestDashboard:
+    def test_staff_only(self, client, django_user_model):
+        assert client.get("/admin/dashboard/")["Location"].startswith("/admin/login/")
+        assert client.get("/admin/dashboard/stock.json")["Location"].startswith("/admin/login/")
+        client.force_login(django_user_model.objects.create_user("shopper", password="pw-12345678"))
+        assert client.get("/admin/dashboard/")["Location"].startswith("/admin/login/")
+
+    def test_staff_without_view_permission_is_refused(self, client, django_user_model):
+        client.force_login(django_user_model.objects.create_user("clerk", password="pw-12345678", is_staff=True))
+        assert client.get("/admin/dashboard/").status_code == 403
+
+    def test_without_bursts_says_how_to_run_one(self, staff, make_product):
+        make_product()
+        html = staff.get("/admin/dashboard/").content.decode()
+        assert 'id="no-bursts"' in html and 'class="chart ' not in html
+        assert 'data-sku="phone-x"' in html
+
+    def test_table_and_charts_from_burst_runs(self, staff, make_product):
+        make_product()
+        make_run("db", started_at=timezone.now() - timedelta(hours=1), rps=500.0)
+        make_run("db", rps=812.0)
+        make_run("redis", rps=1400.0, p99_ms=95.0)
+        make_run("unsafe", oversold=37, invariants_ok=False, stock_final=0, orders=137)
+        html = staff.get("/admin/dashboard/").content.decode()
+        assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart ') == 3
+        assert html.count("<polyline") == 3  # the latest run of each of three backends
+        assert "db: 812 requests/s" in html and "redis: 1.4k requests/s" in html  # bars: latest run per backend
+        assert "db: 500 requests/s" not in html  # the older db run is only in the table
+        assert html.count("<tr>", html.index('id="burst-table"')) == 4
+        assert "✘ fail" in html and "1 failed" in html
+        assert "cdn" not in html.lower()
+
+    def test_chart_labels_are_escaped(self, staff, db):
+        make_run("<script>alert(1)</script>")
+        html = staff.get("/admin/dashboard/").content.decode()
+        assert "<script>alert(1)" not in html
+        assert "&lt;script&gt;" in html
+
+    def test_live_stock_json(self, staff, make_product):
+        make_product(stock=5)
+        purchase(sku="phone-x", customer="alice", quantity=1)
+        response = staff.get("/admin/dashboard/stock.json")
+        assert "no-store" in response["Cache-Control"]
+        [row] = response.json()["products"]
+        assert (row["stock"], row["sold"], row["ordered"], row["invariant_ok"], row["state"]) == (4, 1, 1, True, "live")
+
+    def test_linked_from_admin_index_and_product_list(self, staff):
+        assert 'href="/admin/dashboard/"' in staff.get("/admin/").content.decode()
+        assert 'href="/admin/dashboard/"' in staff.get(CHANGELIST).content.decode()
+
+
+def test_nice_ticks():
+    assert nice_ticks(100) == [0, 20, 40, 60, 80, 100]
+    assert nice_ticks(7.3) == [0, 2, 4, 6, 8]
+    assert nice_ticks(0) == [0.0, 1.0]
+
+
+class TestCreateStaff:
+    def test_password_from_environment(self, db, monkeypatch, capsys):
+        monkeypatch.setenv("FLASHSALE_ADMIN_PASSWORD", "correct horse battery staple")
+        call_command("createstaff", "--username", "admin")
+        user = get_user_model().objects.get(username="admin")
+        assert user.is_staff and user.is_superuser and user.check_password("correct horse battery staple")
+        out = capsys.readouterr().out
+        assert "correct horse" not in out and "FLASHSALE_ADMIN_PASSWORD" in out
+
+    def test_generated_password_printed_once(self, db, monkeypatch, capsys):
+        monkeypatch.delenv("FLASHSALE_ADMIN_PASSWORD", raising=False)
+        call_command("createstaff", "--username", "admin")
+        out = capsys.readouterr().out
+        password = out.split("with password: ", 1)[1].split()[0]
+        assert len(password) >= 20
+        assert get_user_model().objects.get(username="admin").check_password(password)
+
+    def test_existing_user_is_a_one_line_error(self, db, admin_user):
+        with pytest.raises(CommandError, match=r"^user 'admin' already exists; .*changepassword admin$"):
+            call_command("createstaff", "--username", "admin")
+
+    def test_weak_password_refused_when_validators_are_on(self, db, monkeypatch, settings):
+        settings.AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
+        monkeypatch.setenv("FLASHSALE_ADMIN_PASSWORD", "short")
+        with pytest.raises(CommandError, match="FLASHSALE_ADMIN_PASSWORD is not accepted"):
+            call_command("createstaff", "--username", "admin")
+        assert not get_user_model().objects.exists()

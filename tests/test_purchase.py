@@ -146,3 +146,65 @@ class TestBackendLoading:
 
     def test_dotted_path(self, settings):
         assert load_backend("inventory.backends.db.RowLockBackend").name == "db"
+
+
+@pytest.mark.django_db(transaction=True)
+class TestRedlockNodeFailures:
+    def test_two_dead_nodes_of_five_still_sell(self, use_backend, fresh_redlock_nodes, make_product):
+        use_backend("redlock")
+        make_product(stock=3)
+        fresh_redlock_nodes[0].kill()
+        fresh_redlock_nodes[3].kill()
+        assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
+        assert Product.objects.get(sku="phone-x").stock == 2
+
+    def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(self, use_backend, fresh_redlock_nodes, make_product):
+        use_backend("redlock")
+        make_product(stock=3)
+        for index in (0, 2, 4):
+            fresh_redlock_nodes[index].kill()
+        before = snapshot("phone-x")
+        started = timezone.now()
+        result = purchase(sku="phone-x", customer="alice", quantity=1)
+        elapsed = (timezone.now() - started).total_seconds()
+        assert result.outcome is Outcome.BUSY
+        assert elapsed < 1.0, "no quorum is known at once; waiting the acquire timeout would not help"
+        assert snapshot("phone-x") == before
+
+    def test_redis_down_answers_busy(self, use_backend, make_product):
+        use_backend("redis", REDIS_URL="redis://127.0.0.1:6/0")  # nothing listens on port 6
+        make_product(stock=3)
+        before = snapshot("phone-x")
+        assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.BUSY
+        assert snapshot("phone-x") == before
+
+
+@pytest.mark.django_db
+class TestFence:
+    def test_a_stale_token_writes_nothing(self, make_product):
+        from inventory.backends import StaleFence
+        from inventory.services import fenced_decrement
+
+        product = make_product(stock=3)
+        assert fenced_decrement(product_id=product.pk, quantity=1, fence=10)
+        with pytest.raises(StaleFence):
+            fenced_decrement(product_id=product.pk, quantity=1, fence=9)
+        with pytest.raises(StaleFence):
+            fenced_decrement(product_id=product.pk, quantity=1, fence=10)
+        product.refresh_from_db()
+        assert (product.stock, product.fence) == (2, 10)
+
+    def test_short_stock_with_a_fresh_token_is_sold_out_not_stale(self, make_product):
+        from inventory.services import fenced_decrement
+
+        product = make_product(stock=1, limit=2)
+        assert fenced_decrement(product_id=product.pk, quantity=2, fence=1) is False
+        product.refresh_from_db()
+        assert (product.stock, product.fence) == (1, 0)
+
+    def test_the_stock_check_constraint_is_the_last_guard(self, make_product):
+        from django.db import IntegrityError, transaction
+
+        product = make_product(stock=1)
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Product.objects.filter(pk=product.pk).update(stock=-1)

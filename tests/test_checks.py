@@ -1,0 +1,58 @@
+"""System checks for dangerous inventory configurations (``manage.py check``)."""
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+
+from inventory.checks import check_inventory_backend
+
+
+def ids(settings, **overrides) -> list[str]:
+    settings.INVENTORY = {**settings.INVENTORY, **overrides}
+    return [(m.id, m.level) for m in check_inventory_backend()]
+
+
+def urls(n: int) -> list[str]:
+    return [f"redis://127.0.0.1:{7000 + i}/0" for i in range(n)]
+
+
+@pytest.mark.parametrize("backend", ["db", "redis"])
+def test_safe_backends_pass(settings, backend):
+    assert ids(settings, BACKEND=backend) == []
+
+
+def test_unsafe_backend_is_a_warning(settings):
+    assert ids(settings, BACKEND="unsafe") == [("inventory.W001", checks.WARNING)]
+
+
+@pytest.mark.parametrize("nodes", [0, 1, 2])
+def test_redlock_with_fewer_than_three_nodes_is_an_error(settings, nodes):
+    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.E002", checks.ERROR)]
+
+
+@pytest.mark.parametrize("nodes", [4, 6])
+def test_redlock_with_an_even_number_of_nodes_is_a_warning(settings, nodes):
+    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.W002", checks.WARNING)]
+
+
+@pytest.mark.parametrize("nodes", [3, 5, 7])
+def test_redlock_with_an_odd_number_of_three_or_more_passes(settings, nodes):
+    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == []
+
+
+def test_unknown_backend_is_an_error(settings):
+    assert ids(settings, BACKEND="postgres") == [("inventory.E001", checks.ERROR)]
+
+
+def test_dotted_path_is_accepted(settings):
+    assert ids(settings, BACKEND="inventory.backends.db.RowLockBackend") == []
+
+
+@pytest.mark.parametrize("overrides", [{"LOCK_TTL_MS": 0}, {"ACQUIRE_TIMEOUT_MS": -1}])
+def test_bad_timings_are_an_error(settings, overrides):
+    assert ids(settings, BACKEND="db", **overrides) == [("inventory.E003", checks.ERROR)]
+
+
+def test_registered_with_django(settings):
+    settings.INVENTORY = {**settings.INVENTORY, "BACKEND": "redlock", "REDLOCK_URLS": urls(2)}
+    assert "inventory.E002" in [m.id for m in checks.run_checks()]

@@ -1,0 +1,73 @@
+"""Configuration: production settings pass ``check --deploy``, need a SECRET_KEY, keep DEBUG off
+under gunicorn, and static files are served by whitenoise from collectstatic's output."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.test import Client, override_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(code_or_args: list[str], **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FLASHSALE_"))}
+    return subprocess.run(
+        [sys.executable, *code_or_args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+    )
+
+
+def production_env(**extra) -> dict:
+    return {"FLASHSALE_ENV": "production", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50), **extra}
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    result = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **production_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    result = run(["manage.py", "check"], FLASHSALE_ENV="production")
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
+
+
+def test_check_deploy_flags_a_weak_secret_key():
+    result = run(["manage.py", "check", "--deploy"], **production_env(DJANGO_SECRET_KEY="short"))
+    assert "security.W009" in result.stdout + result.stderr
+
+
+def test_debug_is_off_under_gunicorn_even_in_development():
+    code = (
+        "import runpy, os; runpy.run_path('gunicorn.conf.py');"
+        "import django; django.setup(); from django.conf import settings; print('DEBUG', settings.DEBUG)"
+    )
+    result = run(["-c", code])
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False" in result.stdout
+
+
+@pytest.mark.django_db
+def test_static_files_served_by_whitenoise_with_debug_off(tmp_path, settings, make_product):
+    """What gunicorn does with DEBUG=0: hashed names from the manifest, files from STATIC_ROOT."""
+    make_product()
+    storages = {**settings.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+    with override_settings(DEBUG=False, STATIC_ROOT=tmp_path, STORAGES=storages, WHITENOISE_USE_FINDERS=False,
+                           WHITENOISE_AUTOREFRESH=False):
+        call_command("collectstatic", "--noinput", verbosity=0)
+        client = Client()
+        html = client.get("/products/phone-x/").content.decode()
+        css = re.search(r'href="(/static/shop/shop\.[0-9a-f]{12}\.css)"', html).group(1)
+        js = re.search(r'src="(/static/shop/shop\.[0-9a-f]{12}\.js)"', html).group(1)
+        for url in (css, js):
+            response = client.get(url)
+            assert response.status_code == 200
+            assert "max-age=315360000" in response["Cache-Control"]  # hashed name: cache forever
+        assert client.get(css, HTTP_ACCEPT_ENCODING="gzip")["Content-Encoding"] == "gzip"

@@ -1,0 +1,100 @@
+"""A shopper and a member of staff in a real Chromium against the live server."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from inventory.models import BurstRun, Order
+
+from .conftest import SCREENSHOTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_shopper_buys_and_sees_the_confirmation(live_server, page, make_product):
+    make_product("phone-x", stock=100, name="Phone X", price="499.00")
+    make_product("earbuds", stock=250, name="Earbuds", limit=3)
+    make_product("watch", stock=50, name="Watch", sale_starts_at=timezone.now() + timedelta(hours=2))
+    page.goto(live_server.url)
+    expect(page.get_by_role("heading", name="Today's flash sale")).to_be_visible()
+    expect(page.locator('[data-live-sku="watch"] [data-role="countdown"]')).to_contain_text("Starts in 0")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "storefront.png"), full_page=True)
+
+    page.get_by_role("link", name="Buy Phone X").click()
+    expect(page.get_by_role("heading", name="Phone X")).to_be_visible()
+    page.get_by_role("button", name="Buy now").click()
+
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    order = Order.objects.get()
+    expect(page.locator("#order-number")).to_have_text(str(order.pk))
+    assert order.quantity == 1
+
+
+def test_second_purchase_is_refused_by_the_limit(live_server, page, make_product):
+    make_product("earbuds", stock=10, name="Earbuds", limit=2)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    page.get_by_label("Quantity").select_option("2")
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+
+    page.get_by_role("link", name="Back to Earbuds").click()
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Limit reached")).to_be_visible()
+    assert Order.objects.count() == 1 and Order.objects.get().quantity == 2
+
+
+def test_sold_out_appears_without_a_reload(live_server, page, make_product):
+    make_product("phone-x", stock=1, name="Phone X")
+    page.goto(f"{live_server.url}/products/phone-x/")
+    button = page.get_by_role("button", name="Buy now")
+    expect(button).to_be_enabled()
+    page.evaluate("window.loadedOnce = true")
+
+    # Another shopper buys the last unit while this page stays open.
+    other = Client()
+    assert other.post("/api/products/phone-x/purchase", data={"quantity": 1}, content_type="application/json").status_code == 201
+
+    expect(page.get_by_role("button", name="Sold out")).to_be_disabled(timeout=5_000)
+    expect(page.locator('[data-role="state"]')).to_have_text("Sold out")
+    expect(page.locator('[data-role="stock"]')).to_have_text("0")
+    assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
+
+
+def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
+    make_product("phone-x", stock=100, name="Phone X")
+    make_product("earbuds", stock=250, name="Earbuds")
+    now = timezone.now()
+    for i, (backend, rps, p99, stalls) in enumerate([("db", 780.0, 240.0, 1.0), ("redis", 1350.0, 120.0, 0.6), ("redlock", 990.0, 310.0, 1.4)]):
+        BurstRun.objects.create(
+            started_at=now - timedelta(minutes=10 - i), backend=backend, sku="phone-x", requests=5000,
+            stock_initial=100, stock_final=0, orders=100, oversold=0, undersold=0,
+            status_counts={"201": 100, "409": 4900}, errors_5xx=0, rps=rps, p50_ms=p99 / 5, p95_ms=p99 / 2,
+            p99_ms=p99, duration_s=5000 / rps, invariants_ok=True,
+            timeline=[[t / 4, max(0, round(100 - 100 * (t / 4) / (stalls * 2.5))), min(5000, round(rps * t / 4))]
+                      for t in range(int(4 * 5000 / rps) + 1)],
+        )
+
+    page.goto(f"{live_server.url}/admin/dashboard/")
+    expect(page).to_have_url(f"{live_server.url}/admin/login/?next=/admin/dashboard/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("a-long-test-password")
+    page.get_by_role("button", name="Log in").click()
+
+    expect(page.get_by_role("heading", name="Sale dashboard")).to_be_visible()
+    expect(page.locator("svg.chart")).to_have_count(3)
+    expect(page.locator("#chart-stock polyline")).to_have_count(3)
+    expect(page.locator("#chart-throughput rect")).to_have_count(3)
+    expect(page.locator("#burst-table tbody tr")).to_have_count(3)
+    expect(page.locator('tr[data-sku="phone-x"] [data-field="stock"]')).to_have_text("100")
+
+    Client().post("/api/products/phone-x/purchase", data={"quantity": 1}, content_type="application/json")
+    expect(page.locator('tr[data-sku="phone-x"] [data-field="stock"]')).to_have_text("99", timeout=5_000)
+    expect(page.locator("#invariant-summary")).to_have_text("✔ holds")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)

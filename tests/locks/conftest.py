@@ -1,0 +1,68 @@
+"""Real Redis for the lock tests: database 11 of the machine's server, and five private nodes.
+
+The five nodes (ports 7679-7683, no persistence) are started once per session. Fault tests kill,
+pause and restart them; the ``cluster`` fixture brings every node back up and empty before each
+test, so no test sees another's faults or keys.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from inventory.nodes import RedisNodes
+
+SINGLE_URL = "redis://127.0.0.1:6379/11"
+BASE_PORT = 7679
+RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / "test-locks"
+
+
+@pytest.fixture(scope="session")
+def redis_nodes():
+    nodes = RedisNodes(base_port=BASE_PORT, count=5, run_dir=RUN_DIR)
+    nodes.start()
+    yield nodes
+    nodes.stop()
+
+
+@pytest.fixture
+def cluster(redis_nodes):
+    """The five nodes, all running and flushed; clients with short socket timeouts."""
+    for node in redis_nodes:
+        node.resume()
+        node.start()
+        with node.client() as client:
+            client.flushall()
+    clients = [node.client(socket_timeout=1.0) for node in redis_nodes]
+    yield redis_nodes, clients
+    for node in redis_nodes:
+        node.resume()
+        node.start()
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def single():
+    client = redis.Redis.from_url(SINGLE_URL, socket_timeout=2.0)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def name():
+    return f"test:lock:{uuid.uuid4().hex[:12]}"
+
+
+def async_clients(nodes) -> list[aioredis.Redis]:
+    return [aioredis.Redis(host="127.0.0.1", port=node.port, socket_timeout=1.0) for node in nodes]
+
+
+def run(coro):
+    return asyncio.run(coro)

@@ -1,0 +1,171 @@
+"""RedisLock against the machine's Redis (database 11): grants, fences, expiry, extend, waiting."""
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+from inventory.locks import Lease, LockError, LockLost, NotAcquired, NotOwned, RedisLock
+
+from .conftest import SINGLE_URL
+from .workers import increment_under_lock
+
+
+def test_grant_carries_token_fence_and_validity(single, name):
+    lock = RedisLock(single, name, ttl_ms=2_000, timeout_ms=0)
+    lease = lock.acquire()
+    assert isinstance(lease, Lease) and lease.name == name and len(lease.token) == 32
+    assert lease.fence == 1
+    assert 1_900 < lease.remaining_ms() <= 2_000
+    assert single.get(name) == lease.token.encode()
+    assert 1_900 < single.pttl(name) <= 2_000
+    lock.release()
+    assert single.get(name) is None
+    with RedisLock(single, name, ttl_ms=2_000) as second:
+        assert second.fence == 2
+
+
+def test_held_lock_is_refused_and_error_names_key_and_node(single, name):
+    with RedisLock(single, name, ttl_ms=5_000):
+        started = time.monotonic()
+        with pytest.raises(NotAcquired) as refused:
+            RedisLock(single, name, ttl_ms=5_000, timeout_ms=150).acquire()
+        assert 0.14 < time.monotonic() - started < 1.0
+        assert refused.value.name == name and refused.value.nodes == ["127.0.0.1:6379"]
+        assert name in str(refused.value) and "127.0.0.1:6379" in str(refused.value)
+
+
+def test_expiry_then_stale_release_is_ignored(single, name):
+    stale = RedisLock(single, name, ttl_ms=100, timeout_ms=0)
+    old = stale.acquire()
+    time.sleep(0.15)
+    new_lock = RedisLock(single, name, ttl_ms=5_000, timeout_ms=0)
+    new = new_lock.acquire()
+    assert new.fence > old.fence
+    with pytest.raises(NotOwned):
+        stale.release()
+    assert single.get(name) == new.token.encode(), "the stale release must leave the new holder's lock"
+    new_lock.release()
+
+
+def test_extend_resets_ttl_only_for_the_owner_and_is_bounded(single, name):
+    lock = RedisLock(single, name, ttl_ms=300, timeout_ms=0, max_extensions=2)
+    first = lock.acquire()
+    time.sleep(0.2)
+    extended = lock.extend(ttl_ms=1_000)
+    assert extended.token == first.token and extended.fence == first.fence
+    assert extended.valid_until > first.valid_until
+    assert 900 < single.pttl(name) <= 1_000
+    lock.extend()
+    with pytest.raises(LockError, match="extension limit"):
+        lock.extend()
+    lock.release()
+
+    expired = RedisLock(single, name, ttl_ms=100, timeout_ms=0)
+    expired.acquire()
+    time.sleep(0.15)
+    with pytest.raises(NotOwned):
+        expired.extend()
+
+
+def test_leaving_with_block_after_expiry_raises_lock_lost(single, name):
+    with pytest.raises(LockLost):
+        with RedisLock(single, name, ttl_ms=100, timeout_ms=0):
+            time.sleep(0.15)
+
+
+def test_waiter_wakes_on_release_not_on_timeout(single, name):
+    holder = RedisLock(single, name, ttl_ms=10_000, timeout_ms=0)
+    holder.acquire()
+    waited: list[float] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        with RedisLock(single, name, ttl_ms=10_000, timeout_ms=5_000):
+            waited.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    released_at = time.monotonic()
+    holder.release()
+    waiter.join(5)
+    assert waited and 0.3 <= waited[0] < 0.3 + 0.2, waited
+    assert time.monotonic() - released_at < 1.0
+
+
+def test_waiter_takes_over_when_holder_dies_without_release(single, name):
+    RedisLock(single, name, ttl_ms=300, timeout_ms=0).acquire()
+    started = time.monotonic()
+    with RedisLock(single, name, ttl_ms=1_000, timeout_ms=2_000):
+        assert 0.2 < time.monotonic() - started < 0.8
+
+
+@pytest.mark.parametrize("wait", ["notify", "poll"])
+def test_threads_never_overlap(single, name, wait):
+    inside = []
+    overlaps = []
+    fences = []
+
+    def work() -> None:
+        for _ in range(20):
+            with RedisLock(single, name, ttl_ms=5_000, timeout_ms=10_000, wait=wait, retry_delay_ms=2) as lease:
+                inside.append(1)
+                if len(inside) > 1:
+                    overlaps.append(lease)
+                fences.append(lease.fence)
+                time.sleep(0.0005)
+                inside.pop()
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not overlaps
+    assert fences == sorted(fences) and len(set(fences)) == 120
+
+
+@pytest.mark.slow
+def test_lost_update_counter_across_processes(single, name):
+    processes, times = 8, 25
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=increment_under_lock, args=("redis", [SINGLE_URL], name, SINGLE_URL, times))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert int(single.get(f"{name}:counter")) == processes * times
+
+
+@pytest.mark.slow
+def test_watchdog_keeps_a_short_lock_across_long_work(single, name):
+    lost = []
+    with RedisLock(single, name, ttl_ms=1_000, timeout_ms=0, watchdog=True,
+                   on_lost=lambda lease, error: lost.append(error)) as lease:
+        for _ in range(5):
+            time.sleep(1.0)
+            with pytest.raises(NotAcquired):
+                RedisLock(single, name, ttl_ms=1_000, timeout_ms=0).acquire()
+        assert single.get(name) == lease.token.encode()
+    assert not lost
+    assert single.get(name) is None
+
+
+def test_watchdog_reports_loss_when_key_is_removed(single, name):
+    lost = []
+    started = time.monotonic()
+    with pytest.raises(LockLost) as raised:
+        with RedisLock(single, name, ttl_ms=600, timeout_ms=0, watchdog=True,
+                       on_lost=lambda lease, error: lost.append((lease, error))) as lease:
+            single.delete(name)
+            while not lost and time.monotonic() - started < 3:
+                time.sleep(0.01)
+    assert lost and lost[0][0].token == lease.token
+    assert raised.value is lost[0][1]
+    assert isinstance(raised.value.__cause__, NotOwned)
+    assert time.monotonic() - started < 1.0

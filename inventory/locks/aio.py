@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from ._core import (
     ACQUIRE,
@@ -55,7 +57,11 @@ class _AsyncNode:
         for key in ("maint_notifications_config", "maint_notifications_pool_handler", "orig_host_address",
                     "orig_socket_timeout", "orig_socket_connect_timeout"):
             kwargs.pop(key, None)
+        # RESP2 and no CLIENT SETINFO: connecting then costs no round trip a frozen node could stall.
         kwargs["driver_info"] = None
+        kwargs["protocol"] = 2
+        # The lock retries by its own rules; redis-py's reconnect backoff would stall a round for seconds.
+        kwargs["retry"] = Retry(NoBackoff(), 0)
         connect_timeout = kwargs.get("socket_connect_timeout")
         kwargs["socket_connect_timeout"] = min(connect_timeout or CONNECT_TIMEOUT_S, CONNECT_TIMEOUT_S)
         self._factory = lambda: pool.connection_class(**kwargs)
@@ -396,13 +402,13 @@ class AsyncRedlock(_AsyncBaseLock):
         hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
         return None, hint_ms, bool(granted)
 
-    async def _unlock_all(self, token: str) -> int:
-        replies = await eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS),
+    async def _unlock_all(self, token: str) -> list:
+        return await eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS),
                                  self.node_timeout_s)
-        return sum(1 for r in replies if r == 1)
 
     async def _unlock(self, token: str) -> bool:
-        return await self._unlock_all(token) >= self.quorum
+        replies = await self._unlock_all(token)
+        return sum(1 for r in replies if r == 0) < self.quorum
 
     async def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()

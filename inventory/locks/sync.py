@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 
 import redis
 from redis.exceptions import NoScriptError, ResponseError
+from redis.retry import Retry
+from redis.backoff import NoBackoff
 
 from ._core import (
     ACQUIRE,
@@ -63,7 +65,11 @@ class _Node:
         for key in ("maint_notifications_config", "maint_notifications_pool_handler", "orig_host_address",
                     "orig_socket_timeout", "orig_socket_connect_timeout"):
             kwargs.pop(key, None)
+        # RESP2 and no CLIENT SETINFO: connecting then costs no round trip a frozen node could stall.
         kwargs["driver_info"] = None
+        kwargs["protocol"] = 2
+        # The lock retries by its own rules; redis-py's reconnect backoff would stall a round for seconds.
+        kwargs["retry"] = Retry(NoBackoff(), 0)
         connect_timeout = kwargs.get("socket_connect_timeout")
         kwargs["socket_connect_timeout"] = min(connect_timeout or CONNECT_TIMEOUT_S, CONNECT_TIMEOUT_S)
         self._factory = lambda: pool.connection_class(**kwargs)
@@ -92,6 +98,19 @@ class _Node:
 
     def give(self, conn) -> None:
         self._idle.append(conn)
+
+
+def _connect_within(conn, timeout_s: float) -> None:
+    """Connect a closed connection, letting any handshake (AUTH, SELECT) wait at most ``timeout_s``."""
+    if conn._sock is not None:
+        return
+    socket_timeout = conn.socket_timeout
+    conn.socket_timeout = max(timeout_s, 0.001)
+    try:
+        conn.connect()
+    finally:
+        conn.socket_timeout = socket_timeout
+    conn._sock.settimeout(socket_timeout)
 
 
 def _pack(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list:
@@ -128,6 +147,7 @@ def eval_all(nodes: Sequence[_Node], script: Script, keys: Sequence[str], argv: 
     for node in nodes:
         conn = node.take()
         try:
+            _connect_within(conn, deadline - time.monotonic())
             if packed is None:
                 packed = _pack(conn, script, keys, argv)
             conn.send_packed_command(packed, check_health=False)
@@ -438,13 +458,14 @@ class Redlock(_BaseLock):
         hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
         return None, hint_ms, bool(granted)
 
-    def _unlock_all(self, token: str) -> int:
-        replies = eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS), self.node_timeout_s)
-        return sum(1 for r in replies if r == 1)
+    def _unlock_all(self, token: str) -> list:
+        return eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS), self.node_timeout_s)
 
     def _unlock(self, token: str) -> bool:
-        # Owned means a majority still held our token; fewer and another holder may already have it.
-        return self._unlock_all(token) >= self.quorum
+        # Not owned when a majority answers that the token is not there (expired, taken over); a
+        # node that cannot be reached proves nothing either way, and its copy expires on its own.
+        replies = self._unlock_all(token)
+        return sum(1 for r in replies if r == 0) < self.quorum
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()

@@ -1,0 +1,230 @@
+"""Redlock against five private redis-server processes, with nodes killed, paused and restarted."""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import random
+import threading
+import time
+
+import pytest
+
+from inventory.locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
+
+from .conftest import SINGLE_URL
+from .workers import increment_under_lock
+
+NODE_TIMEOUT_MS = 50
+# Slack on top of the per-node timeout for a loaded two-core machine; still far below the TTL.
+SLACK_S = 0.25
+
+
+def gray_code_subsets(count: int):
+    """Every subset of range(count), each differing from the previous in one element."""
+    for i in range(2 ** count):
+        code = i ^ (i >> 1)
+        yield frozenset(bit for bit in range(count) if code >> bit & 1)
+
+
+def test_quorum_for_every_subset_of_dead_nodes(cluster, name):
+    nodes, clients = cluster
+    dead: set[int] = set()
+    seen = 0
+    for subset in gray_code_subsets(5):
+        for index in subset - dead:
+            nodes[index].kill()
+        for index in dead - subset:
+            nodes[index].start()
+        dead = set(subset)
+        lock = Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+        started = time.monotonic()
+        if 5 - len(dead) >= 3:
+            lease = lock.acquire()
+            assert lease.remaining_ms() > 1_500
+            up = [i for i in range(5) if i not in dead]
+            holders = sum(1 for i in up if clients[i].get(name) == lease.token.encode())
+            assert holders == len(up), f"dead={sorted(dead)}: only {holders} live nodes hold the lock"
+            lock.release()
+            assert all(clients[i].get(name) is None for i in up)
+        else:
+            with pytest.raises(QuorumUnavailable) as refused:
+                lock.acquire()
+            assert time.monotonic() - started < NODE_TIMEOUT_MS / 1000 + SLACK_S
+            assert all(node.url.split("/")[2] in str(refused.value) for node in nodes)
+            up = [i for i in range(5) if i not in dead]
+            assert all(clients[i].get(name) is None for i in up), "a failed acquire must unlock every node"
+        seen += 1
+    assert seen == 32
+
+
+@pytest.mark.parametrize("paused", [1, 2, 3])
+def test_paused_nodes_do_not_stall_acquire_past_the_node_timeout(cluster, name, paused):
+    nodes, clients = cluster
+    with Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS):
+        pass  # warm connections, so the frozen nodes hold an open socket as in production
+    for node in list(nodes)[:paused]:
+        node.pause()
+    try:
+        for _ in range(3):
+            lock = Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+            started = time.monotonic()
+            if paused < 3:
+                lock.acquire()
+                elapsed = time.monotonic() - started
+                lock.release()
+            else:
+                with pytest.raises(QuorumUnavailable):
+                    lock.acquire()
+                elapsed = time.monotonic() - started
+            assert elapsed < NODE_TIMEOUT_MS / 1000 + SLACK_S, elapsed
+    finally:
+        for node in nodes:
+            node.resume()
+
+
+def test_majority_held_elsewhere_refuses_within_timeout(cluster, name):
+    _, clients = cluster
+    with Redlock(clients, name, ttl_ms=5_000) as lease:
+        started = time.monotonic()
+        with pytest.raises(NotAcquired) as refused:
+            Redlock(clients, name, ttl_ms=5_000, timeout_ms=200).acquire()
+        assert not isinstance(refused.value, QuorumUnavailable)
+        assert 0.19 < time.monotonic() - started < 1.0
+        assert all(client.get(name) == lease.token.encode() for client in clients)
+
+
+def test_expiry_then_stale_release_is_ignored(cluster, name):
+    _, clients = cluster
+    stale = Redlock(clients, name, ttl_ms=150, timeout_ms=0)
+    old = stale.acquire()
+    time.sleep(0.2)
+    fresh = Redlock(clients, name, ttl_ms=5_000, timeout_ms=0)
+    new = fresh.acquire()
+    assert new.fence > old.fence
+    with pytest.raises(NotOwned):
+        stale.release()
+    assert all(client.get(name) == new.token.encode() for client in clients)
+    fresh.release()
+
+
+def test_extend_needs_a_majority_within_validity(cluster, name):
+    nodes, clients = cluster
+    lock = Redlock(clients, name, ttl_ms=400, timeout_ms=0, max_extensions=3)
+    first = lock.acquire()
+    time.sleep(0.2)
+    second = lock.extend(ttl_ms=1_000)
+    assert second.fence == first.fence and second.valid_until > first.valid_until
+    assert all(800 < client.pttl(name) <= 1_000 for client in clients)
+    # Two nodes forget the key: three still confirm, so the extension counts.
+    clients[0].delete(name)
+    clients[1].delete(name)
+    lock.extend()
+    # A third forgets: only two of five confirm, so it must not count.
+    clients[2].delete(name)
+    with pytest.raises(NotOwned, match="2 of 5"):
+        lock.extend()
+    nodes_holding = sum(1 for client in clients if client.get(name) is not None)
+    assert nodes_holding == 2
+
+
+def test_extend_after_validity_is_refused(cluster, name):
+    _, clients = cluster
+    lock = Redlock(clients, name, ttl_ms=100, timeout_ms=0)
+    lock.acquire()
+    time.sleep(0.12)
+    with pytest.raises(NotOwned):
+        lock.extend()
+
+
+@pytest.mark.slow
+def test_lost_update_counter_across_processes(cluster, single, name):
+    nodes, _ = cluster
+    processes, times = 8, 20
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=increment_under_lock, args=("redlock", nodes.urls, name, SINGLE_URL, times))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(90)
+        assert worker.exitcode == 0
+    assert int(single.get(f"{name}:counter")) == processes * times
+
+
+@pytest.mark.slow
+def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restarted(cluster, name):
+    nodes, clients = cluster
+    grants: list[int] = []
+    record = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    faults = {"kills": 0}
+
+    def contend() -> None:
+        while not stop.is_set():
+            lock = Redlock(clients, name, ttl_ms=2_000, timeout_ms=2_000, node_timeout_ms=NODE_TIMEOUT_MS)
+            try:
+                lease = lock.acquire()
+            except NotAcquired:
+                continue
+            try:
+                with record:
+                    if len(grants) >= 1_000:
+                        stop.set()
+                    else:
+                        grants.append(lease.fence)
+            finally:
+                try:
+                    lock.release()
+                except NotOwned as error:
+                    errors.append(error)
+
+    def inject() -> None:
+        # One node down at a time: killed (forgetting keys and counters), later restarted empty.
+        rng = random.Random(3)
+        while not stop.is_set():
+            victim = nodes[rng.randrange(5)]
+            victim.kill()
+            faults["kills"] += 1
+            stop.wait(rng.uniform(0.05, 0.15))
+            victim.start()
+            stop.wait(rng.uniform(0.05, 0.15))
+
+    threads = [threading.Thread(target=contend) for _ in range(4)] + [threading.Thread(target=inject)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(grants) == 1_000
+    assert all(a < b for a, b in itertools.pairwise(grants)), "fences must strictly increase"
+    assert faults["kills"] >= 5
+    assert not errors
+
+
+@pytest.mark.slow
+def test_watchdog_keeps_a_short_lock_across_long_work(cluster, name):
+    _, clients = cluster
+    lost = []
+    with Redlock(clients, name, ttl_ms=1_000, timeout_ms=0, watchdog=True,
+                 on_lost=lambda lease, error: lost.append(error)) as lease:
+        for _ in range(5):
+            time.sleep(1.0)
+            with pytest.raises(NotAcquired):
+                Redlock(clients, name, ttl_ms=1_000, timeout_ms=0).acquire()
+        assert all(client.get(name) == lease.token.encode() for client in clients)
+    assert not lost
+
+
+def test_watchdog_reports_loss_when_keys_are_removed(cluster, name):
+    _, clients = cluster
+    lost = []
+    started = time.monotonic()
+    with pytest.raises(LockLost) as raised:
+        with Redlock(clients, name, ttl_ms=600, timeout_ms=0, watchdog=True,
+                     on_lost=lambda lease, error: lost.append(error)):
+            for client in clients:
+                client.delete(name)
+            while not lost and time.monotonic() - started < 3:
+                time.sleep(0.01)
+    assert lost and raised.value is lost[0]
+    assert time.monotonic() - started < 1.0

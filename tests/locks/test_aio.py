@@ -1,0 +1,143 @@
+"""The asyncio twins against the same real servers: same semantics as the blocking locks."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from inventory.locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable
+from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
+
+from .conftest import SINGLE_URL, async_clients, run
+
+
+def test_async_single_grant_fence_refusal_and_stale_release(single, name):
+    async def scenario():
+        client = aioredis.Redis.from_url(SINGLE_URL)
+        try:
+            async with AsyncRedisLock(client, name, ttl_ms=2_000) as first:
+                assert first.fence == 1
+                with pytest.raises(NotAcquired):
+                    await AsyncRedisLock(client, name, ttl_ms=2_000, timeout_ms=100).acquire()
+            stale = AsyncRedisLock(client, name, ttl_ms=100, timeout_ms=0)
+            old = await stale.acquire()
+            await asyncio.sleep(0.15)
+            fresh = AsyncRedisLock(client, name, ttl_ms=5_000, timeout_ms=0)
+            new = await fresh.acquire()
+            assert new.fence > old.fence
+            with pytest.raises(NotOwned):
+                await stale.release()
+            assert await client.get(name) == new.token.encode()
+            extended = await fresh.extend(ttl_ms=8_000)
+            assert extended.fence == new.fence and await client.pttl(name) > 7_000
+            await fresh.release()
+        finally:
+            await client.aclose()
+
+    run(scenario())
+
+
+def test_async_waiters_are_woken_and_never_overlap(single, name):
+    async def scenario():
+        client = aioredis.Redis.from_url(SINGLE_URL)
+        inside, overlaps, fences = [], [], []
+
+        async def work():
+            for _ in range(15):
+                async with AsyncRedisLock(client, name, ttl_ms=5_000, timeout_ms=10_000) as lease:
+                    inside.append(1)
+                    if len(inside) > 1:
+                        overlaps.append(lease)
+                    fences.append(lease.fence)
+                    await asyncio.sleep(0.001)
+                    inside.pop()
+
+        try:
+            await asyncio.gather(*(work() for _ in range(5)))
+        finally:
+            await client.aclose()
+        assert not overlaps
+        assert fences == sorted(fences) and len(set(fences)) == 75
+
+    run(scenario())
+
+
+def test_async_watchdog_renews_then_reports_loss(single, name):
+    async def scenario():
+        client = aioredis.Redis.from_url(SINGLE_URL)
+        lost = []
+
+        async def on_lost(lease, error):
+            lost.append(error)
+
+        try:
+            with pytest.raises(LockLost) as raised:
+                async with AsyncRedisLock(client, name, ttl_ms=300, timeout_ms=0, watchdog=True,
+                                          on_lost=on_lost):
+                    await asyncio.sleep(0.8)  # outlives the TTL only because the watchdog renews
+                    assert await client.get(name) is not None and not lost
+                    await client.delete(name)
+                    await asyncio.sleep(0.3)
+            assert lost and raised.value is lost[0]
+        finally:
+            await client.aclose()
+
+    run(scenario())
+
+
+def test_async_redlock_quorum_fences_and_pause(cluster, name):
+    nodes, _ = cluster
+
+    async def scenario():
+        clients = async_clients(nodes)
+        try:
+            fences = []
+            for _ in range(20):
+                async with AsyncRedlock(clients, name, ttl_ms=2_000) as lease:
+                    fences.append(lease.fence)
+            assert fences == sorted(set(fences))
+            nodes[0].kill()
+            nodes[1].pause()
+            started = time.monotonic()
+            async with AsyncRedlock(clients, name, ttl_ms=2_000, node_timeout_ms=50) as lease:
+                assert lease.fence > fences[-1]
+            assert time.monotonic() - started < 0.1 + 0.5
+            nodes[2].kill()
+            started = time.monotonic()
+            with pytest.raises(QuorumUnavailable):
+                await AsyncRedlock(clients, name, ttl_ms=2_000, node_timeout_ms=50).acquire()
+            assert time.monotonic() - started < 0.05 + 0.25
+        finally:
+            nodes[1].resume()
+            for client in clients:
+                await client.aclose()
+
+    run(scenario())
+
+
+def test_async_redlock_expiry_stale_release_and_extend(cluster, name):
+    nodes, sync_clients = cluster
+
+    async def scenario():
+        clients = async_clients(nodes)
+        try:
+            stale = AsyncRedlock(clients, name, ttl_ms=150, timeout_ms=0)
+            old = await stale.acquire()
+            await asyncio.sleep(0.2)
+            fresh = AsyncRedlock(clients, name, ttl_ms=1_000, timeout_ms=0)
+            new = await fresh.acquire()
+            assert new.fence > old.fence
+            with pytest.raises(NotOwned):
+                await stale.release()
+            assert all(c.get(name) == new.token.encode() for c in sync_clients)
+            for c in sync_clients[:3]:
+                c.delete(name)
+            with pytest.raises(NotOwned, match="2 of 5"):
+                await fresh.extend()
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    run(scenario())

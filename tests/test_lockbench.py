@@ -1,0 +1,28 @@
+"""``lockbench`` with a tiny measuring time: the JSON has every row, each with positive figures."""
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+ROWS = ["floor-1node", "floor-5nodes", "ours-redis", "ours-redlock", "redis-py-lock", "python-redis-lock",
+        "pottery-redlock", "redlock-py", "contended-polling", "contended-notified"]
+# Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
+BASE_PORT = 7684
+
+
+@pytest.mark.slow
+def test_lockbench_writes_every_row_with_positive_figures(tmp_path):
+    path = tmp_path / "lockbench.json"
+    out, err = StringIO(), StringIO()
+    call_command("lockbench", json=str(path), seconds=0.3, base_port=BASE_PORT, stdout=out, stderr=err)
+    rows = json.loads(path.read_text())["rows"]
+    assert [row["name"] for row in rows] == ROWS
+    for row in rows:
+        assert row["ops_per_s"] > 0 and row["us_per_op"] > 0, row
+        if row["name"].startswith("contended-"):
+            assert row["p99_wait_ms"] > 0, row
+    text = out.getvalue()
+    assert "ours-redlock / pottery-redlock" in text and "round" in err.getvalue()

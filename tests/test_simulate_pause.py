@@ -1,0 +1,28 @@
+"""``simulate_pause`` runs the Kleppmann scenario for real and succeeds only when every step held."""
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from inventory.models import Product
+
+# The lock tests' node ports (tests/locks/conftest.py); the command starts them if they are down
+# and stops only the ones it started.
+REDLOCK_TEST_PORT = 7679
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backend", ["redis", "redlock"])
+def test_every_step_of_the_pause_scenario_holds(backend):
+    out = StringIO()
+    call_command("simulate_pause", backend=backend, base_port=REDLOCK_TEST_PORT, stdout=out)
+    text = out.getvalue()
+    assert "FAIL" not in text
+    assert f"every step held ({backend})" in text
+    for step in ("A takes the lock", "A's lease ran out", "B takes the lock", "B writes with fence",
+                 "A's release is ignored", "A writes with stale fence", "B releases"):
+        assert step in text, step
+    product = Product.objects.get(sku="simulate-pause")
+    assert product.stock == product.initial_stock - 1 and product.fence > 0

@@ -49,18 +49,22 @@ def buy_in_threads(process_index: int) -> dict[str, int]:
     return dict(outcomes)
 
 
+def run_shoppers() -> Counter[str]:
+    """Fork PROCESSES children that buy at once; the outcomes of every attempt, added up."""
+    connections.close_all()  # a forked child must not share the parent's database socket
+    reset_backend()
+    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+        per_process = pool.map(buy_in_threads, range(PROCESSES))
+    return sum((Counter(c) for c in per_process), Counter())
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend", ["db", "redis", "redlock"])
 def test_processes_and_threads_never_oversell(backend, use_backend, make_product):
     use_backend(backend)
     make_product("hot", stock=STOCK)
-    connections.close_all()
-    reset_backend()
-    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
-        per_process = pool.map(buy_in_threads, range(PROCESSES))
-
-    outcomes = sum((Counter(c) for c in per_process), Counter())
+    outcomes = run_shoppers()
     attempts = PROCESSES * THREADS * CUSTOMERS_PER_THREAD * 2
     assert sum(outcomes.values()) == attempts
     assert outcomes["confirmed"] == STOCK
@@ -79,12 +83,7 @@ def test_the_audit_catches_the_unsafe_backends_oversell(use_backend, make_produc
     """The control experiment: without a lock the same load oversells, and the audit says so."""
     use_backend("unsafe", ALLOW_UNSAFE=True)
     make_product("hot", stock=STOCK)
-    connections.close_all()
-    reset_backend()
-    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
-        per_process = pool.map(buy_in_threads, range(PROCESSES))
-
-    outcomes = sum((Counter(c) for c in per_process), Counter())
+    outcomes = run_shoppers()
     report = audit(sku="hot")
     assert outcomes["confirmed"] > STOCK
     assert report.oversold > 0

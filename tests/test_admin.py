@@ -18,6 +18,14 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "/admin/inventory/product/"
 
 
+@pytest.fixture(autouse=True)
+def private_static_root(settings, tmp_path):
+    """Each test client's WhiteNoise scans STATIC_ROOT when it starts; an empty private one keeps
+    that fast and immune to a concurrent collectstatic (the burst runner's) rewriting staticfiles/."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.STATIC_ROOT.mkdir()
+
+
 @pytest.fixture
 def staff(client, admin_user):
     client.force_login(admin_user)

@@ -12,6 +12,14 @@ from inventory.models import Order, Product
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def private_static_root(settings, tmp_path):
+    """Each test client's WhiteNoise scans STATIC_ROOT when it starts; an empty private one keeps
+    that fast and immune to a concurrent collectstatic (the burst runner's) rewriting staticfiles/."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.STATIC_ROOT.mkdir()
+
+
 def snapshot(sku: str = "phone-x") -> tuple:
     product = Product.objects.get(sku=sku)
     return product.stock, product.fence, Order.objects.count()

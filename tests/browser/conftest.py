@@ -69,3 +69,11 @@ def new_page(browser, request):
 @pytest.fixture
 def page(new_page):
     return new_page()
+
+
+@pytest.fixture(autouse=True)
+def private_static_root(settings, tmp_path):
+    """The live server's WhiteNoise scans STATIC_ROOT when it starts; static files come from the
+    app directories instead, so a concurrent collectstatic into staticfiles/ cannot disturb it."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.STATIC_ROOT.mkdir()

@@ -9,6 +9,12 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass
+from typing import Sequence
+
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # hiredis is optional for redis-py; without it commands pack the slow way
+    _hiredis_pack = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,14 @@ return 0
 """)
 
 SIGNAL_LIFETIME_MS = 2000
+
+
+def pack_evalsha(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
+    """The wire bytes of EVALSHA. Lock arguments are str and int only, so hiredis can pack them
+    directly (about 1 us) instead of redis-py's per-argument encoder (about 10 us)."""
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(("EVALSHA", script.sha, len(keys), *keys, *argv))]
+    return conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *argv)
 
 
 def new_token() -> str:

@@ -22,6 +22,7 @@ from redis.backoff import NoBackoff
 
 from ._core import (
     ACQUIRE,
+    pack_evalsha,
     EXTEND,
     RAISE_FENCE,
     RELEASE,
@@ -91,7 +92,7 @@ class _AsyncNode:
 
 
 def _pack(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list:
-    return conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *argv)
+    return pack_evalsha(conn, script, keys, argv)
 
 
 async def _disconnect(conn) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import threading
 import time
 import weakref
@@ -17,11 +18,13 @@ from typing import Callable, Sequence
 
 import redis
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.backoff import NoBackoff
 
 from ._core import (
     ACQUIRE,
+    pack_evalsha,
     EXTEND,
     RAISE_FENCE,
     RELEASE,
@@ -52,8 +55,8 @@ class _Node:
 
     The library keeps its own connections rather than borrowing from the client's pool so that
     connecting sends no handshake commands (a frozen node could stall them) and taking one costs
-    a deque pop. Safe across threads (deque append/pop are atomic) and across fork (a child
-    drops the parent's sockets instead of sharing them).
+    a deque pop. Safe across threads (deque append/pop are atomic) and across fork (an at-fork
+    hook makes a child drop the parent's sockets instead of sharing them).
     """
 
     _registry: "weakref.WeakKeyDictionary[redis.Redis, _Node]" = weakref.WeakKeyDictionary()
@@ -75,7 +78,6 @@ class _Node:
         self._factory = lambda: pool.connection_class(**kwargs)
         self.name = node_name(client)
         self._idle: deque = deque()
-        self._pid = os.getpid()
 
     @classmethod
     def of(cls, client: redis.Redis) -> "_Node":
@@ -87,10 +89,12 @@ class _Node:
                     node = cls._registry[client] = cls(client)
         return node
 
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        for node in list(cls._registry.values()):
+            node._idle = deque()
+
     def take(self):
-        if self._pid != os.getpid():
-            self._idle = deque()
-            self._pid = os.getpid()
         try:
             return self._idle.pop()
         except IndexError:
@@ -98,6 +102,9 @@ class _Node:
 
     def give(self, conn) -> None:
         self._idle.append(conn)
+
+
+os.register_at_fork(after_in_child=_Node._forget_after_fork)
 
 
 def _connect_within(conn, timeout_s: float) -> None:
@@ -114,7 +121,7 @@ def _connect_within(conn, timeout_s: float) -> None:
 
 
 def _pack(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list:
-    return conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *argv)
+    return pack_evalsha(conn, script, keys, argv)
 
 
 def eval_one(node: _Node, script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float | None = None):
@@ -157,23 +164,43 @@ def eval_all(nodes: Sequence[_Node], script: Script, keys: Sequence[str], argv: 
             pending.append(error)
         else:
             pending.append(conn)
-    replies: list = []
-    retry: list[int] = []
-    for index, (node, conn) in enumerate(zip(nodes, pending)):
+    # One poll over every socket instead of a timed read per node: replies are read in the
+    # order they arrive, and a socket timeout never has to be set and reset on each read.
+    replies: list = [None] * len(nodes)
+    waiting: dict[int, int] = {}
+    poller = select.poll()
+    for index, conn in enumerate(pending):
         if isinstance(conn, Exception):
-            replies.append(conn)
-            continue
-        try:
-            replies.append(conn.read_response(timeout=max(deadline - time.monotonic(), 0.0001)))
-        except NoScriptError as error:
-            replies.append(error)
-            retry.append(index)
-        except ResponseError as error:
-            replies.append(error)
-        except Exception as error:  # noqa: BLE001
-            conn.disconnect()
-            replies.append(error)
-        node.give(conn)
+            replies[index] = conn
+        else:
+            fd = conn._sock.fileno()
+            waiting[fd] = index
+            poller.register(fd, select.POLLIN)
+    retry: list[int] = []
+    while waiting:
+        events = poller.poll(max((deadline - time.monotonic()) * 1000.0, 0.0))
+        if not events:
+            break
+        for fd, _ in events:
+            index = waiting.pop(fd)
+            poller.unregister(fd)
+            conn = pending[index]
+            try:
+                replies[index] = conn.read_response()
+            except NoScriptError as error:
+                replies[index] = error
+                retry.append(index)
+            except ResponseError as error:
+                replies[index] = error
+            except Exception as error:  # noqa: BLE001
+                conn.disconnect()
+                replies[index] = error
+    for index in waiting.values():
+        pending[index].disconnect()
+        replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within {timeout_s * 1000:.0f} ms")
+    for node, conn in zip(nodes, pending):
+        if not isinstance(conn, Exception):
+            node.give(conn)
     if retry:
         # The node restarted and forgot the script: EVAL sends the text and caches it again.
         for index in retry:
@@ -232,12 +259,18 @@ class _BaseLock:
     """What both blocking locks share: waiting, the lease, extension, the watchdog, ``with``."""
 
     quorum: int
+    # Per-acquisition state starts at these class defaults: a lock is built once per purchase,
+    # so its constructor stays short.
+    _lease: Lease | None = None
+    _lost: LockLost | None = None
+    _extensions = 0
+    _watchdog: _Watchdog | None = None
 
     def __init__(self, name: str, *, ttl_ms: int, timeout_ms: int, wait: str, retry_delay_ms: float,
                  watchdog: bool, max_renewals: int, on_lost: Callable[[Lease, LockLost], None] | None,
                  max_extensions: int) -> None:
-        check_arguments(name, ttl_ms, timeout_ms)
-        if wait not in ("notify", "poll"):
+        if not name or ttl_ms <= 0 or timeout_ms < 0 or wait not in ("notify", "poll"):
+            check_arguments(name, ttl_ms, timeout_ms)
             raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}")
         self.name = name
         self.ttl_ms = int(ttl_ms)
@@ -251,10 +284,6 @@ class _BaseLock:
         self._keys = (name, fence_key(name))
         self._release_keys = (name, signal_key(name))
         self._drift_ms = drift_ms(self.ttl_ms)
-        self._lease: Lease | None = None
-        self._lost: LockLost | None = None
-        self._extensions = 0
-        self._watchdog: _Watchdog | None = None
 
     # Subclasses provide: _attempt() -> (Lease | None, hint_ms, split), _unlock(token) -> bool,
     # _extend_nodes(lease, ttl_ms) -> Lease, _wait_for_release(wait_s), node_names().

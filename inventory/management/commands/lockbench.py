@@ -4,9 +4,9 @@ Every row runs on the same five private nodes (started here, stopped at the end)
 no contention, one client thread, for ``--seconds`` split into ``--rounds`` interleaved slices of about 0.2 s, so
 that bursts of load from other processes on the machine fall on every row alike:
 
-* ``floor-1node``: the raw commands on one held connection, ``SET NX PX`` then ``EVALSHA``
-  compare-and-delete, no lock library at all; ``floor-5nodes``: the same written to five nodes
-  before reading any reply.
+* ``floor-1node``: the raw commands of a correct lock on one held connection: a fresh random
+  token, ``SET NX PX``, then the ``EVALSHA`` compare-and-delete, packed by hiredis, no lock
+  library at all; ``floor-5nodes``: the same written to five nodes before reading any reply.
 * ``ours-redis``/``ours-redlock``: a new :class:`RedisLock`/:class:`Redlock` per acquisition, as
   the shop uses them (fencing counter included).
 * ``redis-py-lock`` (``redis.lock.Lock``), ``python-redis-lock``, ``pottery-redlock``,
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 import redis
+from hiredis import pack_command
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -54,18 +56,22 @@ def _clients(ports: list[int]) -> list[redis.Redis]:
 
 
 def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
-    """The bare protocol cost: no token generation, no objects, one held connection per node."""
+    """The bare protocol cost of a correct lock: a fresh random token, SET NX PX, then the
+    compare-and-delete EVALSHA, packed by hiredis and written on one held connection per node
+    (to all nodes before reading any reply); no lock object, no fencing, no error handling."""
     conns = [client.connection_pool.get_connection() for client in clients]
     for client in clients:
         client.script_load(RELEASE.text)
-    set_cmd = conns[0].pack_command("SET", LOCK_NAME, "t", "NX", "PX", TTL_MS)
-    del_cmd = conns[0].pack_command("EVALSHA", RELEASE.sha, 2, LOCK_NAME, f"{LOCK_NAME}:signal", "t", 2000)
+    signal = f"{LOCK_NAME}:signal"
 
     def op() -> None:
+        token = os.urandom(16).hex()
+        set_cmd = [pack_command(("SET", LOCK_NAME, token, "NX", "PX", TTL_MS))]
         for conn in conns:
             conn.send_packed_command(set_cmd, check_health=False)
         for conn in conns:
             conn.read_response()
+        del_cmd = [pack_command(("EVALSHA", RELEASE.sha, 2, LOCK_NAME, signal, token, 2000))]
         for conn in conns:
             conn.send_packed_command(del_cmd, check_health=False)
         for conn in conns:

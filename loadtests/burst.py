@@ -49,7 +49,7 @@ class BurstPlan:
     requests: int
     stock: int
     sku: str = "flash-burst"
-    users: int = 200
+    users: int = 100
     workers: int = 4
     threads: int = 4
     timeout_s: float = 180.0
@@ -64,6 +64,7 @@ class Progress:
     sent: int = 0
     stock: int | None = None
     elapsed_s: float = 0.0
+    finished: bool = False  # the last sample: Locust has exited
     timeline: list[list] = field(default_factory=list)
 
 
@@ -241,14 +242,14 @@ def run_burst(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress]
             )
             began = time.monotonic()
             while True:
-                done = not locust.running()
+                progress.finished = not locust.running()
                 progress.elapsed_s = time.monotonic() - began
                 progress.sent = (read_json(progress_path) or {}).get("sent", progress.sent)
                 progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
                 progress.timeline.append([round(progress.elapsed_s, 2), progress.stock, progress.sent])
                 if on_progress:
                     on_progress(progress)
-                if done:
+                if progress.finished:
                     break
                 if progress.elapsed_s > plan.timeout_s + 30:
                     raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {locust.log_path}")

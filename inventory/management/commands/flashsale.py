@@ -92,6 +92,8 @@ class Command(BaseCommand):
                     run = run_burst(backend=name, plan=plan, on_progress=self.progress_line())
                 except BurstError as exc:
                     raise CommandError(f"{name}: {exc}") from exc
+                except KeyboardInterrupt:
+                    raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
                 finally:
                     self.end_progress_line()
                 runs.append(run)
@@ -145,7 +147,7 @@ class Command(BaseCommand):
             if tty:
                 self.stdout.write(f"\r{text}\033[K", ending="")
                 self.stdout.flush()
-            elif time.monotonic() - last[0] >= 1.0:
+            elif progress.finished or time.monotonic() - last[0] >= 1.0:
                 last[0] = time.monotonic()
                 self.stdout.write(text)
 

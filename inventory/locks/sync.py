@@ -120,19 +120,13 @@ def _connect_within(conn, timeout_s: float) -> None:
     conn._sock.settimeout(socket_timeout)
 
 
-def _pack(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list:
-    return pack_evalsha(conn, script, keys, argv)
-
-
 def eval_one(node: _Node, script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float | None = None):
     """Run a script on one node and return its reply (exceptions propagate)."""
     conn = node.take()
     try:
-        conn.send_packed_command(_pack(conn, script, keys, argv), check_health=False)
+        conn.send_packed_command(pack_evalsha(conn, script, keys, argv), check_health=False)
         try:
-            if timeout_s is None:
-                return conn.read_response()
-            return conn.read_response(timeout=timeout_s)
+            return conn.read_response() if timeout_s is None else conn.read_response(timeout=timeout_s)
         except NoScriptError:
             conn.send_command("EVAL", script.text, len(keys), *keys, *argv, check_health=False)
             return conn.read_response()
@@ -156,7 +150,7 @@ def eval_all(nodes: Sequence[_Node], script: Script, keys: Sequence[str], argv: 
         try:
             _connect_within(conn, deadline - time.monotonic())
             if packed is None:
-                packed = _pack(conn, script, keys, argv)
+                packed = pack_evalsha(conn, script, keys, argv)
             conn.send_packed_command(packed, check_health=False)
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
             conn.disconnect()

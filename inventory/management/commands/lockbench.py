@@ -171,7 +171,7 @@ class Command(BaseCommand):
                             help="interleaved slices per uncontended row (default: one per 0.2 s of --seconds)")
         parser.add_argument("--base-port", type=int, default=7779, help="first of five private node ports")
 
-    def handle(self, *args, json: str, seconds: float, rounds: int, base_port: int, **options):
+    def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
         if seconds <= 0:
             raise CommandError("--seconds must be positive")
         rounds = rounds or max(1, round(seconds / 0.2))
@@ -187,9 +187,9 @@ class Command(BaseCommand):
             rows = self._uncontended(nodes, seconds, rounds) + self._contended(nodes, seconds)
         finally:
             nodes.stop()
-        path = Path(json)
+        path = Path(options["json"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(__import__("json").dumps({"rows": rows}, indent=2) + "\n")
+        path.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
         self._report(rows, path)
 
     def _progress(self, message: str) -> None:

@@ -44,8 +44,9 @@ What is guaranteed
   when the holder's key would expire. ``wait="poll"`` retries after random delays instead.
 * ``watchdog=True`` renews every ttl/3, at most ``max_renewals`` times. A failed renewal (or the
   lease running out after the last one) marks the lease lost, calls ``on_lost(lease, error)``,
-  and leaving the ``with`` block raises :class:`LockLost`. Leaving a ``with`` block whose lease
-  expired without a watchdog raises :class:`LockLost` too. ``extend()`` counts only if the
+  and leaving the ``with`` block raises :class:`LockLost`. Leaving a ``with`` block after the
+  lease's ``valid_until`` (or after its key vanished) raises :class:`LockLost` too, even if the
+  key was still there to delete: the validity margin was spent. ``extend()`` counts only if the
   node (or a majority) confirms within the current validity, and at most ``max_extensions`` times.
 
 What is not guaranteed

@@ -301,10 +301,16 @@ class _AsyncBaseLock:
             except LockError:
                 pass
             raise lost
+        lease = self._lease
         try:
             await self.release()
         except NotOwned as error:
             raise self._error(LockLost, "the lease expired while the block held it") from error
+        overrun_ms = -lease.remaining_ms()
+        if overrun_ms > 0:
+            # Redis may not have expired the key yet, but the safety margin was spent: another
+            # holder could have been granted, so the block's writes were unprotected by time.
+            raise self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
 
 
 class AsyncRedisLock(_AsyncBaseLock):

@@ -109,6 +109,16 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan) -> dict[str,
     return env
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the runner dies, even by SIGKILL (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Child:
     """A subprocess in its own process group, logging to a file; stopped group-wide."""
 
@@ -125,6 +135,7 @@ class Child:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
     def running(self) -> bool:

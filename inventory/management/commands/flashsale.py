@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +83,7 @@ class Command(BaseCommand):
             self.check_redis(settings.INVENTORY["REDIS_URL"])
         started_nodes = self.start_redlock_nodes() if "redlock" in names else []
         runs = []
+        previous_sigterm = self.stop_on_sigterm()
         try:
             try:
                 collect_static()
@@ -101,6 +104,8 @@ class Command(BaseCommand):
         finally:
             for node in started_nodes:
                 node.stop()
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, previous_sigterm)
         if json_path:
             path = Path(json_path)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +113,17 @@ class Command(BaseCommand):
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
+
+    @staticmethod
+    def stop_on_sigterm():
+        """Treat SIGTERM like Ctrl-C, so the finally blocks stop gunicorn and Locust; the old handler."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+
+        return signal.signal(signal.SIGTERM, interrupt)
 
     def check_redis(self, url: str) -> None:
         try:

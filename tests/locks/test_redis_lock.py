@@ -92,7 +92,8 @@ def test_waiter_wakes_on_release_not_on_timeout(single, name):
     released_at = time.monotonic()
     holder.release()
     waiter.join(5)
-    assert waited and 0.3 <= waited[0] < 0.3 + 0.2, waited
+    # Woken by the release: well before the 10 s the holder's TTL would have made it wait.
+    assert waited and 0.3 <= waited[0] < 0.3 + 1.0, waited
     assert time.monotonic() - released_at < 1.0
 
 
@@ -100,7 +101,7 @@ def test_waiter_takes_over_when_holder_dies_without_release(single, name):
     RedisLock(single, name, ttl_ms=300, timeout_ms=0).acquire()
     started = time.monotonic()
     with RedisLock(single, name, ttl_ms=1_000, timeout_ms=2_000):
-        assert 0.2 < time.monotonic() - started < 0.8
+        assert 0.2 < time.monotonic() - started < 1.5
 
 
 @pytest.mark.parametrize("wait", ["notify", "poll"])

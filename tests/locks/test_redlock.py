@@ -16,7 +16,7 @@ from .workers import increment_under_lock
 
 NODE_TIMEOUT_MS = 50
 # Slack on top of the per-node timeout for a loaded two-core machine; still far below the TTL.
-SLACK_S = 0.25
+SLACK_S = 0.4
 
 
 def gray_code_subsets(count: int):

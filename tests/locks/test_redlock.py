@@ -228,3 +228,35 @@ def test_watchdog_reports_loss_when_keys_are_removed(cluster, name):
                 time.sleep(0.01)
     assert lost and raised.value is lost[0]
     assert time.monotonic() - started < 1.0
+
+
+def test_waiter_wakes_on_release_not_on_expiry(cluster, name):
+    _, clients = cluster
+    holder = Redlock(clients, name, ttl_ms=10_000, timeout_ms=0)
+    holder.acquire()
+    waited: list[float] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        with Redlock(clients, name, ttl_ms=10_000, timeout_ms=5_000):
+            waited.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    holder.release()
+    waiter.join(6)
+    assert waited and 0.3 <= waited[0] < 0.3 + 1.0, waited
+
+
+def test_nodes_that_forgot_the_scripts_are_sent_them_again(cluster, name):
+    _, clients = cluster
+    with Redlock(clients, name, ttl_ms=2_000, timeout_ms=0):
+        pass
+    for client in clients[:3]:
+        client.script_flush()
+    lock = Redlock(clients, name, ttl_ms=2_000, timeout_ms=0)
+    lease = lock.acquire()
+    assert all(client.get(name) == lease.token.encode() for client in clients)
+    lock.release()
+    assert all(client.get(name) is None for client in clients)

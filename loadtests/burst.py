@@ -78,7 +78,9 @@ def database_url() -> str:
     if db.get("PORT"):
         host += f":{db['PORT']}"
     url = f"postgres://{credentials}{'@' if credentials else ''}{host}/{quote(db['NAME'], safe='')}"
-    options = {k: v for k, v in (db.get("OPTIONS") or {}).items() if isinstance(v, (str, int))}
+    options = {
+        k: v for k, v in (db.get("OPTIONS") or {}).items() if isinstance(v, (str, int)) and not isinstance(v, bool)
+    }
     return f"{url}?{urlencode(options)}" if options else url
 
 
@@ -88,7 +90,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_environment(*, backend: str, port: int, plan: BurstPlan) -> dict[str, str]:
+def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path) -> dict[str, str]:
     inventory = settings.INVENTORY
     env = {k: v for k, v in os.environ.items() if k != "ALLOW_UNSAFE_BACKEND"}
     env.update(
@@ -103,6 +105,8 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan) -> dict[str,
         GUNICORN_BIND=f"127.0.0.1:{port}",
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),
+        # The server's own count of purchase POSTs, to check Locust's against.
+        GUNICORN_ACCESSLOG=str(access_log),
     )
     if backend == "unsafe":
         env["ALLOW_UNSAFE_BACKEND"] = "1"
@@ -228,6 +232,8 @@ def run_burst(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress]
     base_url = f"http://127.0.0.1:{port}"
     progress = Progress(backend=backend, requests=plan.requests)
     server = locust = None
+    access_log = run_dir / f"{backend}-access.log"
+    access_log.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch:
         summary_path = Path(scratch) / "summary.json"
         progress_path = Path(scratch) / "progress.json"
@@ -235,7 +241,7 @@ def run_burst(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress]
             server = Child(
                 "gunicorn",
                 [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-                env=server_environment(backend=backend, port=port, plan=plan),
+                env=server_environment(backend=backend, port=port, plan=plan, access_log=access_log),
                 log_path=run_dir / f"{backend}-gunicorn.log",
             )
             wait_until_answers(server, f"{base_url}/api/products/{plan.sku}")
@@ -272,7 +278,18 @@ def run_burst(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress]
             for child in (locust, server):
                 if child is not None:
                     child.stop()
+    summary["server_purchases"] = count_purchases(access_log, sku=plan.sku)
     return record(backend=backend, plan=plan, summary=summary, progress=progress, started_at=started_at)
+
+
+def count_purchases(access_log: Path, *, sku: str) -> int:
+    """Purchase POSTs that reached gunicorn, from its access log (complete once it has stopped)."""
+    needle = f'"POST /api/products/{sku}/purchase '
+    try:
+        with open(access_log, errors="replace") as lines:
+            return sum(needle in line for line in lines)
+    except OSError:
+        return 0
 
 
 def record(*, backend: str, plan: BurstPlan, summary: dict, progress: Progress, started_at) -> dict:
@@ -300,6 +317,8 @@ def record(*, backend: str, plan: BurstPlan, summary: dict, progress: Progress, 
         problems.append(f"{summary['page_failures']} product pages failed")
     if summary["sent"] != plan.requests or summary["answered"] != plan.requests:
         problems.append(f"sent {summary['sent']} purchase requests, {summary['answered']} answered, not {plan.requests}")
+    if summary["server_purchases"] != summary["sent"]:
+        problems.append(f"gunicorn logged {summary['server_purchases']} purchase requests, Locust sent {summary['sent']}")
     if min((point[1] for point in progress.timeline if point[1] is not None), default=0) < 0:
         problems.append("stock went below 0 during the burst")
     row = {
@@ -319,12 +338,13 @@ def record(*, backend: str, plan: BurstPlan, summary: dict, progress: Progress, 
         "invariants_ok": not problems,
         "lost": report.lost,
         "duration_s": summary["duration_s"],
+        "server_purchases": summary["server_purchases"],
         "problems": problems,
     }
     BurstRun.objects.create(
         started_at=started_at,
         sku=plan.sku,
         timeline=progress.timeline,
-        **{k: v for k, v in row.items() if k not in {"lost", "problems"}},
+        **{k: v for k, v in row.items() if k not in {"lost", "problems", "server_purchases"}},
     )
     return row

@@ -55,11 +55,16 @@ class Command(BaseCommand):
         parser.add_argument("--users", type=int, default=BurstPlan.users, help=f"concurrent Locust users (default {BurstPlan.users})")
         parser.add_argument("--workers", type=int, default=BurstPlan.workers, help=f"gunicorn worker processes (default {BurstPlan.workers})")
         parser.add_argument("--threads", type=int, default=BurstPlan.threads, help=f"threads per gunicorn worker (default {BurstPlan.threads})")
-        parser.add_argument("--timeout", type=float, default=BurstPlan.timeout_s, help="give up on one backend's burst after this many seconds")
+        parser.add_argument(
+            "--timeout", type=float, default=None,
+            help="give up on one backend's burst after this many seconds (default: 180, or 50 ms a request if more)",
+        )
         parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
 
     def handle(self, *args, backends: str, requests: int, stock: int, sku: str, users: int, workers: int,
-               threads: int, timeout: float, json_path: str, **options):
+               threads: int, timeout: float | None, json_path: str, **options):
+        if timeout is None:
+            timeout = max(BurstPlan.timeout_s, requests * 0.05)
         names = [name.strip() for name in backends.split(",") if name.strip()]
         unknown = [name for name in names if name not in ALIASES]
         if not names or unknown:

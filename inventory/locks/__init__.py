@@ -39,9 +39,11 @@ What is guaranteed
   key on n only after G1's key there was gone, i.e. after G1's grant and so after n's counter
   reached f1; G2's increment on n then yields > f1, so f2 >= that > f1. When the counters agree
   (the normal case) no write-back is needed and an acquire is one round trip.
-* Blocking acquire (``wait="notify"``, default) sleeps in ``BLPOP`` on ``<name>:signal``, which
-  the release script fills with one element, so a release wakes one waiter; a waiter also wakes
-  when the holder's key would expire. ``wait="poll"`` retries after random delays instead.
+* Blocking acquire (``wait="notify"``, default) sleeps in ``BLPOP`` on ``<name>:signal``. A
+  refused attempt raises the flag ``<name>:waiting``; a release that finds the flag pushes one
+  element, so it wakes one waiter (and a release nobody waited for costs only GET and DEL). A
+  waiter also wakes when the holder's key would expire. ``wait="poll"`` retries after random
+  delays instead. Neither is fair: a newcomer may take the lock before the woken waiter does.
 * ``watchdog=True`` renews every ttl/3, at most ``max_renewals`` times. A failed renewal (or the
   lease running out after the last one) marks the lease lost, calls ``on_lost(lease, error)``,
   and leaving the ``with`` block raises :class:`LockLost`. Leaving a ``with`` block after the

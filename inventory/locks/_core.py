@@ -72,28 +72,38 @@ class Script:
 
 
 # Take the lock and, in the same atomic step, issue a fencing number.
-# KEYS[1] lock key; KEYS[2] the lock's fence counter.  ARGV[1] token; ARGV[2] ttl in ms.
+# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the lock's "someone waits" flag.
+# ARGV[1] token; ARGV[2] ttl in ms; ARGV[3] '1' if this caller was refused before (a waiter).
 # Returns the fence (>= 1) on a grant; on a refusal, minus the holder's remaining ms (<= 0), so a
-# waiter knows how long a crashed holder can block it.
+# waiter knows how long a crashed holder can block it. A refusal raises the flag so the holder's
+# release wakes a waiter; a waiter that gets the lock raises it again for the waiters behind it.
 ACQUIRE = Script("""
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '1' then redis.call('set', KEYS[3], 1, 'PX', ARGV[2] + 1000) end
   return redis.call('incr', KEYS[2])
 end
 local pttl = redis.call('pttl', KEYS[1])
-if pttl > 0 then return -pttl end
+if pttl > 0 then
+  redis.call('set', KEYS[3], 1, 'PX', pttl + 1000)
+  return -pttl
+end
 return 0
 """)
 
-# Compare-and-delete, then wake one waiter.
-# KEYS[1] lock key; KEYS[2] the lock's signal list.  ARGV[1] token; ARGV[2] signal lifetime in ms.
+# Compare-and-delete, then wake one waiter if anyone was refused meanwhile.
+# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the "someone waits" flag.
+# ARGV[1] token; ARGV[2] signal lifetime in ms.  Returns 1 when released, 0 when not the owner.
 # The signal list holds at most one element, so a release wakes one waiter, not a herd; it
-# expires so a release nobody waited for leaves nothing behind for long.
+# expires so a signal nobody took leaves nothing behind for long. Without the flag (nobody was
+# refused) a release is just GET and DEL.
 RELEASE = Script("""
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  redis.call('del', KEYS[2])
-  redis.call('rpush', KEYS[2], 1)
-  redis.call('pexpire', KEYS[2], ARGV[2])
+  if redis.call('del', KEYS[3]) == 1 then
+    redis.call('del', KEYS[2])
+    redis.call('rpush', KEYS[2], 1)
+    redis.call('pexpire', KEYS[2], ARGV[2])
+  end
   return 1
 end
 return 0
@@ -141,6 +151,10 @@ def fence_key(name: str) -> str:
 
 def signal_key(name: str) -> str:
     return f"{name}:signal"
+
+
+def waiting_key(name: str) -> str:
+    return f"{name}:waiting"
 
 
 def drift_ms(ttl_ms: int) -> float:

@@ -41,6 +41,7 @@ from ._core import (
     new_token,
     node_name,
     signal_key,
+    waiting_key,
 )
 from .sync import CONNECT_TIMEOUT_S
 
@@ -196,8 +197,9 @@ class _AsyncBaseLock:
         self.max_renewals = max_renewals
         self.on_lost = on_lost
         self.max_extensions = max_extensions
-        self._keys = (name, fence_key(name))
-        self._release_keys = (name, signal_key(name))
+        waiting = waiting_key(name)
+        self._keys = (name, fence_key(name), waiting)
+        self._release_keys = (name, signal_key(name), waiting)
         self._drift_ms = drift_ms(self.ttl_ms)
         self._lease: Lease | None = None
         self._lost: LockLost | None = None
@@ -219,13 +221,15 @@ class _AsyncBaseLock:
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         deadline = time.monotonic() + self.timeout_ms / 1000.0
+        waiter = False
         while True:
-            lease, hint_ms, split = await self._attempt()
+            lease, hint_ms, split = await self._attempt(waiter)
             if lease is not None:
                 self._lease, self._lost, self._extensions = lease, None, 0
                 if self.watchdog:
                     self._watchdog = asyncio.create_task(self._watch(), name=f"lock-watchdog:{self.name}")
                 return lease
+            waiter = True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -330,11 +334,11 @@ class AsyncRedisLock(_AsyncBaseLock):
     def node_names(self) -> list[str]:
         return [self._node.name]
 
-    async def _attempt(self) -> tuple[Lease | None, float, bool]:
+    async def _attempt(self, waiter: bool) -> tuple[Lease | None, float, bool]:
         token = new_token()
         start = time.monotonic()
         try:
-            reply = await eval_one(self._node, ACQUIRE, self._keys, (token, self.ttl_ms))
+            reply = await eval_one(self._node, ACQUIRE, self._keys, (token, self.ttl_ms, "1" if waiter else "0"))
         except redis.RedisError as error:
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
@@ -382,17 +386,18 @@ class AsyncRedlock(_AsyncBaseLock):
     def node_names(self) -> list[str]:
         return [node.name for node in self._nodes]
 
-    async def _attempt(self) -> tuple[Lease | None, float, bool]:
+    async def _attempt(self, waiter: bool) -> tuple[Lease | None, float, bool]:
         token = new_token()
         start = time.monotonic()
-        replies = await eval_all(self._nodes, ACQUIRE, self._keys, (token, self.ttl_ms), self.node_timeout_s)
+        argv = (token, self.ttl_ms, "1" if waiter else "0")
+        replies = await eval_all(self._nodes, ACQUIRE, self._keys, argv, self.node_timeout_s)
         granted = {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
         if len(granted) >= self.quorum:
             fence = max(granted.values())
             laggards = [i for i, r in granted.items() if r < fence]
             confirmed = len(granted) - len(laggards)
             if laggards:
-                raised = await eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys,
+                raised = await eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
                                         (token, fence), self.node_timeout_s)
                 confirmed += sum(1 for r in raised if r == 1)
             validity_ms = self.ttl_ms - (time.monotonic() - start) * 1000.0 - self._drift_ms

@@ -43,6 +43,7 @@ from ._core import (
     new_token,
     node_name,
     signal_key,
+    waiting_key,
 )
 
 # A connect to a node that is down is refused at once; one to a frozen node is accepted by the
@@ -275,11 +276,12 @@ class _BaseLock:
         self.max_renewals = max_renewals
         self.on_lost = on_lost
         self.max_extensions = max_extensions
-        self._keys = (name, fence_key(name))
-        self._release_keys = (name, signal_key(name))
+        waiting = waiting_key(name)
+        self._keys = (name, fence_key(name), waiting)
+        self._release_keys = (name, signal_key(name), waiting)
         self._drift_ms = drift_ms(self.ttl_ms)
 
-    # Subclasses provide: _attempt() -> (Lease | None, hint_ms, split), _unlock(token) -> bool,
+    # Subclasses provide: _attempt(waiter) -> (Lease | None, hint_ms, split), _unlock(token) -> bool,
     # _extend_nodes(lease, ttl_ms) -> Lease, _wait_for_release(wait_s), node_names().
 
     @property
@@ -298,14 +300,16 @@ class _BaseLock:
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         deadline = time.monotonic() + self.timeout_ms / 1000.0
+        waiter = False
         while True:
-            lease, hint_ms, split = self._attempt()
+            lease, hint_ms, split = self._attempt(waiter)
             if lease is not None:
                 self._lease, self._lost, self._extensions = lease, None, 0
                 if self.watchdog:
                     self._watchdog = _Watchdog(self)
                     self._watchdog.start()
                 return lease
+            waiter = True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -402,11 +406,11 @@ class RedisLock(_BaseLock):
     def node_names(self) -> list[str]:
         return [self._node.name]
 
-    def _attempt(self) -> tuple[Lease | None, float, bool]:
+    def _attempt(self, waiter: bool) -> tuple[Lease | None, float, bool]:
         token = new_token()
         start = time.monotonic()
         try:
-            reply = eval_one(self._node, ACQUIRE, self._keys, (token, self.ttl_ms))
+            reply = eval_one(self._node, ACQUIRE, self._keys, (token, self.ttl_ms, "1" if waiter else "0"))
         except redis.RedisError as error:
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
@@ -459,10 +463,11 @@ class Redlock(_BaseLock):
     def node_names(self) -> list[str]:
         return [node.name for node in self._nodes]
 
-    def _attempt(self) -> tuple[Lease | None, float, bool]:
+    def _attempt(self, waiter: bool) -> tuple[Lease | None, float, bool]:
         token = new_token()
         start = time.monotonic()
-        replies = eval_all(self._nodes, ACQUIRE, self._keys, (token, self.ttl_ms), self.node_timeout_s)
+        argv = (token, self.ttl_ms, "1" if waiter else "0")
+        replies = eval_all(self._nodes, ACQUIRE, self._keys, argv, self.node_timeout_s)
         granted = {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
         if len(granted) >= self.quorum:
             fence = max(granted.values())
@@ -470,7 +475,7 @@ class Redlock(_BaseLock):
             confirmed = len(granted) - len(laggards)
             if laggards:
                 # Write the fence back before granting so any later majority sees it (see __init__).
-                raised = eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys,
+                raised = eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
                                   (token, fence), self.node_timeout_s)
                 confirmed += sum(1 for r in raised if r == 1)
             validity_ms = self.ttl_ms - (time.monotonic() - start) * 1000.0 - self._drift_ms

@@ -5,7 +5,7 @@ no contention, one client thread, for ``--seconds`` split into ``--rounds`` inte
 that bursts of load from other processes on the machine fall on every row alike:
 
 * ``floor-1node``: the raw commands of a correct lock on one held connection: a fresh random
-  token, ``SET NX PX``, then the ``EVALSHA`` compare-and-delete, packed by hiredis, no lock
+  token, ``SET NX PX``, then the distlock page's ``EVALSHA`` compare-and-delete, packed by hiredis, no lock
   library at all; ``floor-5nodes``: the same written to five nodes before reading any reply.
 * ``ours-redis``/``ours-redlock``: a new :class:`RedisLock`/:class:`Redlock` per acquisition, as
   the shop uses them (fencing counter included).
@@ -34,7 +34,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.locks import RedisLock, Redlock
-from inventory.locks._core import RELEASE
+from inventory.locks._core import Script
 from inventory.nodes import NodeError, RedisNodes
 
 LOCK_NAME = "lockbench:lock"
@@ -43,6 +43,13 @@ CONTENDERS = 8
 CRITICAL_SECTION_S = 0.001
 
 # (row, numerator row, denominator row, minimum ratio) from issue 3.
+# The canonical compare-and-delete of the Redis distlock page, the floor's release.
+# KEYS[1] lock key.  ARGV[1] token.
+UNLOCK = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+""")
+
 TARGETS = [
     ("ours-redis", "floor-1node", 0.9),
     ("ours-redis", "redis-py-lock", 1.0),
@@ -62,8 +69,7 @@ def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
     (to all nodes before reading any reply); no lock object, no fencing, no error handling."""
     conns = [client.connection_pool.get_connection() for client in clients]
     for client in clients:
-        client.script_load(RELEASE.text)
-    signal = f"{LOCK_NAME}:signal"
+        client.script_load(UNLOCK.text)
 
     def op() -> None:
         token = os.urandom(16).hex()
@@ -72,7 +78,7 @@ def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
             conn.send_packed_command(set_cmd, check_health=False)
         for conn in conns:
             conn.read_response()
-        del_cmd = [pack_command(("EVALSHA", RELEASE.sha, 2, LOCK_NAME, signal, token, 2000))]
+        del_cmd = [pack_command(("EVALSHA", UNLOCK.sha, 1, LOCK_NAME, token))]
         for conn in conns:
             conn.send_packed_command(del_cmd, check_health=False)
         for conn in conns:

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 SKU = "flash-burst"
 
 
-def burst(tmp_path, **options) -> tuple[dict, str]:
-    """Run the command; return its JSON run and what it printed (also when it fails)."""
+def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
+    """Run the command; return its JSON run, what it printed and its error (if it failed)."""
     path = tmp_path / "burst.json"
     out = StringIO()
     error = None

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
-.PHONY: demo test venv system services static nodes-start nodes-stop migrate seed lockbench clean
+.PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench clean
 
 demo: services migrate seed static
 	$(MANAGE) flashsale --backends db,redis,redlock --requests 5000 --stock 100 --json artifacts/burst.json
@@ -38,6 +38,10 @@ services: venv system
 # gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off.
 static: venv
 	$(MANAGE) collectstatic --noinput -v0
+
+# The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the backend from INVENTORY_BACKEND.
+serve: services migrate seed static
+	$(BIN)/gunicorn -c gunicorn.conf.py
 
 nodes-start: venv
 	$(MANAGE) redlock_nodes start

@@ -166,6 +166,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
+    # A flash sale answers thousands of 409s (sold out) by design: log only server errors.
+    "loggers": {"django.request": {"level": "ERROR"}},
 }
 
 CSRF_FAILURE_VIEW = "shop.views.csrf_failure"

@@ -8,13 +8,13 @@ import redis
 from django.conf import settings
 
 from inventory.backends import reset_backend
-from inventory.nodes import RedisNodes
+from inventory.management.commands.redlock_nodes import project_nodes
 
 
 @pytest.fixture(scope="session")
 def redlock_nodes():
     """The suite's five private Redlock nodes (ports 7579+), started once and stopped at the end."""
-    nodes = RedisNodes(base_port=settings.REDLOCK_BASE_PORT, count=5, run_dir=settings.RUN_DIR / "test-redlock")
+    nodes = project_nodes()  # tests/settings.py moves them to ports 7579+
     nodes.start()
     yield nodes
     nodes.stop()

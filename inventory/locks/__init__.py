@@ -41,9 +41,12 @@ What is guaranteed
   (the normal case) no write-back is needed and an acquire is one round trip.
 * Blocking acquire (``wait="notify"``, default) sleeps in ``BLPOP`` on ``<name>:signal``. A
   refused attempt raises the flag ``<name>:waiting``; a release that finds the flag pushes one
-  element, so it wakes one waiter (and a release nobody waited for costs only GET and DEL). A
-  waiter also wakes when the holder's key would expire. ``wait="poll"`` retries after random
-  delays instead. Neither is fair: a newcomer may take the lock before the woken waiter does.
+  element, so it wakes one waiter (and a release nobody waited for costs only GET and DEL), and
+  opens a 20 ms hand-off window in which only callers refused before (waiters) may take the
+  lock, so the releaser coming straight back cannot overtake the waiter it woke. A newcomer's
+  single attempt (``timeout_ms=0``) inside that window is refused. A waiter also wakes when the
+  holder's key would expire. ``wait="poll"`` retries after random delays instead (its waiters
+  use the same window, but find it only on their next poll).
 * ``watchdog=True`` renews every ttl/3, at most ``max_renewals`` times. A failed renewal (or the
   lease running out after the last one) marks the lease lost, calls ``on_lost(lease, error)``,
   and leaving the ``with`` block raises :class:`LockLost`. Leaving a ``with`` block after the

@@ -72,18 +72,29 @@ class Script:
 
 
 # Take the lock and, in the same atomic step, issue a fencing number.
-# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the lock's "someone waits" flag.
+# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the lock's "someone waits" flag;
+# KEYS[4] the hand-off window a release opens for waiters.
 # ARGV[1] token; ARGV[2] ttl in ms; ARGV[3] '1' if this caller was refused before (a waiter).
-# Returns the fence (>= 1) on a grant; on a refusal, minus the holder's remaining ms (<= 0), so a
-# waiter knows how long a crashed holder can block it. A refusal raises the flag so the holder's
-# release wakes a waiter; a waiter that gets the lock raises it again for the waiters behind it.
+# Returns the fence (>= 1) on a grant; on a refusal, minus the ms the caller should expect to
+# wait at most (<= 0), so a waiter knows how long a crashed holder can block it. A refusal raises
+# the flag so the holder's release wakes a waiter; a waiter that gets the lock raises it again for
+# the waiters behind it. Newcomers are refused during a hand-off window, so the waiter a release
+# woke is not overtaken by the releaser coming straight back.
 ACQUIRE = Script("""
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[3] == '1' then redis.call('set', KEYS[3], 1, 'PX', ARGV[2] + 1000) end
+local pttl
+if ARGV[3] ~= '1' then
+  pttl = redis.call('pttl', KEYS[4])
+end
+if (pttl == nil or pttl < 0) and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '1' then
+    redis.call('del', KEYS[4])
+    redis.call('set', KEYS[3], 1, 'PX', ARGV[2] + 1000)
+  end
   return redis.call('incr', KEYS[2])
 end
-local pttl = redis.call('pttl', KEYS[1])
-if pttl > 0 then
+local held = redis.call('pttl', KEYS[1])
+if held > 0 then pttl = held end
+if pttl ~= nil and pttl > 0 then
   redis.call('set', KEYS[3], 1, 'PX', pttl + 1000)
   return -pttl
 end
@@ -91,15 +102,16 @@ return 0
 """)
 
 # Compare-and-delete, then wake one waiter if anyone was refused meanwhile.
-# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the "someone waits" flag.
-# ARGV[1] token; ARGV[2] signal lifetime in ms.  Returns 1 when released, 0 when not the owner.
-# The signal list holds at most one element, so a release wakes one waiter, not a herd; it
-# expires so a signal nobody took leaves nothing behind for long. Without the flag (nobody was
-# refused) a release is just GET and DEL.
+# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the "someone waits" flag;
+# KEYS[4] the hand-off window.  ARGV[1] token; ARGV[2] signal lifetime in ms; ARGV[3] window ms.
+# Returns 1 when released, 0 when not the owner. The signal list holds at most one element, so
+# a release wakes one waiter, not a herd; it expires so a signal nobody took leaves nothing
+# behind for long. Without the flag (nobody was refused) a release is just GET and DEL.
 RELEASE = Script("""
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
   if redis.call('del', KEYS[3]) == 1 then
+    redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
     redis.call('del', KEYS[2])
     redis.call('rpush', KEYS[2], 1)
     redis.call('pexpire', KEYS[2], ARGV[2])
@@ -131,6 +143,9 @@ return 0
 """)
 
 SIGNAL_LIFETIME_MS = 2000
+# How long a release keeps newcomers out so the waiter it woke can take the lock: a scheduling
+# delay and one round trip; a woken waiter that died costs the lock this much idle time.
+HANDOFF_WINDOW_MS = 20
 
 
 def pack_evalsha(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
@@ -155,6 +170,10 @@ def signal_key(name: str) -> str:
 
 def waiting_key(name: str) -> str:
     return f"{name}:waiting"
+
+
+def handoff_key(name: str) -> str:
+    return f"{name}:handoff"
 
 
 def drift_ms(ttl_ms: int) -> float:

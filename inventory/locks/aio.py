@@ -42,6 +42,8 @@ from ._core import (
     node_name,
     signal_key,
     waiting_key,
+    handoff_key,
+    HANDOFF_WINDOW_MS,
 )
 from .sync import CONNECT_TIMEOUT_S
 
@@ -197,9 +199,9 @@ class _AsyncBaseLock:
         self.max_renewals = max_renewals
         self.on_lost = on_lost
         self.max_extensions = max_extensions
-        waiting = waiting_key(name)
-        self._keys = (name, fence_key(name), waiting)
-        self._release_keys = (name, signal_key(name), waiting)
+        waiting, handoff = waiting_key(name), handoff_key(name)
+        self._keys = (name, fence_key(name), waiting, handoff)
+        self._release_keys = (name, signal_key(name), waiting, handoff)
         self._drift_ms = drift_ms(self.ttl_ms)
         self._lease: Lease | None = None
         self._lost: LockLost | None = None
@@ -347,7 +349,9 @@ class AsyncRedisLock(_AsyncBaseLock):
 
     async def _unlock(self, token: str) -> bool:
         try:
-            return await eval_one(self._node, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS)) == 1
+            reply = await eval_one(self._node, RELEASE, self._release_keys,
+                                   (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
+            return reply == 1
         except redis.RedisError as error:
             raise self._error(NotOwned, f"release could not reach the node: {error}") from error
 
@@ -415,7 +419,7 @@ class AsyncRedlock(_AsyncBaseLock):
         return None, hint_ms, bool(granted)
 
     async def _unlock_all(self, token: str) -> list:
-        return await eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS),
+        return await eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
                                  self.node_timeout_s)
 
     async def _unlock(self, token: str) -> bool:

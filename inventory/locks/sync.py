@@ -44,6 +44,8 @@ from ._core import (
     node_name,
     signal_key,
     waiting_key,
+    handoff_key,
+    HANDOFF_WINDOW_MS,
 )
 
 # A connect to a node that is down is refused at once; one to a frozen node is accepted by the
@@ -276,9 +278,9 @@ class _BaseLock:
         self.max_renewals = max_renewals
         self.on_lost = on_lost
         self.max_extensions = max_extensions
-        waiting = waiting_key(name)
-        self._keys = (name, fence_key(name), waiting)
-        self._release_keys = (name, signal_key(name), waiting)
+        waiting, handoff = waiting_key(name), handoff_key(name)
+        self._keys = (name, fence_key(name), waiting, handoff)
+        self._release_keys = (name, signal_key(name), waiting, handoff)
         self._drift_ms = drift_ms(self.ttl_ms)
 
     # Subclasses provide: _attempt(waiter) -> (Lease | None, hint_ms, split), _unlock(token) -> bool,
@@ -419,7 +421,8 @@ class RedisLock(_BaseLock):
 
     def _unlock(self, token: str) -> bool:
         try:
-            return eval_one(self._node, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS)) == 1
+            reply = eval_one(self._node, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
+            return reply == 1
         except redis.RedisError as error:
             raise self._error(NotOwned, f"release could not reach the node: {error}") from error
 
@@ -493,7 +496,8 @@ class Redlock(_BaseLock):
         return None, hint_ms, bool(granted)
 
     def _unlock_all(self, token: str) -> list:
-        return eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS), self.node_timeout_s)
+        return eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
+                        self.node_timeout_s)
 
     def _unlock(self, token: str) -> bool:
         # Not owned when a majority answers that the token is not there (expired, taken over); a

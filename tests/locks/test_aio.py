@@ -21,6 +21,9 @@ def test_async_single_grant_fence_refusal_and_stale_release(single, name):
                 assert first.fence == 1
                 with pytest.raises(NotAcquired):
                     await AsyncRedisLock(client, name, ttl_ms=2_000, timeout_ms=100).acquire()
+            # The refused contender raised the "waiting" flag, so that release opened a hand-off
+            # window for waiters; a single attempt (timeout 0) must come after it.
+            await asyncio.sleep(0.05)
             stale = AsyncRedisLock(client, name, ttl_ms=100, timeout_ms=0)
             old = await stale.acquire()
             await asyncio.sleep(0.15)

@@ -97,6 +97,21 @@ def test_waiter_wakes_on_release_not_on_timeout(single, name):
     assert time.monotonic() - released_at < 1.0
 
 
+def test_release_hands_the_lock_to_a_waiter_before_a_newcomer(single, name):
+    holder = RedisLock(single, name, ttl_ms=10_000, timeout_ms=0)
+    holder.acquire()
+    granted: list = []
+    waiter = threading.Thread(
+        target=lambda: granted.append(RedisLock(single, name, ttl_ms=10_000, timeout_ms=5_000).acquire()))
+    waiter.start()
+    time.sleep(0.2)
+    holder.release()
+    with pytest.raises(NotAcquired):
+        RedisLock(single, name, ttl_ms=10_000, timeout_ms=0).acquire()
+    waiter.join(5)
+    assert granted and single.get(name) == granted[0].token.encode()
+
+
 def test_waiter_takes_over_when_holder_dies_without_release(single, name):
     RedisLock(single, name, ttl_ms=300, timeout_ms=0).acquire()
     started = time.monotonic()

@@ -112,8 +112,6 @@ os.register_at_fork(after_in_child=_Node._forget_after_fork)
 
 def _connect_within(conn, timeout_s: float) -> None:
     """Connect a closed connection, letting any handshake (AUTH, SELECT) wait at most ``timeout_s``."""
-    if conn._sock is not None:
-        return
     socket_timeout = conn.socket_timeout
     conn.socket_timeout = max(timeout_s, 0.001)
     try:
@@ -151,7 +149,8 @@ def eval_all(nodes: Sequence[_Node], script: Script, keys: Sequence[str], argv: 
     for node in nodes:
         conn = node.take()
         try:
-            _connect_within(conn, deadline - time.monotonic())
+            if conn._sock is None:
+                _connect_within(conn, deadline - time.monotonic())
             if packed is None:
                 packed = pack_evalsha(conn, script, keys, argv)
             conn.send_packed_command(packed, check_health=False)

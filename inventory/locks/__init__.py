@@ -65,10 +65,16 @@ What is not guaranteed
   1 % + 2 ms breaks the validity arithmetic.
 * Node restarts without persistence (this project's nodes run with ``--save ""``). A restarted
   node forgets keys and counters. Single node: both guarantees are gone across the restart
-  (fences restart from 1). Redlock: safe if at most a minority of the quorum that granted the
-  latest lease forgets before the next grant; a majority forgetting within a TTL can grant the
-  lock twice and repeat a fence. Delay restarts by one TTL (distlock) or use ``appendfsync``
-  persistence to close this.
+  (fences restart from 1). Redlock: fences stay monotonic while the nodes that confirmed the
+  last fence, minus those restarted since, still overlap every majority (one restart at a time
+  is fine when four or five nodes granted; the fault test does exactly that). Mutual exclusion
+  likewise survives a minority forgetting. Beyond that a lock can be granted twice and a fence
+  repeated: delay restarts by one TTL (distlock) for the lock, and use ``appendfsync always``
+  persistence for the counters.
+* Latency bounds of a single node. ``RedisLock`` calls wait as long as the client's
+  ``socket_timeout`` (redis-py's default: forever) if the server freezes; give the client one.
+  Connecting is capped at 100 ms. The library keeps its own connections per client (not the
+  client's pool); they close when the client is garbage-collected.
 * Failover of one replicated Redis (Sentinel): replication is asynchronous, the promoted replica
   may not have the key. Use Redlock across independent masters instead.
 """

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
 
@@ -77,6 +79,8 @@ class RedisNode:
     def client(self, **kwargs) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 0.5)
         kwargs.setdefault("socket_connect_timeout", 0.5)
+        # redis-py retries with backoff by default; a probe of a dead node should fail at once.
+        kwargs.setdefault("retry", Retry(NoBackoff(), 0))
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     def ping(self) -> bool:

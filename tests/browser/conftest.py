@@ -31,7 +31,8 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's event loop must be gone before later tests call asyncio.run().
+@pytest.fixture(scope="package")
 def browser():
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: run `make system` (Debian: apt-get install chromium)")

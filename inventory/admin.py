@@ -39,7 +39,7 @@ def products_with_totals():
 
 def invariant_mark(product) -> str:
     if product.invariant_ok:
-        return format_html('<span class="invariant invariant-ok" title="ordered = initial − stock, stock ≥ 0">✔ holds</span>')
+        return format_html('<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0")
     drift = product.ordered_units - (product.initial_stock - product.stock)
     what = f"oversold by {drift}" if drift > 0 else f"{-drift} units lost" if drift < 0 else "stock below 0"
     return format_html('<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', what)

@@ -74,3 +74,12 @@ def make_product(db):
         )
 
     return make
+
+
+@pytest.fixture
+def private_static_root(settings, tmp_path):
+    """An empty STATIC_ROOT of the test's own: WhiteNoise scans STATIC_ROOT whenever a test client
+    or live server starts, which is slow on a full folder and breaks if a concurrent collectstatic
+    (the burst runner's) rewrites it. Static files then come from the app directories."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.STATIC_ROOT.mkdir()

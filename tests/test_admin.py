@@ -14,16 +14,8 @@ from inventory.charts import nice_ticks
 from inventory.models import BurstRun, Order, Product
 from inventory.services import purchase
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
 CHANGELIST = "/admin/inventory/product/"
-
-
-@pytest.fixture(autouse=True)
-def private_static_root(settings, tmp_path):
-    """Each test client's WhiteNoise scans STATIC_ROOT when it starts; an empty private one keeps
-    that fast and immune to a concurrent collectstatic (the burst runner's) rewriting staticfiles/."""
-    settings.STATIC_ROOT = tmp_path / "static"
-    settings.STATIC_ROOT.mkdir()
 
 
 @pytest.fixture

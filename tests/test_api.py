@@ -16,24 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Order, Product
+from tests.helpers import snapshot
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
 
 URL = "/api/products/phone-x/purchase"
 OUTCOMES = {201: {"confirmed"}, 409: {"sold_out", "limit_reached", "not_on_sale"}, 503: {"busy"}}
-
-
-@pytest.fixture(autouse=True)
-def private_static_root(settings, tmp_path):
-    """Each test client's WhiteNoise scans STATIC_ROOT when it starts; an empty private one keeps
-    that fast and immune to a concurrent collectstatic (the burst runner's) rewriting staticfiles/."""
-    settings.STATIC_ROOT = tmp_path / "static"
-    settings.STATIC_ROOT.mkdir()
-
-
-def snapshot(sku: str = "phone-x") -> tuple:
-    product = Product.objects.get(sku=sku)
-    return product.stock, product.fence, Order.objects.count()
 
 
 def post_json(client: Client, body, url: str = URL, **extra):

@@ -10,13 +10,9 @@ from django.utils import timezone
 from inventory.backends import Outcome, load_backend
 from inventory.models import Order, Product
 from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
+from tests.helpers import snapshot
 
 BACKENDS = ["db", "redis", "redlock"]
-
-
-def snapshot(sku: str) -> tuple:
-    product = Product.objects.get(sku=sku)
-    return product.stock, product.fence, Order.objects.filter(product=product).count()
 
 
 @pytest.fixture(params=BACKENDS)

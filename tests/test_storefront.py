@@ -8,21 +8,9 @@ from django.test import Client
 from django.utils import timezone
 
 from inventory.models import Order, Product
+from tests.helpers import snapshot
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def private_static_root(settings, tmp_path):
-    """Each test client's WhiteNoise scans STATIC_ROOT when it starts; an empty private one keeps
-    that fast and immune to a concurrent collectstatic (the burst runner's) rewriting staticfiles/."""
-    settings.STATIC_ROOT = tmp_path / "static"
-    settings.STATIC_ROOT.mkdir()
-
-
-def snapshot(sku: str = "phone-x") -> tuple:
-    product = Product.objects.get(sku=sku)
-    return product.stock, product.fence, Order.objects.count()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
 
 
 @pytest.fixture

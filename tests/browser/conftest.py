@@ -73,8 +73,5 @@ def page(new_page):
 
 
 @pytest.fixture(autouse=True)
-def private_static_root(settings, tmp_path):
-    """The live server's WhiteNoise scans STATIC_ROOT when it starts; static files come from the
-    app directories instead, so a concurrent collectstatic into staticfiles/ cannot disturb it."""
-    settings.STATIC_ROOT = tmp_path / "static"
-    settings.STATIC_ROOT.mkdir()
+def static_from_app_directories(private_static_root):
+    """The live server's WhiteNoise must not scan a staticfiles/ that collectstatic may be rewriting."""

@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import redis
 from redis.backoff import NoBackoff
@@ -193,8 +195,34 @@ class RedisNodes:
         for node in self.nodes:
             node.stop()
 
+    def reset(self) -> None:
+        """Every node running, answering and empty, whatever a test did to it (paused, killed)."""
+        for node in self.nodes:
+            node.resume()
+            node.start()
+            with node.client() as client:
+                client.flushall()
+
     def status(self) -> list[dict]:
         return [
             {"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url}
             for node in self.nodes
         ]
+
+
+@contextmanager
+def started_while_needed(nodes: Iterable[RedisNode]) -> Iterator[list[RedisNode]]:
+    """Start the nodes that do not answer; at the end stop those, and only those.
+
+    Nodes someone else runs (``make nodes-start``, a test session) are used and left running.
+    """
+    started: list[RedisNode] = []
+    try:
+        for node in nodes:
+            if not node.ping():
+                node.start()
+                started.append(node)
+        yield started
+    finally:
+        for node in started:
+            node.stop()

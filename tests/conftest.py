@@ -23,14 +23,9 @@ def redlock_nodes():
 @pytest.fixture
 def fresh_redlock_nodes(redlock_nodes):
     """The Redlock nodes, all up and empty, before and after the test."""
-    for node in redlock_nodes:
-        node.start()
-        with node.client() as client:
-            client.flushdb()
+    redlock_nodes.reset()
     yield redlock_nodes
-    for node in redlock_nodes:
-        node.resume()
-        node.start()
+    redlock_nodes.reset()
 
 
 @pytest.fixture

@@ -32,16 +32,10 @@ def redis_nodes():
 @pytest.fixture
 def cluster(redis_nodes):
     """The five nodes, all running and flushed; clients with short socket timeouts."""
-    for node in redis_nodes:
-        node.resume()
-        node.start()
-        with node.client() as client:
-            client.flushall()
+    redis_nodes.reset()
     clients = [node.client(socket_timeout=1.0) for node in redis_nodes]
     yield redis_nodes, clients
-    for node in redis_nodes:
-        node.resume()
-        node.start()
+    redis_nodes.reset()
     for client in clients:
         client.close()
 

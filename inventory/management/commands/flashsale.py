@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends import ALIASES
-from inventory.nodes import NodeError, RedisNode
+from inventory.nodes import NodeError, started_while_needed
 from loadtests.burst import BurstError, BurstPlan, Progress, collect_static, run_burst
 
 from .redlock_nodes import project_nodes
@@ -86,29 +86,29 @@ class Command(BaseCommand):
             )
         if "redis" in names:
             self.check_redis(settings.INVENTORY["REDIS_URL"])
-        started_nodes = self.start_redlock_nodes() if "redlock" in names else []
+        wanted = set(settings.INVENTORY["REDLOCK_URLS"]) if "redlock" in names else set()
         runs = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            try:
+            with started_while_needed(node for node in project_nodes() if node.url in wanted) as started:
+                if started:
+                    self.stderr.write(f"started {len(started)} Redlock node(s); they are stopped at the end")
                 collect_static()
-            except BurstError as exc:
-                raise CommandError(str(exc)) from exc
-            self.stdout.write(table_row([title for title, _ in COLUMNS]))
-            for name in names:
-                try:
-                    run = run_burst(backend=name, plan=plan, on_progress=self.progress_line())
-                except BurstError as exc:
-                    raise CommandError(f"{name}: {exc}") from exc
-                except KeyboardInterrupt:
-                    raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
-                finally:
-                    self.end_progress_line()
-                runs.append(run)
-                self.stdout.write(table_row(run_cells(run)))
+                self.stdout.write(table_row([title for title, _ in COLUMNS]))
+                for name in names:
+                    try:
+                        run = run_burst(backend=name, plan=plan, on_progress=self.progress_line())
+                    except BurstError as exc:
+                        raise CommandError(f"{name}: {exc}") from exc
+                    except KeyboardInterrupt:
+                        raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
+                    finally:
+                        self.end_progress_line()
+                    runs.append(run)
+                    self.stdout.write(table_row(run_cells(run)))
+        except (NodeError, BurstError) as exc:
+            raise CommandError(str(exc)) from exc
         finally:
-            for node in started_nodes:
-                node.stop()
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         if json_path:
@@ -136,23 +136,6 @@ class Command(BaseCommand):
                 client.ping()
         except redis.RedisError as exc:
             raise CommandError(f"Redis at {url} does not answer ({exc}): start it (Debian: apt-get install redis-server)") from exc
-
-    def start_redlock_nodes(self) -> list[RedisNode]:
-        """Start the project's Redlock nodes that REDLOCK_URLS names and that are down; return those."""
-        wanted = set(settings.INVENTORY["REDLOCK_URLS"])
-        started = []
-        try:
-            for node in project_nodes():
-                if node.url in wanted and not node.ping():
-                    node.start()
-                    started.append(node)
-        except NodeError as exc:
-            for node in started:
-                node.stop()
-            raise CommandError(str(exc)) from exc
-        if started:
-            self.stderr.write(f"started {len(started)} Redlock node(s); they are stopped at the end")
-        return started
 
     def progress_line(self):
         """A callback that shows one updating line on a terminal, a plain line a second otherwise."""

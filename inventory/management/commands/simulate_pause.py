@@ -30,7 +30,7 @@ from django.db import transaction
 from inventory.backends.base import StaleFence
 from inventory.locks import NotOwned, RedisLock, Redlock
 from inventory.models import Product
-from inventory.nodes import NodeError, RedisNodes
+from inventory.nodes import NodeError, RedisNodes, started_while_needed
 from inventory.services import fenced_decrement
 
 SKU = "simulate-pause"
@@ -49,26 +49,20 @@ class Command(BaseCommand):
     def handle(self, *args, backend: str, base_port: int, **options):
         self.started = time.monotonic()
         self.failures: list[str] = []
-        started_nodes: list = []
-        clients: list[redis.Redis] = []
+        nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
         try:
-            if backend == "redis":
-                clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
-            else:
-                nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
-                started_nodes = [node for node in nodes if node.pid() is None]
+            with started_while_needed(nodes if backend == "redlock" else []):
+                if backend == "redis":
+                    clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
+                else:
+                    clients = [node.client(socket_timeout=2.0) for node in nodes]
                 try:
-                    for node in started_nodes:
-                        node.start()
-                except NodeError as exc:
-                    raise CommandError(str(exc)) from exc
-                clients = [node.client(socket_timeout=2.0) for node in nodes]
-            self.run_scenario(backend, clients)
-        finally:
-            for client in clients:
-                client.close()
-            for node in started_nodes:
-                node.stop()
+                    self.run_scenario(backend, clients)
+                finally:
+                    for client in clients:
+                        client.close()
+        except NodeError as exc:
+            raise CommandError(str(exc)) from exc
         if self.failures:
             raise CommandError(f"{len(self.failures)} step(s) did not hold: " + "; ".join(self.failures))
         self.say(f"every step held ({backend})")

@@ -201,3 +201,46 @@ def node_name(client) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+# Redlock's reading of one round's replies (a list with, per node, its reply or its exception).
+# Both twins decide through these, so the quorum rules are written once.
+
+def granted_votes(replies: Sequence) -> dict[int, int]:
+    """The nodes that granted an acquire: node index → that node's fence counter."""
+    return {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
+
+
+def fence_and_laggards(granted: dict[int, int]) -> tuple[int, list[int]]:
+    """The grant's fence (the highest counter among the granting nodes) and the nodes below it,
+    which must have the fence written back before the lock is granted."""
+    fence = max(granted.values())
+    return fence, [i for i, counter in granted.items() if counter < fence]
+
+
+def confirmations(replies: Sequence) -> int:
+    """How many nodes answered 1 (fence raised, lease extended)."""
+    return sum(1 for r in replies if r == 1)
+
+
+def validity_ms(ttl_ms: float, start: float, drift: float, now: float | None = None) -> float:
+    """What is left of a lease taken at ``start`` (monotonic) as of ``now``: ttl − elapsed − drift."""
+    return ttl_ms - ((time.monotonic() if now is None else now) - start) * 1000.0 - drift
+
+
+def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> tuple[list[int], float, str | None]:
+    """After a round that granted nothing: the nodes that answered, the longest wait a refusal
+    announced (ms), and, when too few answered to ever form a majority, why."""
+    answered = [i for i, r in enumerate(replies) if type(r) is int]
+    unavailable = None
+    if len(answered) < quorum:
+        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies) if type(r) is not int)
+        unavailable = f"only {len(answered)} of {len(replies)} nodes answered, {quorum} needed ({failures})"
+    hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
+    return answered, hint_ms, unavailable
+
+
+def majority_denies(replies: Sequence, quorum: int) -> bool:
+    """True when a majority answered that the token is gone (0). A node that cannot be reached
+    proves nothing either way, and its copy expires on its own."""
+    return sum(1 for r in replies if r == 0) >= quorum

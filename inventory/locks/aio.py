@@ -35,6 +35,12 @@ from ._core import (
     QuorumUnavailable,
     Script,
     check_arguments,
+    confirmations,
+    fence_and_laggards,
+    granted_votes,
+    majority_denies,
+    refused_round,
+    validity_ms,
     default_node_timeout_ms,
     drift_ms,
     fence_key,
@@ -395,49 +401,45 @@ class AsyncRedlock(_AsyncBaseLock):
         start = time.monotonic()
         argv = (token, self.ttl_ms, "1" if waiter else "0")
         replies = await eval_all(self._nodes, ACQUIRE, self._keys, argv, self.node_timeout_s)
-        granted = {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
+        granted = granted_votes(replies)
         if len(granted) >= self.quorum:
-            fence = max(granted.values())
-            laggards = [i for i, r in granted.items() if r < fence]
+            fence, laggards = fence_and_laggards(granted)
             confirmed = len(granted) - len(laggards)
             if laggards:
+                # Write the fence back before granting so any later majority sees it (see the package docstring).
                 raised = await eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
-                                        (token, fence), self.node_timeout_s)
-                confirmed += sum(1 for r in raised if r == 1)
-            validity_ms = self.ttl_ms - (time.monotonic() - start) * 1000.0 - self._drift_ms
-            if confirmed >= self.quorum and validity_ms > 0:
-                return Lease(self.name, token, fence, start + validity_ms / 1000.0), 0, False
+                                  (token, fence), self.node_timeout_s)
+                confirmed += confirmations(raised)
+            validity = validity_ms(self.ttl_ms, start, self._drift_ms)
+            if confirmed >= self.quorum and validity > 0:
+                return Lease(self.name, token, fence, start + validity / 1000.0), 0, False
         await self._unlock_all(token)
-        answered = [i for i, r in enumerate(replies) if type(r) is int]
+        answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
         if answered:
             self._signal_node = self._nodes[answered[0]]
-        if len(answered) < self.quorum:
-            failures = "; ".join(f"{n.name}: {r}" for n, r in zip(self._nodes, replies) if type(r) is not int)
-            raise self._error(QuorumUnavailable, f"only {len(answered)} of {len(self._nodes)} nodes answered, "
-                                                 f"{self.quorum} needed ({failures})")
-        hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
+        if unavailable:
+            raise self._error(QuorumUnavailable, unavailable)
         return None, hint_ms, bool(granted)
 
     async def _unlock_all(self, token: str) -> list:
         return await eval_all(self._nodes, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
-                                 self.node_timeout_s)
+                        self.node_timeout_s)
 
     async def _unlock(self, token: str) -> bool:
-        replies = await self._unlock_all(token)
-        return sum(1 for r in replies if r == 0) < self.quorum
+        return not majority_denies(await self._unlock_all(token), self.quorum)
 
     async def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()
         if start >= lease.valid_until:
             raise self._error(NotOwned, "extend after the lease's validity ended")
         replies = await eval_all(self._nodes, EXTEND, (self.name,), (lease.token, ttl_ms), self.node_timeout_s)
-        extended = sum(1 for r in replies if r == 1)
+        extended = confirmations(replies)
         end = time.monotonic()
-        validity_ms = ttl_ms - (end - start) * 1000.0 - drift_ms(ttl_ms)
-        if extended < self.quorum or end >= lease.valid_until or validity_ms <= 0:
+        validity = validity_ms(ttl_ms, start, drift_ms(ttl_ms), end)
+        if extended < self.quorum or end >= lease.valid_until or validity <= 0:
             raise self._error(NotOwned, f"extend confirmed by {extended} of {len(self._nodes)} nodes "
                                         f"within the validity, {self.quorum} needed")
-        return Lease(self.name, lease.token, lease.fence, start + validity_ms / 1000.0)
+        return Lease(self.name, lease.token, lease.fence, start + validity / 1000.0)
 
     async def _wait_for_release(self, wait_s: float) -> None:
         await block_on_signal(self._signal_node, self.name, wait_s)

@@ -37,6 +37,12 @@ from ._core import (
     QuorumUnavailable,
     Script,
     check_arguments,
+    confirmations,
+    fence_and_laggards,
+    granted_votes,
+    majority_denies,
+    refused_round,
+    validity_ms,
     default_node_timeout_ms,
     drift_ms,
     fence_key,
@@ -470,28 +476,24 @@ class Redlock(_BaseLock):
         start = time.monotonic()
         argv = (token, self.ttl_ms, "1" if waiter else "0")
         replies = eval_all(self._nodes, ACQUIRE, self._keys, argv, self.node_timeout_s)
-        granted = {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
+        granted = granted_votes(replies)
         if len(granted) >= self.quorum:
-            fence = max(granted.values())
-            laggards = [i for i, r in granted.items() if r < fence]
+            fence, laggards = fence_and_laggards(granted)
             confirmed = len(granted) - len(laggards)
             if laggards:
-                # Write the fence back before granting so any later majority sees it (see __init__).
+                # Write the fence back before granting so any later majority sees it (see the package docstring).
                 raised = eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
                                   (token, fence), self.node_timeout_s)
-                confirmed += sum(1 for r in raised if r == 1)
-            validity_ms = self.ttl_ms - (time.monotonic() - start) * 1000.0 - self._drift_ms
-            if confirmed >= self.quorum and validity_ms > 0:
-                return Lease(self.name, token, fence, start + validity_ms / 1000.0), 0, False
+                confirmed += confirmations(raised)
+            validity = validity_ms(self.ttl_ms, start, self._drift_ms)
+            if confirmed >= self.quorum and validity > 0:
+                return Lease(self.name, token, fence, start + validity / 1000.0), 0, False
         self._unlock_all(token)
-        answered = [i for i, r in enumerate(replies) if type(r) is int]
+        answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
         if answered:
             self._signal_node = self._nodes[answered[0]]
-        if len(answered) < self.quorum:
-            failures = "; ".join(f"{n.name}: {r}" for n, r in zip(self._nodes, replies) if type(r) is not int)
-            raise self._error(QuorumUnavailable,
-                              f"only {len(answered)} of {len(self._nodes)} nodes answered, {self.quorum} needed ({failures})")
-        hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
+        if unavailable:
+            raise self._error(QuorumUnavailable, unavailable)
         return None, hint_ms, bool(granted)
 
     def _unlock_all(self, token: str) -> list:
@@ -499,23 +501,20 @@ class Redlock(_BaseLock):
                         self.node_timeout_s)
 
     def _unlock(self, token: str) -> bool:
-        # Not owned when a majority answers that the token is not there (expired, taken over); a
-        # node that cannot be reached proves nothing either way, and its copy expires on its own.
-        replies = self._unlock_all(token)
-        return sum(1 for r in replies if r == 0) < self.quorum
+        return not majority_denies(self._unlock_all(token), self.quorum)
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()
         if start >= lease.valid_until:
             raise self._error(NotOwned, "extend after the lease's validity ended")
         replies = eval_all(self._nodes, EXTEND, (self.name,), (lease.token, ttl_ms), self.node_timeout_s)
-        extended = sum(1 for r in replies if r == 1)
+        extended = confirmations(replies)
         end = time.monotonic()
-        validity_ms = ttl_ms - (end - start) * 1000.0 - drift_ms(ttl_ms)
-        if extended < self.quorum or end >= lease.valid_until or validity_ms <= 0:
+        validity = validity_ms(ttl_ms, start, drift_ms(ttl_ms), end)
+        if extended < self.quorum or end >= lease.valid_until or validity <= 0:
             raise self._error(NotOwned, f"extend confirmed by {extended} of {len(self._nodes)} nodes "
                                         f"within the validity, {self.quorum} needed")
-        return Lease(self.name, lease.token, lease.fence, start + validity_ms / 1000.0)
+        return Lease(self.name, lease.token, lease.fence, start + validity / 1000.0)
 
     def _wait_for_release(self, wait_s: float) -> None:
         # Every release signals every node; waiting on the first live one keeps waiters in one queue.

@@ -54,6 +54,14 @@ def shopper_id(request: HttpRequest) -> str:
     return shopper
 
 
+def declared_length(request: HttpRequest) -> int | None:
+    """The body size the client declared (0 when absent), or None when the header is not a number."""
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return None
+
+
 def json_error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
@@ -135,11 +143,8 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
         return response
     if product is None:
         return error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale.")
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = MAX_BODY_BYTES + 1
-    if length > MAX_BODY_BYTES:
+    length = declared_length(request)
+    if length is None or length > MAX_BODY_BYTES:
         return error_page(request, product, 413, "Check your order", "The order form sent too much data.")
     raw = request.POST.get("quantity", "1")
     try:
@@ -185,9 +190,8 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
         response = json_error(405, "use POST", allowed=["POST"])
         response["Allow"] = "POST"
         return response
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
+    length = declared_length(request)
+    if length is None:
         return json_error(400, "invalid Content-Length")
     if length > MAX_BODY_BYTES:
         return json_error(413, f"body larger than {MAX_BODY_BYTES} bytes")

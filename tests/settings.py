@@ -2,10 +2,15 @@
 
 The suite's Redlock nodes listen on their own ports (7579+) so a running `make demo` and the
 tests never share a node, and the single Redis lock uses database 9 of the local server.
+``FLASHSALE_TEST_SLOT`` (tests/slots.py) moves all of it, for parallel checkouts.
 """
 import os
 
-os.environ.setdefault("REDLOCK_BASE_PORT", "7579")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
+from tests import slots
+
+os.environ.setdefault("REDLOCK_BASE_PORT", str(slots.REDLOCK_BASE_PORT))
+os.environ.setdefault("REDIS_URL", slots.SHOP_REDIS_URL)
+if slots.SLOT:
+    os.environ.setdefault("DATABASE_URL", slots.DATABASE_URL)
 
 from shop.settings import *  # noqa: E402,F401,F403

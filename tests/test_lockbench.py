@@ -7,10 +7,12 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from tests import slots
+
 ROWS = ["floor-1node", "floor-5nodes", "ours-redis", "ours-redlock", "redis-py-lock", "python-redis-lock",
         "pottery-redlock", "redlock-py", "contended-polling", "contended-notified"]
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
-BASE_PORT = 7684
+BASE_PORT = slots.LOCKBENCH_BASE_PORT
 
 
 @pytest.mark.slow

@@ -7,10 +7,11 @@ import pytest
 from django.core.management import call_command
 
 from inventory.models import Product
+from tests import slots
 
 # The lock tests' node ports (tests/locks/conftest.py); the command starts them if they are down
 # and stops only the ones it started.
-REDLOCK_TEST_PORT = 7679
+REDLOCK_TEST_PORT = slots.LOCK_TEST_BASE_PORT
 
 
 @pytest.mark.django_db(transaction=True)

@@ -15,9 +15,10 @@ import redis
 import redis.asyncio as aioredis
 
 from inventory.nodes import RedisNodes
+from tests import slots
 
-SINGLE_URL = "redis://127.0.0.1:6379/11"
-BASE_PORT = 7679
+SINGLE_URL = slots.LOCK_TEST_REDIS_URL
+BASE_PORT = slots.LOCK_TEST_BASE_PORT
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / "test-locks"
 
 

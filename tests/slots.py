@@ -1,0 +1,25 @@
+"""Where the suite's private resources live, so that several checkouts can run it at once.
+
+``FLASHSALE_TEST_SLOT=k`` (0 to 6, default 0) moves every private port by ``k × 1000``, picks
+other databases on the machine's Redis and another PostgreSQL database. Slot 0 is what CI and
+``make test`` use: Redlock nodes on 7579+, the lock tests' nodes on 7679+, Redis databases 9 and 11.
+"""
+from __future__ import annotations
+
+import os
+
+SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0"))
+if not 0 <= SLOT <= 6:
+    raise SystemExit(f"FLASHSALE_TEST_SLOT={SLOT}: use 0 to 6")
+
+#: First port of the suite's range; each user of the range takes its own block inside it.
+PORT_BASE = 7579 + 1000 * SLOT
+REDLOCK_BASE_PORT = PORT_BASE  # the shop's five Redlock nodes (tests/conftest.py)
+LOCK_TEST_BASE_PORT = PORT_BASE + 100  # tests/locks: five nodes
+LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes
+
+# (shop's single-lock Redis database, lock tests' database) on 127.0.0.1:6379, per slot.
+_REDIS_DATABASES = [(9, 11), (1, 2), (3, 4), (5, 6), (7, 8), (12, 13), (14, 15)]
+SHOP_REDIS_URL = f"redis://127.0.0.1:6379/{_REDIS_DATABASES[SLOT][0]}"
+LOCK_TEST_REDIS_URL = f"redis://127.0.0.1:6379/{_REDIS_DATABASES[SLOT][1]}"
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/flashsale" + (f"_s{SLOT}" if SLOT else "")

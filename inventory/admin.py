@@ -70,7 +70,7 @@ class ProductAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["sku", "name", "price", "per_customer_limit"]}),
         ("Sale window", {"fields": ["sale_starts_at", "sale_ends_at"], "description": "Blank means open-ended."}),
-        ("Stock", {"fields": ["initial_stock", "stock", "fence"]}),
+        ("Stock", {"fields": ["initial_stock", "stock", "fence", "version"]}),
     ]
 
     def get_queryset(self, request):
@@ -78,12 +78,16 @@ class ProductAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Stock changes only through purchase, restock and reset; on creation it equals initial stock.
-        return ["initial_stock", "stock", "fence"] if obj else ["stock", "fence"]
+        return ["initial_stock", "stock", "fence", "version"] if obj else ["stock", "fence", "version"]
 
     def save_model(self, request, obj, form, change):
         if not change:
             obj.stock = obj.initial_stock
-        super().save_model(request, obj, form, change)
+            obj.save()
+        elif form.changed_data:
+            # Only what the form edits: saving every column would write back the stock, fence
+            # and version the form read, undoing any purchase that committed meanwhile.
+            obj.save(update_fields=form.changed_data)
 
     @admin.display(description="sale")
     def state(self, product: Product) -> str:

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from inventory.backends import strategy_class
 from inventory.models import BurstRun, Product
 from inventory.services import audit, reset_sale
 
@@ -108,8 +109,8 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: 
         # The server's own count of purchase POSTs, to check Locust's against.
         GUNICORN_ACCESSLOG=str(access_log),
     )
-    if backend == "unsafe":
-        env["ALLOW_UNSAFE_BACKEND"] = "1"
+    env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
+    env.update(strategy_class(backend).server_env(inventory))
     return env
 
 
@@ -294,23 +295,13 @@ def count_purchases(access_log: Path, *, sku: str) -> int:
 
 def record(*, backend: str, plan: BurstPlan, summary: dict, progress: Progress, started_at) -> dict:
     """Audit the database, judge the invariants, store the BurstRun, return the row."""
-    report = audit(sku=plan.sku, demand=plan.requests)
     status_counts = summary["status_counts"]
+    report = audit(sku=plan.sku, told_sold_out=summary.get("outcomes", {}).get("sold_out", status_counts.get("409", 0)))
     # A 503 with Retry-After is the shop's "busy, try again" (allowed); any other 5xx, or a
     # request that got no HTTP answer at all ("0"), is an error.
     errors_5xx = sum(n for status, n in status_counts.items() if int(status) >= 500 or int(status) == 0)
     errors_5xx -= summary["busy"]
-    problems = []
-    if report.stock < 0:
-        problems.append(f"stock {report.stock} below 0")
-    if report.oversold or report.lost:
-        problems.append(
-            f"ordered {report.ordered} units but stock fell by {report.sold} (oversold {report.oversold}, lost {report.lost})"
-        )
-    if report.duplicate_customers:
-        problems.append(f"{report.duplicate_customers} customers with two orders")
-    if report.undersold:
-        problems.append(f"undersold {report.undersold}")
+    problems = report.problems
     if errors_5xx:
         problems.append(f"{errors_5xx} server errors")
     if summary["page_failures"]:

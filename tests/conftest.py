@@ -8,7 +8,7 @@ import redis
 from django.conf import settings
 
 from inventory.backends import reset_backend
-from inventory.management.commands.redlock_nodes import project_nodes
+from inventory.backends.redlock import project_nodes
 
 
 @pytest.fixture(scope="session")

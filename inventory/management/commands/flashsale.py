@@ -8,15 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-import redis
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.backends import ALIASES
-from inventory.nodes import NodeError, started_while_needed
+from inventory.backends import STRATEGIES, ServiceError, services_running, strategy_class
+from inventory.nodes import NodeError
 from loadtests.burst import BurstError, BurstPlan, Progress, collect_static, run_burst
-
-from .redlock_nodes import project_nodes
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 COLUMNS = [
@@ -48,7 +44,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--backends", default="db,redis,redlock", help="comma-separated: db, redis, redlock, unsafe")
+        parser.add_argument("--backends", default="db,redis,redlock", help=f"comma-separated: {', '.join(STRATEGIES)}")
         parser.add_argument("--requests", type=int, default=5000, help="purchase requests per backend (default 5000)")
         parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100)")
         parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
@@ -66,9 +62,9 @@ class Command(BaseCommand):
         if timeout is None:
             timeout = max(BurstPlan.timeout_s, requests * 0.05)
         names = [name.strip() for name in backends.split(",") if name.strip()]
-        unknown = [name for name in names if name not in ALIASES]
+        unknown = [name for name in names if name not in STRATEGIES]
         if not names or unknown:
-            raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(ALIASES)}")
+            raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
         if len(set(names)) != len(names):
             raise CommandError(f"--backends names a backend twice: {backends}")
         for flag, value, least in (("--requests", requests, 1), ("--stock", stock, 0), ("--users", users, 1),
@@ -79,20 +75,18 @@ class Command(BaseCommand):
             raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
         plan = BurstPlan(requests=requests, stock=stock, sku=sku, users=users, workers=workers, threads=threads, timeout_s=timeout)
 
-        if "unsafe" in names:
+        controls = [name for name in names if strategy_class(name).control]
+        if controls:
             self.stderr.write(
-                "warning: the unsafe backend takes no lock and oversells by design; "
-                "ALLOW_UNSAFE_BACKEND=1 is set for its gunicorn only"
+                f"warning: {', '.join(controls)} oversell(s) by design (controls); "
+                "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
             )
-        if "redis" in names:
-            self.check_redis(settings.INVENTORY["REDIS_URL"])
-        wanted = set(settings.INVENTORY["REDLOCK_URLS"]) if "redlock" in names else set()
         runs = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with started_while_needed(node for node in project_nodes() if node.url in wanted) as started:
+            with services_running(names) as started:
                 if started:
-                    self.stderr.write(f"started {len(started)} Redlock node(s); they are stopped at the end")
+                    self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for name in names:
@@ -106,7 +100,7 @@ class Command(BaseCommand):
                         self.end_progress_line()
                     runs.append(run)
                     self.stdout.write(table_row(run_cells(run)))
-        except (NodeError, BurstError) as exc:
+        except (ServiceError, NodeError, BurstError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
@@ -129,13 +123,6 @@ class Command(BaseCommand):
             raise KeyboardInterrupt
 
         return signal.signal(signal.SIGTERM, interrupt)
-
-    def check_redis(self, url: str) -> None:
-        try:
-            with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
-                client.ping()
-        except redis.RedisError as exc:
-            raise CommandError(f"Redis at {url} does not answer ({exc}): start it (Debian: apt-get install redis-server)") from exc
 
     def progress_line(self):
         """A callback that shows one updating line on a terminal, a plain line a second otherwise."""

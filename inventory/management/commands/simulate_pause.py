@@ -27,11 +27,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from inventory.backends.base import StaleFence
+from inventory.backends.section import checked_write, read_shelf
 from inventory.locks import NotOwned, RedisLock, Redlock
 from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
-from inventory.services import fenced_decrement
 
 SKU = "simulate-pause"
 STOCK = 10
@@ -86,12 +85,12 @@ class Command(BaseCommand):
 
     def write(self, *, who: str, product_id: int, fence: int) -> bool:
         """The shop's fenced write of one unit; True when storage accepted it."""
-        try:
-            with transaction.atomic():
-                return fenced_decrement(product_id=product_id, quantity=1, fence=fence)
-        except StaleFence as refusal:
-            self.say(f"     {who}'s write refused by storage: {refusal}")
-            return False
+        with transaction.atomic():
+            shelf = read_shelf(product_id)
+            if checked_write(shelf, quantity=1, token=fence, fenced=True):
+                return True
+        self.say(f"     {who}'s write refused by storage: token {fence}, row fence {shelf.fence}")
+        return False
 
     def run_scenario(self, backend: str, clients: list[redis.Redis]) -> None:
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"

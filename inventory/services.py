@@ -13,12 +13,16 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from . import soldout
 from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
-from .backends.section import Attempt, Refusal, decide, find_order, shelf_for_sku
+from .backends.redis_stock import forget_sale
+from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
 from .models import Allocation, Order, Product
 
 logger = logging.getLogger(__name__)
@@ -124,17 +128,24 @@ def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "
         raise InventoryError("a purchase needs a customer")
     if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):
         raise InventoryError("Idempotency-Key must be 1 to 64 letters, digits, - or _")
+    timings = Timings()
+    mark = soldout.look(sku, customer=customer, key=idempotency_key)
+    if mark is not None and (mark.order_id or (mark.sold_out and not _past(mark.ends_at))):
+        check_quantity(quantity, limit=mark.limit or MAX_QUANTITY)
+        timings.total_ms = _ms(began)
+        if mark.order_id:
+            return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=mark.order_id, timings=timings)
+        return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     shelf = shelf_for_sku(sku)
     if shelf is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
     check_quantity(quantity, limit=shelf.per_customer_limit)
-    timings = Timings()
     replay = find_order(product_id=shelf.product_id, customer=customer, key=idempotency_key)
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
         timings.total_ms = _ms(began)
-        attempt = Attempt(order=replay, refusal=refusal)
-        return _result(strategy, attempt, timings=timings)
+        result = _result(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
+        return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     try:
         with ExitStack() as held:
             waiting = time.perf_counter()
@@ -148,6 +159,20 @@ def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "
         timings.lock_wait_ms = _ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
     timings.total_ms = _ms(began)
+    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+
+
+def _past(moment: float | None) -> bool:
+    return moment is not None and time.time() >= moment
+
+
+def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str,
+              key: str) -> PurchaseResult:
+    """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
+    if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
+        soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
+    elif result.confirmed and key:
+        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id)
     return result
 
 
@@ -219,6 +244,7 @@ def restock(*, sku: str, quantity: int) -> Product:
         product.initial_stock += quantity
         product.version += 1
         product.save(update_fields=["stock", "initial_stock", "version"])
+        _sale_changing(sku, reset=False)
     return product
 
 
@@ -241,7 +267,24 @@ def reset_sale(*, sku: str, stock: int) -> Product:
         product.fence = 0
         product.version += 1
         product.save(update_fields=["initial_stock", "stock", "fence", "version"])
+        _sale_changing(sku, reset=True)
     return product
+
+
+def _sale_changing(sku: str, *, reset: bool) -> None:
+    """Inside a restock or reset: what lives outside the database follows it.
+
+    The sold-out mark's generation is raised before the commit, so if Redis does not answer
+    the change is refused and nothing changes; ``inventory.receivers`` raises it again after
+    the commit (a mark left meanwhile stops counting) and drops the ``redis-stock`` counter. A
+    reset also drops the customers' units there: its orders are gone.
+    """
+    try:
+        soldout.client().incr(soldout.generation_key(sku))
+    except redis.RedisError as exc:
+        raise InventoryError(f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed") from exc
+    if reset:
+        transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,12 @@ def fresh_redlock_nodes(redlock_nodes):
     redlock_nodes.reset()
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def redis_client():
-    """The single-lock Redis (database 9 of the machine's server), emptied before and after."""
+    """The shop's Redis (database 9 of the machine's server), emptied before and after each test.
+
+    The database is rolled back between tests but Redis is not, and the shop keeps sold-out marks
+    and redis-stock counters there by sku: a test must not see the last one's."""
     client = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
     client.flushdb()
     yield client

@@ -24,6 +24,7 @@ STRATEGIES = {
     "redis": "inventory.backends.redis.RedisLockStrategy",
     "redlock": "inventory.backends.redlock.RedlockStrategy",
     "atomic": "inventory.backends.atomic.AtomicUpdateStrategy",
+    "redis-stock": "inventory.backends.redis_stock.RedisStockStrategy",
     "local": "inventory.backends.local.ProcessLockStrategy",
     "unsafe": "inventory.backends.unsafe.UnsafeStrategy",
 }

@@ -57,6 +57,7 @@ class Attempt:
     order: Order | None = None  # confirmed (a new order, or the one an idempotency key names)
     refusal: Refusal | None = None
     conflict: Shelf | None = None  # the storage check refused the write based on this read
+    replayed: bool = False  # with ``order``: an earlier order with the same idempotency key
 
 
 def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:
@@ -142,7 +143,7 @@ def attempt_section(strategy: Strategy, *, product_id: int, customer: str, quant
         shelf = strategy.read(product_id)
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
-            return Attempt(order=replay)
+            return Attempt(order=replay, replayed=True)
         refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=timezone.now())
         if refusal is not None:
             return Attempt(refusal=refusal)

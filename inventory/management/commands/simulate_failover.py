@@ -37,6 +37,7 @@ from inventory.nodes import NodeError, RedisNodes, started_while_needed
 from inventory.replication import ReplicatedPair
 
 SKU = "simulate-failover"
+REDLOCK_SKU = "simulate-failover-redlock"
 STOCK = 10
 TTL_MS = 10_000
 
@@ -152,9 +153,9 @@ class Command(BaseCommand):
     def redlock(self, pair: ReplicatedPair, others: RedisNodes) -> None:
         say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
-        product = reset_product(sku=SKU, name="Failover demonstration", stock=STOCK)
+        product = reset_product(sku=REDLOCK_SKU, name="Failover demonstration (Redlock)", stock=STOCK)
         say(f"Redlock, the same steps: node 0 is master {pair.master.port} with replica {pair.replica.port}, "
-            f"nodes 1-4 on {others[0].port}-{others[-1].port}; product reset to stock {STOCK}; lock {name!r}")
+            f"nodes 1-4 on {others[0].port}-{others[-1].port}; product {REDLOCK_SKU!r} stock {STOCK}; lock {name!r}")
         before = [pair.master.client(socket_timeout=2.0)] + [node.client(socket_timeout=2.0) for node in others]
         after = [pair.replica.client(socket_timeout=2.0)] + before[1:]
         try:
@@ -185,7 +186,7 @@ class Command(BaseCommand):
                  f"is still on {holding} of the other 4 nodes and a grant needs 3 of 5")
             landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced,
                                  backend="redlock")
-            oversold, line = audit_line(SKU)
+            oversold, line = audit_line(REDLOCK_SKU)
             step(landed and oversold == 0, f"A, the only holder, writes with token {lease_a.fence}: accepted; {line}")
             lock_a.release()
         finally:

@@ -47,12 +47,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, nodes: int, base_port: int, **options):
         if not 0 <= nodes <= NODES:
-            raise CommandError(f"--nodes {nodes}: give how many of the {NODES} Redlock nodes' clocks jump, 0 to {NODES}")
+            raise CommandError(f"--nodes {nodes}: give how many of the {NODES} Redlock nodes' clocks jump, "
+                               f"0 to {NODES}")
         if not 1024 <= base_port <= 65535 - NODES + 1:
             raise CommandError(f"--base-port {base_port}: use a port from 1024 to {65535 - NODES + 1}")
         self.narrator = Narrator(self.stdout)
         self.jumped = nodes
-        redis_nodes = RedisNodes(base_port=base_port, count=NODES, run_dir=Path(settings.RUN_DIR) / "simulate-clock-jump")
+        run_dir = Path(settings.RUN_DIR) / "simulate-clock-jump"
+        redis_nodes = RedisNodes(base_port=base_port, count=NODES, run_dir=run_dir)
         for node in redis_nodes:
             if node.pid() is None and node.ping():
                 raise CommandError(f"port {node.port} has a redis-server this command did not start: "

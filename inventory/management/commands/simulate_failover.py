@@ -134,8 +134,9 @@ class Command(BaseCommand):
             b_landed = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced,
                                    backend="redis")
             if self.fenced:
+                refusal = why_refused(shelf_b, lease_b.fence)
                 step(not b_landed, f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token "
-                                   f"{lease_b.fence}: REFUSED by the storage check: {why_refused(shelf_b, lease_b.fence)}; "
+                                   f"{lease_b.fence}: REFUSED by the storage check: {refusal}; "
                                    f"B's transaction rolls back and its shopper is told busy")
             else:
                 step(b_landed, f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token {lease_b.fence}: "
@@ -151,7 +152,7 @@ class Command(BaseCommand):
                 client.close()
 
     def redlock(self, pair: ReplicatedPair, others: RedisNodes) -> None:
-        say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
+        say, step = self.narrator.say, self.narrator.step
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
         product = reset_product(sku=REDLOCK_SKU, name="Failover demonstration (Redlock)", stock=STOCK)
         say(f"Redlock, the same steps: node 0 is master {pair.master.port} with replica {pair.replica.port}, "

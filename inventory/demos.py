@@ -2,22 +2,24 @@
 
 * :class:`Narrator`: one timestamped line per step, ``ok`` or ``FAIL``; a demo exits 0 only when
   every step held.
-* The demo product, reset before each run, and the critical section as a purchase runs it: read the
-  shelf, decide, then in one transaction the checked write and the order. :func:`write_order` goes
-  through :func:`_write`, the storage check with the fence on or off.
+* The demo product, reset before each run, and the critical section's parts as a purchase uses
+  them (``inventory.backends.section``): ``read_shelf``, then in one transaction
+  ``checked_write`` (the storage check on or off), the customer's units and the order.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from django.core.management.base import OutputWrapper
 from django.db import transaction
 
+from .backends.section import Shelf, allocate, checked_write, read_shelf
 from .models import Order, Product
 from .services import audit, reset_sale
+
+__all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]
 
 
 class Narrator:
@@ -43,15 +45,6 @@ class Narrator:
         self.say(f"     {message}")
 
 
-@dataclass(frozen=True)
-class Shelf:
-    """What one read of the product row saw."""
-
-    product_id: int
-    stock: int
-    fence: int
-
-
 def reset_product(*, sku: str, name: str, stock: int) -> Product:
     """The demo's product, on sale now with ``stock`` units, no orders and fence 0."""
     Product.objects.get_or_create(
@@ -64,31 +57,13 @@ def reset_product(*, sku: str, name: str, stock: int) -> Product:
     return reset_sale(sku=sku, stock=stock)
 
 
-def read_shelf(product_id: int) -> Shelf:
-    row = Product.objects.values("stock", "fence").get(pk=product_id)
-    return Shelf(product_id=product_id, stock=row["stock"], fence=row["fence"])
-
-
-def _write(shelf: Shelf, *, quantity: int, token: int | None, fenced: bool) -> bool:
-    """The critical section's write, as ``inventory.backends.section.checked_write`` does it.
-
-    ``fenced=True``: stock becomes ``shelf.stock - quantity`` and the row's fence ``token``, only if
-    the row is still what the writer read (its stock unchanged) and ``token`` is newer than the
-    row's fence; False, and nothing changed, when refused. ``fenced=False``: stock becomes
-    ``shelf.stock - quantity`` whatever happened since the read (the storage check is off).
-    """
-    rows = Product.objects.filter(pk=shelf.product_id)
-    if not fenced:
-        return rows.update(stock=shelf.stock - quantity) == 1
-    return rows.filter(stock=shelf.stock, fence__lt=token).update(stock=shelf.stock - quantity, fence=token) == 1
-
-
 def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool,
                 backend: str) -> bool:
-    """The section's transaction: the checked write and, if it landed, the customer's order."""
+    """The section's transaction: the checked write and, if it landed, the customer's units and order."""
     with transaction.atomic():
-        if not _write(shelf, quantity=quantity, token=token, fenced=fenced):
+        if not checked_write(shelf, quantity=quantity, token=token, fenced=fenced):
             return False
+        allocate(product_id=shelf.product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
         Order.objects.create(product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend,
                              fence=token)
     return True
@@ -98,8 +73,9 @@ def why_refused(shelf: Shelf, token: int | None) -> str:
     """Which part of the storage check refused a write made from ``shelf`` with ``token``."""
     now = read_shelf(shelf.product_id)
     reasons = []
-    if now.stock != shelf.stock:
-        reasons.append(f"the row changed since the read (stock {shelf.stock} then, {now.stock} now)")
+    if now.version != shelf.version:
+        reasons.append(f"the row changed since the read (version {shelf.version}, stock {shelf.stock} then; "
+                       f"version {now.version}, stock {now.stock} now)")
     if token is not None and token <= now.fence:
         reasons.append(f"token {token} is not newer than the row's fence {now.fence}")
     return " and ".join(reasons) or "no condition failed"

@@ -139,6 +139,10 @@ def replication_info(client: redis.Redis) -> dict:
 class ReplicatedPair:
     """A master on ``base_port`` and its replica on ``base_port + 1``, linked through a holdable relay.
 
+    Clients reach the current primary through ``front`` (on ``front_port``; 0 picks a free one).
+    It fits the strategies' ``Service`` shape (``description``, ``running()``, ``start()``,
+    ``stop()``, ``startable``); the relays run in the process that started the pair.
+
     >>> pair = ReplicatedPair(base_port=7800, run_dir=".run/pair")
     >>> pair.start()                  # both up, replica in sync, pair.front.url reaches the master
     >>> pair.hold_replication()       # writes from now on stay on the master
@@ -146,8 +150,12 @@ class ReplicatedPair:
     >>> pair.stop()
     """
 
-    def __init__(self, *, base_port: int, run_dir: Path | str, sync_timeout_s: float = 10.0) -> None:
+    startable = True
+
+    def __init__(self, *, base_port: int, run_dir: Path | str, front_port: int = 0,
+                 sync_timeout_s: float = 10.0) -> None:
         run_dir = Path(run_dir)
+        self.front_port = front_port
         self.master = RedisNode(port=base_port, run_dir=run_dir)
         self.replica = RedisNode(port=base_port + 1, run_dir=run_dir)
         self.sync_timeout_s = sync_timeout_s
@@ -167,11 +175,20 @@ class ReplicatedPair:
             # Send the initial snapshot at once rather than after the default 5 s batching delay.
             master.config_set("repl-diskless-sync-delay", 0)
         self.link = Relay(target_port=self.master.port)
-        self.front = Relay(target_port=self.master.port)
+        self.front = Relay(target_port=self.master.port, port=self.front_port)
         self.primary = self.master
         with self.replica.client() as replica:
             replica.replicaof(HOST, self.link.port)
         self.wait_in_sync()
+
+    @property
+    def description(self) -> str:
+        return (f"Redis master {HOST}:{self.master.port} + replica {HOST}:{self.replica.port}"
+                + (f", clients through {HOST}:{self.front.port}" if self.front is not None else ""))
+
+    def running(self) -> bool:
+        """The relays are up and the current primary answers."""
+        return self.front is not None and self.primary.ping()
 
     def wait_in_sync(self) -> None:
         """Wait until the replica has processed everything the master has written."""
@@ -200,9 +217,8 @@ class ReplicatedPair:
 
     def fail_over(self) -> None:
         """Kill the master (SIGKILL), drop the held stream, promote the replica, point ``front`` at it."""
-        link, front = self._relays()
+        front = self._relays()[1]
         self.kill_master()
-        link.cut()
         self.promote()
         front.retarget(self.replica.port)
 

@@ -14,7 +14,7 @@ from inventory.nodes import RedisNodes
 from inventory.replication import ReplicatedPair
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 220  # five nodes, then a master + replica, all this module's own
+BASE_PORT = slots.PORT_BASE + 320  # five nodes, then a master + replica, all this module's own
 
 
 @pytest.fixture

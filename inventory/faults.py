@@ -226,7 +226,9 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
     * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
-      nodes, restarts them empty. Default hold 2 s.
+      nodes, restarts them empty. Default hold 2 s. The distlock page delays a restart by one TTL;
+      restarted sooner, a majority of forgetful nodes can grant a lock that is still held, and only
+      the storage check keeps the second holder's write out.
     * ``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
       start empty. Default hold 1 s.
     * ``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s.

@@ -137,7 +137,10 @@ class Command(BaseCommand):
                 refusal = why_refused(shelf_b, lease_b.fence)
                 step(not b_landed, f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token "
                                    f"{lease_b.fence}: REFUSED by the storage check: {refusal}; "
-                                   f"B's transaction rolls back and its shopper is told busy")
+                                   f"B's transaction rolls back")
+                note("in a purchase the strategy then tries to recover (FencedLockStrategy.recover): it asks the lock "
+                     "to raise its counter past the row's fence while B still holds the lock, and runs B's section "
+                     "again from a fresh read; without that, B's shopper is told busy. B's stale write never lands")
             else:
                 step(b_landed, f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token {lease_b.fence}: "
                                f"LANDS, nothing checks it (storage check off); B's order written")

@@ -9,10 +9,13 @@ import time
 import pytest
 import redis
 
+from inventory.backends import Outcome, load_backend
 from inventory.faults import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
 from inventory.locks import QuorumUnavailable, Redlock
+from inventory.models import Product
 from inventory.nodes import RedisNodes
 from inventory.replication import ReplicatedPair
+from inventory.services import audit, purchase
 from tests import slots
 
 BASE_PORT = slots.PORT_BASE + 320  # five nodes, then a master + replica, all this module's own
@@ -99,6 +102,39 @@ def test_failover_loses_the_writes_of_the_lag_and_the_front_reaches_the_promoted
     assert front.info("replication")["role"] == "master"
     assert front.get("before") == b"1" and front.get("during-lag") is None
     front.set("after", 1)  # the promoted replica takes writes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purchases_through_the_redis_strategy_across_a_failover_never_oversell(pair, make_product, settings):
+    """The shop's own path through the fault: a failover loses lock grants and fence increments; the
+    promoted counter is behind the row's fence, so the storage check refuses until it passes it."""
+    make_product("failover-x", stock=50)
+    strategy = load_backend("redis", config={**settings.INVENTORY, "REDIS_URL": pair.front.url,
+                                             "ACQUIRE_TIMEOUT_MS": 100})
+
+    def buy(customer: str) -> Outcome:
+        return purchase(sku="failover-x", customer=customer, quantity=1, backend=strategy).outcome
+
+    try:
+        assert [buy(f"before-{i}") for i in range(3)] == [Outcome.CONFIRMED] * 3
+        pair.wait_in_sync()
+        pair.hold_replication()  # the next sales' fence increments stay on the master
+        assert [buy(f"lag-{i}") for i in range(3)] == [Outcome.CONFIRMED] * 3
+        fence_at_failover = Product.objects.get(sku="failover-x").fence
+        fault = make_fault("failover", pair=pair, lag_s=0)
+        fault.inject()
+        assert buy("during") is Outcome.BUSY  # no primary: busy, never an error
+        fault.recover()
+        after = []
+        while Outcome.CONFIRMED not in after and len(after) < 10:
+            after.append(buy(f"after-{len(after)}"))
+        # Refused while the promoted counter (3) was not above the row's fence (6), then selling again.
+        assert after[-1] is Outcome.CONFIRMED and set(after[:-1]) <= {Outcome.BUSY} and len(after) <= 4
+        report = audit(sku="failover-x")
+        assert (report.ordered, report.oversold, report.lost) == (7, 0, 0)
+        assert Product.objects.get(sku="failover-x").fence > fence_at_failover
+    finally:
+        strategy.close()
 
 
 def test_pause_worker_stops_the_given_child_past_the_lease_and_resumes_it():

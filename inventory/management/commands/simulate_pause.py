@@ -109,8 +109,9 @@ class Command(BaseCommand):
         accepted = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced,
                                backend=backend)
         after_b = read_shelf(product.pk)
+        recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"
         step(accepted and after_b.stock == STOCK - 1,
-             f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, row fence {after_b.fence})")
+             f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})")
 
         note("A wakes up, still believing it holds the lock")
         try:

@@ -128,6 +128,10 @@ class Relay:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread; close() alone would not
+        except OSError:
+            pass
         self._listener.close()
         self.cut()
 

@@ -1,6 +1,8 @@
 """inventory.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 import redis
 
@@ -55,3 +57,13 @@ def test_a_port_held_by_a_server_the_pair_did_not_start_is_refused(tmp_path):
         assert foreign.ping()
     finally:
         foreign.stop()
+
+
+def test_stop_closes_the_relays_and_the_nodes(tmp_path):
+    pair = ReplicatedPair(base_port=BASE_PORT, run_dir=tmp_path / "pair")
+    pair.start()
+    front_port = pair.front.port
+    pair.stop()
+    assert not pair.master.ping() and not pair.replica.ping()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", front_port), timeout=1.0)

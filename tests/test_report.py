@@ -73,8 +73,8 @@ class TestMissingKeys:
     def test_a_run_with_only_a_name_renders(self):
         html = render_report({"runs": [{"backend": "db"}]})
         assert sentence({"backend": "db"}) == "db: this run carries no figures."
-        assert html.count("<svg") >= 1  # the empty timeline still draws its axes
-        assert "no samples in this run" in html and "This run has no latency histogram" in html
+        assert "<svg" not in html  # no empty chart that would pass for one
+        assert "This run has no timeline" in html and "This run has no latency histogram" in html
         assert "The JSON does not record the command" in html and "does not describe the machine" in html
         assert ">–<" in html
 
@@ -205,7 +205,19 @@ class TestCommand:
         html = (tmp_path / "r.html").read_text()
         assert re.search(r"<dt>PostgreSQL</dt><dd>PostgreSQL \d+", html)
         assert re.search(r"<dt>Redis</dt><dd>\d+\.\d+", html)
-        assert "<dt>Measured</dt><dd>when the report was written</dd>" in html
+        assert "<dt>Measured</dt><dd>when the report was written: cores, memory_bytes, os, python" in html
+
+    @pytest.mark.django_db
+    def test_completes_a_partly_recorded_machine(self, burst, tmp_path):
+        burst["machine"] = {"cpus": 64, "platform": "Plan 9", "python": "3.11.0"}  # what the runner records
+        source = tmp_path / "burst.json"
+        source.write_text(json.dumps(burst))
+        call_command("report", json_path=str(source), out=str(tmp_path / "r.html"), stdout=StringIO())
+        html = (tmp_path / "r.html").read_text()
+        assert "<dt>CPU cores</dt><dd>64</dd>" in html and "<dt>OS</dt><dd>Plan 9</dd>" in html
+        assert html.count("<dt>CPU cores</dt>") == 1 and "<dd>3.11.0</dd>" in html
+        assert re.search(r"<dt>PostgreSQL</dt><dd>PostgreSQL \d+", html)
+        assert "<dt>Measured</dt><dd>when the report was written: memory_bytes, django, postgresql, redis, " in html
 
 
 @pytest.mark.django_db

@@ -325,6 +325,24 @@ def machine_info() -> dict:
     return info
 
 
+#: What :func:`machine_info` measures (``redis_persistence`` only when Redis answers).
+MACHINE_KEYS = ("cores", "memory_bytes", "os", "python", "django", "postgresql", "redis", "redis_persistence", "etcd")
+#: Names the burst runner may use for what :func:`machine_info` calls otherwise.
+MACHINE_ALIASES = {"cpus": "cores", "platform": "os"}
+
+
+def complete_machine(recorded: object) -> dict:
+    """The machine as recorded in the JSON, with what it lacks of :func:`machine_info` measured now
+    (and a ``measured`` entry naming those parts); recorded values are kept as they are."""
+    known = {MACHINE_ALIASES.get(k, k): v for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+    if all(key in known for key in MACHINE_KEYS):
+        return known
+    measured = machine_info()
+    missing = [key for key in MACHINE_KEYS if key not in known and key in measured]
+    return {**known, **{key: measured[key] for key in missing},
+            "measured": f"when the report was written: {', '.join(missing)}"}
+
+
 def _memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -357,7 +375,7 @@ def machine_rows(machine: dict) -> list[tuple[str, str]]:
     labels = {
         "cores": "CPU cores", "memory_bytes": "Memory", "os": "OS", "python": "Python", "django": "Django",
         "postgresql": "PostgreSQL", "redis": "Redis", "redis_persistence": "Redis persistence", "etcd": "etcd",
-        "measured": "Measured",
+        "measured": "Measured", "cpus": "CPU cores", "platform": "OS",
     }
     rows = []
     for key, value in machine.items():
@@ -588,7 +606,8 @@ def _timeline_figure(v: View) -> str:
         if sold_out is not None:
             desc += f"; sold out after {sold_out:.1f} s"
     else:
-        desc = "the run has no timeline"
+        return (f'<figure class="card"><figcaption>{esc(what)}</figcaption><p class="no-chart">This run has no '
+                "timeline.</p></figure>")
     if found:
         desc += "; phases: " + ", ".join(f"{p['name']} {p['start_s']:.1f}–{p['end_s']:.1f} s" for p in found)
     chart = svg.timeline_chart(points, phases=found, colour=v.colour, title=f"{v.label}: {what.lower()}",
@@ -603,6 +622,8 @@ def _rate_figure(v: View) -> str:
     if not found or len(rows) < 2:
         return ""
     points = [(b[0], max(0.0, (b[3] - a[3]) / (b[0] - a[0]))) for a, b in zip(rows, rows[1:]) if b[0] > a[0]]
+    if not points:
+        return ""
     by_phase = []
     for p in found:
         inside = [rate for t, rate in points if p["start_s"] < t <= p["end_s"]]

@@ -79,9 +79,8 @@ class Plot:
 
 def timeline_chart(points: Sequence[tuple[float, float]], *, phases: Sequence[dict], colour: str, title: str,
                    y_label: str, desc: str) -> str:
-    """One line over time (seconds), with the fault phases as labelled bands behind it.
-
-    ``phases`` are ``{"name", "start_s", "end_s"}`` with numeric bounds already checked.
+    """One line over time (seconds) through ``points`` (at least one), with the fault phases as
+    labelled bands behind it. ``phases`` are ``{"name", "start_s", "end_s"}`` with numeric bounds already checked.
     """
     x_max = max([x for x, _ in points] + [p["end_s"] for p in phases], default=1) or 1
     plot = Plot(height=210, x_max=x_max, y_max=max((y for _, y in points), default=1) or 1)
@@ -94,13 +93,9 @@ def timeline_chart(points: Sequence[tuple[float, float]], *, phases: Sequence[di
         body.append(f'<text class="phase-label" x="{num((x1 + x2) / 2)}" y="{plot.top + 11}" text-anchor="middle">'
                     f'{esc(phase["name"])}</text>')
     body += plot.y_axis(y_label) + plot.x_axis("seconds")
-    if points:
-        path = " ".join(f"{num(plot.x(x))},{num(plot.y(y))}" for x, y in points)
-        body.append(f'<polyline class="line" points="{path}" fill="none" stroke="{esc(colour)}" stroke-width="2.5" '
-                    'stroke-linejoin="round"/>')
-    else:
-        body.append(f'<text class="empty" x="{WIDTH / 2}" y="{num((plot.top + plot.base) / 2)}" '
-                    'text-anchor="middle">no samples in this run</text>')
+    path = " ".join(f"{num(plot.x(x))},{num(plot.y(y))}" for x, y in points)
+    body.append(f'<polyline class="line" points="{path}" fill="none" stroke="{esc(colour)}" stroke-width="2.5" '
+                'stroke-linejoin="round"/>')
     return _svg(height=210, title=title, desc=desc, body=body, css_class="chart-timeline")
 
 

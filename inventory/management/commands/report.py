@@ -6,13 +6,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from loadtests.report import DEFAULT_JSON, LATEST_REPORT, ReportError, machine_info, validate, write_report
+from loadtests.report import DEFAULT_JSON, LATEST_REPORT, ReportError, complete_machine, validate, write_report
 
 
 class Command(BaseCommand):
     help = (
         "Write the HTML report of a burst (manage.py flashsale --json): one file, no network, a chart set "
-        "and one sentence per strategy. When the JSON does not describe the machine, this machine is measured."
+        "and one sentence per strategy. What the JSON does not record of the machine (versions of PostgreSQL, Redis, etcd...) is measured here."
     )
 
     def add_arguments(self, parser):
@@ -43,8 +43,7 @@ class Command(BaseCommand):
             validate(data)
         except ReportError as exc:
             raise CommandError(f"--json {json_path}: {exc}") from exc
-        if not isinstance(data.get("machine"), dict):
-            data = {**data, "machine": {**machine_info(), "measured": "when the report was written"}}
+        data = {**data, "machine": complete_machine(data.get("machine"))}
         try:
             path = write_report(data, target)
         except OSError as exc:

@@ -205,7 +205,7 @@ class TestCommand:
         html = (tmp_path / "r.html").read_text()
         assert re.search(r"<dt>PostgreSQL</dt><dd>PostgreSQL \d+", html)
         assert re.search(r"<dt>Redis</dt><dd>\d+\.\d+", html)
-        assert "<dt>Measured</dt><dd>when the report was written: cores, memory_bytes, os, python" in html
+        assert "<dt>Measured</dt><dd>when the report was written: CPU cores, Memory, OS, Python" in html
 
     @pytest.mark.django_db
     def test_completes_a_partly_recorded_machine(self, burst, tmp_path):
@@ -217,7 +217,7 @@ class TestCommand:
         assert "<dt>CPU cores</dt><dd>64</dd>" in html and "<dt>OS</dt><dd>Plan 9</dd>" in html
         assert html.count("<dt>CPU cores</dt>") == 1 and "<dd>3.11.0</dd>" in html
         assert re.search(r"<dt>PostgreSQL</dt><dd>PostgreSQL \d+", html)
-        assert "<dt>Measured</dt><dd>when the report was written: memory_bytes, django, postgresql, redis, " in html
+        assert "<dt>Measured</dt><dd>when the report was written: Memory, Django, PostgreSQL, Redis, " in html
 
 
 @pytest.mark.django_db

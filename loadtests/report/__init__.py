@@ -325,8 +325,12 @@ def machine_info() -> dict:
     return info
 
 
-#: What :func:`machine_info` measures (``redis_persistence`` only when Redis answers).
-MACHINE_KEYS = ("cores", "memory_bytes", "os", "python", "django", "postgresql", "redis", "redis_persistence", "etcd")
+#: What :func:`machine_info` measures (``redis_persistence`` only when Redis answers), as the page names it.
+MACHINE_LABELS = {
+    "cores": "CPU cores", "memory_bytes": "Memory", "os": "OS", "python": "Python", "django": "Django",
+    "postgresql": "PostgreSQL", "redis": "Redis", "redis_persistence": "Redis persistence", "etcd": "etcd",
+}
+MACHINE_KEYS = tuple(MACHINE_LABELS)
 #: Names the burst runner may use for what :func:`machine_info` calls otherwise.
 MACHINE_ALIASES = {"cpus": "cores", "platform": "os"}
 
@@ -340,7 +344,7 @@ def complete_machine(recorded: object) -> dict:
     measured = machine_info()
     missing = [key for key in MACHINE_KEYS if key not in known and key in measured]
     return {**known, **{key: measured[key] for key in missing},
-            "measured": f"when the report was written: {', '.join(missing)}"}
+            "measured": f"when the report was written: {', '.join(MACHINE_LABELS[key] for key in missing)}"}
 
 
 def _memory_bytes() -> int | None:
@@ -372,11 +376,7 @@ def cell(value: float | None, formatter=count) -> str:
 
 
 def machine_rows(machine: dict) -> list[tuple[str, str]]:
-    labels = {
-        "cores": "CPU cores", "memory_bytes": "Memory", "os": "OS", "python": "Python", "django": "Django",
-        "postgresql": "PostgreSQL", "redis": "Redis", "redis_persistence": "Redis persistence", "etcd": "etcd",
-        "measured": "Measured", "cpus": "CPU cores", "platform": "OS",
-    }
+    labels = {**MACHINE_LABELS, "measured": "Measured", "cpus": "CPU cores", "platform": "OS"}
     rows = []
     for key, value in machine.items():
         if key == "memory_bytes" and figure(machine, key) is not None:
@@ -584,10 +584,11 @@ def _timeline_rows(run: dict) -> list[list]:
 
 
 def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
-    """(seconds, stock left) from the timeline, or (seconds, purchases answered) when no stock was
-    sampled (the floor row); with the label of what is plotted."""
+    """(seconds, stock left) from the timeline, or (seconds, purchases answered) for the floor row
+    (which touches no stock) and when no stock was sampled; with the label of what is plotted."""
     rows = _timeline_rows(run)
-    for column, label in ((1, "units left"), (3, "purchases answered"), (2, "purchases sent")):
+    columns = ((1, "units left"), (3, "purchases answered"), (2, "purchases sent"))
+    for column, label in columns[1:] if run.get("backend") == "floor" else columns:
         points = [(r[0], r[column]) for r in rows if len(r) > column and number(r[column]) is not None]
         if points:
             return points, label

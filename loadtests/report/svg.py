@@ -99,9 +99,9 @@ def timeline_chart(points: Sequence[tuple[float, float]], *, phases: Sequence[di
     return _svg(height=210, title=title, desc=desc, body=body, css_class="chart-timeline")
 
 
-def _marker_x(value: float, bounds: Sequence[float], slot: float, left: float) -> float | None:
-    """Where ``value`` falls on a histogram of equal-width buckets (log interpolation inside one)."""
-    lower = 0.0
+def _marker_x(value: float, bounds: Sequence[float], lower: float, slot: float, left: float) -> float | None:
+    """Where ``value`` falls on equal-width buckets with upper ``bounds`` starting at ``lower``
+    (log interpolation inside a bucket, linear in one starting at 0); None when beyond the last."""
     for i, upper in enumerate(bounds):
         if value <= upper:
             if lower > 0 and upper > lower:
@@ -116,32 +116,41 @@ def _marker_x(value: float, bounds: Sequence[float], slot: float, left: float) -
 def histogram_chart(buckets: Sequence[tuple[float, int]], *, colour: str, percentiles: dict[str, float],
                     title: str, desc: str) -> str:
     """Counts per latency bucket (``(upper bound ms, count)``, ascending), one equal-width bar per
-    bucket, with the percentiles drawn as labelled lines where they fall."""
+    bucket, with the percentiles drawn as labelled lines where they fall. Empty buckets below the
+    first filled one but one are left out; the axis starts at the bound below the first bar."""
+    first = next((i for i, (_, count) in enumerate(buckets) if count), 0)
+    start = max(0, first - 1)
+    lower = buckets[start - 1][0] if start else 0.0
+    buckets = list(buckets[start:])
     height = 220
     plot = Plot(height=height, x_max=1, y_max=max((c for _, c in buckets), default=1) or 1, bottom=38)
     body = plot.y_axis("requests")
     body.append(f'<line class="axis" x1="{plot.left}" x2="{WIDTH - plot.right}" y1="{plot.base}" y2="{plot.base}"/>')
     slot = (WIDTH - plot.left - plot.right) / max(len(buckets), 1)
     every = max(1, math.ceil(len(buckets) / 7))  # at most about seven labels under the bars
-    lower = 0.0
+    body.append(f'<text class="tick" x="{plot.left}" y="{plot.base + 14}" text-anchor="middle">{fmt(lower)}</text>')
+    bucket_lower = lower
     for i, (upper, count) in enumerate(buckets):
         x, top = plot.left + slot * i, plot.y(count)
         body.append(f'<rect x="{num(x + 0.5)}" y="{num(top)}" width="{num(max(slot - 1, 0.5))}" '
                     f'height="{num(plot.base - top)}" fill="{esc(colour)}">'
-                    f"<title>{fmt(lower)}–{fmt(upper)} ms: {count} requests</title></rect>")
-        if i % every == 0 or (i == len(buckets) - 1 and i % every >= every / 2):
+                    f"<title>{fmt(bucket_lower)}–{fmt(upper)} ms: {count} requests</title></rect>")
+        if (i + 1) % every == 0 or i == len(buckets) - 1:
             body.append(f'<text class="tick" x="{num(x + slot)}" y="{plot.base + 14}" text-anchor="middle">'
                         f"{fmt(upper)}</text>")
-        lower = upper
+        bucket_lower = upper
     body.append(f'<text class="axis-label" x="{WIDTH - plot.right}" y="{height - 3}" text-anchor="end">'
-                "ms (bucket upper bound)</text>")
+                "ms (bucket bounds)</text>")
     bounds = [upper for upper, _ in buckets]
     for k, (name, value) in enumerate(percentiles.items()):
-        x = _marker_x(value, bounds, slot, plot.left)
+        x = _marker_x(value, bounds, lower, slot, plot.left)
         if x is None:
             continue
+        # A label that would run past the right edge goes on the left of its line.
+        label_x, anchor = (x + 3, "start") if x < WIDTH - plot.right - 26 else (x - 3, "end")
         body.append(f'<line class="marker" x1="{num(x)}" x2="{num(x)}" y1="{plot.top}" y2="{plot.base}"/>')
-        body.append(f'<text class="marker-label" x="{num(x + 3)}" y="{plot.top + 10 + 11 * k}">{esc(name)}</text>')
+        body.append(f'<text class="marker-label" x="{num(label_x)}" y="{plot.top + 10 + 11 * k}" '
+                    f'text-anchor="{anchor}">{esc(name)}</text>')
     return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-histogram")
 
 

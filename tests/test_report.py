@@ -7,7 +7,6 @@ invented to exercise the report, not measured.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 from io import StringIO
@@ -17,6 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from loadtests import report
+from loadtests.report import svg
 from loadtests.report import ReportError, read_summary, render_report, sentence, sentences, write_report
 
 FIXTURE = Path(__file__).with_name("burst_fixture.json")
@@ -51,7 +51,8 @@ class TestSentences:
 
     def test_the_sentence_follows_the_figures(self, burst):
         db = run_of(burst, "db")
-        assert sentence({**db, "oversold": 3, "orders": 103}).startswith("db: oversold 3 units (103 orders for 100 units)")
+        overselling = sentence({**db, "oversold": 3, "orders": 103})
+        assert overselling.startswith("db: oversold 3 units (103 orders for 100 units)")
         assert "left 7 units unsold while shoppers were told sold out" in sentence({**db, "undersold": 7})
         assert "2 writes stopped only by a database constraint" in sentence({**db, "constraint_hits": 2})
         assert "12 database connections at peak" in sentence({**db, "peak_db_connections": 12})
@@ -67,6 +68,16 @@ class TestSentences:
         assert "0.62× floor" in sentences(burst)[1]  # 750 / 1210
         del burst["runs"][0]  # no floor row: the sentence gives requests/s instead
         assert sentences(burst)[0].endswith("41 ms, 750 requests/s.")
+
+
+def test_histogram_leaves_out_empty_buckets_below_the_first_filled_one_but_one():
+    chart = svg.histogram_chart([(1, 0), (2, 0), (5, 0), (10, 4), (20, 6)], colour="#000", percentiles={"p50": 10},
+                                title="t", desc="d")
+    assert re.findall(r"<title>([^<]*) ms: ", chart) == ["2–5", "5–10", "10–20"]
+    # p50 = 10 ms is the top of the second of three equal buckets: two thirds across the plot.
+    x = float(re.search(r'<line class="marker" x1="([\d.]+)"', chart).group(1))
+    plot_left, plot_width = 44, svg.WIDTH - 44 - 12
+    assert x == pytest.approx(plot_left + plot_width * 2 / 3, abs=0.1)
 
 
 class TestMissingKeys:
@@ -150,7 +161,8 @@ class TestPage:
 
     def test_durability_of_each_strategy(self, burst):
         html = render_report(burst)
-        for name in ("floor", "db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock", "local", "unsafe"):
+        for name in ("floor", "db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock", "local",
+                     "unsafe"):
             assert f'<th scope="row">{name}' in html
         assert "this machine&#x27;s Redis keeps nothing across a restart" in html  # from the recorded config
         burst["machine"]["redis_persistence"] = {"save": "3600 1", "appendonly": "no"}

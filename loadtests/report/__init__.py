@@ -456,7 +456,8 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         verdict = _verdict(v.run)
         parts.append(
             f'<li class="sentence" data-backend="{esc(v.name)}"><span class="swatch" '
-            f'style="background:{esc(v.colour)}" aria-hidden="true"></span><a href="#{v.anchor}">{esc(v.sentence)}</a> '
+            f'style="background:{esc(v.colour)}" aria-hidden="true"></span>'
+            f'<a href="#{v.anchor}">{esc(v.sentence)}</a> '
             f'<span class="verdict verdict-{verdict[0]}">{esc(verdict[1])}</span></li>'
         )
     parts.append("</ul></section>")
@@ -580,7 +581,9 @@ def _strategy(v: View, machine: dict) -> str:
 
 def _timeline_rows(run: dict) -> list[list]:
     rows = run.get("timeline")
-    return [r for r in rows if isinstance(r, list) and r and number(r[0]) is not None] if isinstance(rows, list) else []
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, list) and r and number(r[0]) is not None]
 
 
 def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
@@ -630,7 +633,8 @@ def _rate_figure(v: View) -> str:
         inside = [rate for t, rate in points if p["start_s"] < t <= p["end_s"]]
         if inside:
             by_phase.append(f"{p['name']}: {count(sum(inside) / len(inside))} answers/s on average")
-    chart = svg.timeline_chart(points, phases=found, colour=v.colour, title=f"{v.label}: purchases answered per second",
+    chart = svg.timeline_chart(points, phases=found, colour=v.colour,
+                               title=f"{v.label}: purchases answered per second",
                                y_label="answers/s", desc="; ".join(by_phase) or "no samples inside the phases")
     return f'<figure class="card"><figcaption>Purchases answered per second</figcaption>{chart}</figure>'
 
@@ -671,12 +675,14 @@ def _floor_share(v: View) -> str:
     chart = svg.hbar_chart([("throughput", [("", value)])], colours=[v.colour], unit="× the floor's requests/s",
                            title=f"{v.label}: throughput as a share of the floor", desc=desc,
                            reference=("floor", 1.0), value_format=ratio)
-    return f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>{chart}</figure>'
+    return (f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>'
+            f"{chart}</figure>")
 
 
 def _split_figure(v: View) -> str:
     run = v.run
-    parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"), ("total", "total_ms")]
+    parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"),
+             ("total", "total_ms")]
     rows = []
     for label, key in parts:
         p50, p99 = timing(run, key, "p50"), timing(run, key, "p99")
@@ -724,8 +730,9 @@ def _durability_table(shown: list[View], machine: dict) -> str:
     ran = {v.name for v in shown}
     rows = "".join(
         f'<tr{" class=ran" if name in ran else ""}><th scope="row">{esc(name)}'
-        f'{" <span class=ran-mark>in this burst</span>" if name in ran else ""}</th><td>{esc(where)}</td>'
-        f"<td>{esc(durability(name, machine))}</td></tr>"
+        f'{" <span class=ran-mark>in this burst</span>" if name in ran else ""}</th>'
+        f'<td data-label="lives in">{esc(where)}</td><td data-label="across a restart">'
+        f"{esc(durability(name, machine))}</td></tr>"
         for name, where in GUARD_STATE
     )
     return (

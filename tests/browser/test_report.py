@@ -45,7 +45,7 @@ def test_fixture_report_has_charts_and_sentences_and_loads_nothing(browser, tmp_
         assert_chart_and_sentence_per_strategy(page, data)
         charts = page.get_by_role("img")
         assert charts.count() == page.locator("svg").count()
-        names = [charts.nth(i).evaluate("svg => svg.querySelector('title').textContent") for i in range(charts.count())]
+        names = charts.evaluate_all("svgs => svgs.map(svg => svg.querySelector('title').textContent)")
         assert all(names) and "redlock (kill-redlock-node): stock over time" in names
         assert page.locator("article.strategy").last.locator("rect.phase-during").count() == 2
     finally:
@@ -85,7 +85,8 @@ def test_report_of_a_real_burst(browser, tmp_path):
         page, requested = open_report(context, report_html)
         assert requested == [report_html.as_uri()]
         assert_chart_and_sentence_per_strategy(page, data)
-        assert page.locator('li.sentence[data-backend="db"]').inner_text().startswith("db: sold 20 of 20 units, none oversold")
+        db = page.locator('li.sentence[data-backend="db"]').inner_text()
+        assert db.startswith("db: sold 20 of 20 units, none oversold")
         assert page.locator("dl.machine").inner_text().count("PostgreSQL") >= 2  # label and SELECT version()
     finally:
         context.close()

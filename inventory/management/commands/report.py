@@ -12,7 +12,8 @@ from loadtests.report import DEFAULT_JSON, LATEST_REPORT, ReportError, complete_
 class Command(BaseCommand):
     help = (
         "Write the HTML report of a burst (manage.py flashsale --json): one file, no network, a chart set "
-        "and one sentence per strategy. What the JSON does not record of the machine (versions of PostgreSQL, Redis, etcd...) is measured here."
+        "and one sentence per strategy. What the JSON does not record of the machine (versions of PostgreSQL, "
+        "Redis, etcd...) is measured here."
     )
 
     def add_arguments(self, parser):
@@ -34,8 +35,9 @@ class Command(BaseCommand):
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise CommandError(f"--json {json_path}: not valid JSON ({exc}); write it with manage.py flashsale --json") \
-                from exc
+            raise CommandError(
+                f"--json {json_path}: not valid JSON ({exc}); write it with manage.py flashsale --json"
+            ) from exc
         target = Path(out)
         if target.is_dir():
             raise CommandError(f"--out {out}: is a folder; give a file name such as {target / 'report.html'}")

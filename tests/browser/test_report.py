@@ -80,6 +80,8 @@ def test_report_of_a_real_burst(browser, tmp_path):
         pytest.fail(f"the burst failed: {exc}")
     call_command("report", json_path=str(burst_json), out=str(report_html), stdout=StringIO())
     data = json.loads(burst_json.read_text())
+    missing = sorted({key for run in data["runs"] for key in ("timeline", "latency_histogram_ms") if not run.get(key)})
+    assert not missing, f"flashsale --json wrote no {', '.join(missing)}: the report's charts are drawn from them"
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page, requested = open_report(context, report_html)

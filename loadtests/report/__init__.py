@@ -15,8 +15,10 @@ What holds for the page:
   document without a list of runs, a run that is not an object, or a run without a backend name
   is refused, with :class:`ReportError`.
 
-The machine block comes from the JSON's ``machine`` when present; :func:`machine_info` measures
-it on this machine (it needs Django's database connection and the shop's Redis settings).
+The machine block is the JSON's ``machine``, shown as recorded. :func:`machine_info` measures this
+machine (it needs Django's database connection and the shop's Redis settings) and
+:func:`complete_machine` fills in what a recorded block lacks; ``manage.py report`` does that
+before rendering. :func:`read_summary` gives back the sentences of a written report.
 """
 from __future__ import annotations
 

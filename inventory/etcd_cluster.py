@@ -261,19 +261,22 @@ class EtcdCluster:
                 f"only {', '.join(with_data)} of the etcd members have data under {self.run_dir}: "
                 "restore the others or remove that directory to start a new cluster"
             )
-        for member in self.members:
-            member.spawn()
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.running():
-                return
-            time.sleep(0.1)
-        sick = [member.name for member in self.members if not member.healthy()]
-        raise EtcdClusterError(f"etcd members {', '.join(sick)} not healthy within {wait_s}s; see {self.run_dir}/*.log")
+        self.reset(wait_s=wait_s)
 
     def stop(self) -> None:
         for member in self.members:
             member.stop()
+
+    def reset(self, *, wait_s: float = 20.0) -> None:
+        """Every member running and the cluster healthy, whatever a test did to it (paused, killed)."""
+        for member in self.members:
+            member.resume()
+            member.spawn()
+        deadline = time.monotonic() + wait_s
+        while not self.running():
+            if time.monotonic() > deadline:
+                raise EtcdClusterError(f"etcd cluster not healthy within {wait_s}s after a reset; see {self.run_dir}/*.log")
+            time.sleep(0.1)
 
     def wipe(self) -> None:
         """Stop every member and delete their data: the next start is a new cluster from revision 1."""

@@ -75,7 +75,7 @@ CONNECT_TIMEOUT_S = 0.1
 WATCH_RECHECK_S = 1.0
 # After a sweep in which no member answered, pause this long before the next one (an election).
 UNAVAILABLE_PAUSE_S = 0.05
-# After a failed renewal the keepalive tries again this soon, while the lease lasts.
+# After a failed renewal, or while orphaned keys are left, the keepalive tries again this soon.
 KEEPALIVE_RETRY_S = 0.25
 
 
@@ -143,7 +143,8 @@ class _Session:
                 self.lost = True
                 return
             self.expires_at = sent + ttl
-            interval = self.ttl_s / 3.0
+            # Orphans block the lock's queue: look again soon rather than in a third of a TTL.
+            interval = min(self.ttl_s / 3.0, KEEPALIVE_RETRY_S) if self.orphans else self.ttl_s / 3.0
 
     def close(self) -> None:
         """Stop renewing and revoke the lease, which deletes every key bound to it (best effort)."""
@@ -373,22 +374,26 @@ class EtcdLock:
                 self._abandon(key, reachable=not isinstance(exc, QuorumUnavailable))
             raise
 
-    def _retrying(self, op: Callable[[], T], deadline: float) -> T:
-        """``op`` until a member answers; :class:`QuorumUnavailable` when a majority refuse or time runs out."""
+    def _retrying(self, op: Callable[[], T], deadline: float, *, failure: type[LockError] = QuorumUnavailable) -> T:
+        """``op`` until a member answers; ``failure`` when a majority refuse connections or time runs out.
+
+        Retrying rides out an election (members answer "unavailable" or time out meanwhile).
+        """
         while True:
             try:
                 return op()
             except gw_errors.Etcd3Exception as exc:
-                raise self._error(NotAcquired, f"etcd refused the request: {exc.detail_text}") from exc
+                raise self._error(failure, f"etcd refused the request: {exc.detail_text}") from exc
             except MembersUnavailable as exc:
                 if exc.refused >= self.client.quorum:
-                    raise self._error(QuorumUnavailable, f"{exc.refused} of {len(self.client.endpoints)} members "
-                                                         f"refused connections ({exc})") from exc
+                    raise self._error(failure, f"{exc.refused} of {len(self.client.endpoints)} members "
+                                               f"refused connections ({exc})") from exc
+                if not exc.failures:  # the deadline passed before any member was asked
+                    raise self._error(NotAcquired if failure is QuorumUnavailable else failure,
+                                      f"no time left of {self.timeout_ms} ms") from exc
                 remaining = deadline - time.monotonic()
-                if not exc.failures:
-                    raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms") from exc
                 if remaining <= 0:
-                    raise self._error(QuorumUnavailable, f"no member answered within {self.timeout_ms} ms ({exc})") from exc
+                    raise self._error(failure, f"no member answered within {self.timeout_ms} ms ({exc})") from exc
                 time.sleep(min(remaining, UNAVAILABLE_PAUSE_S))
 
     def _txn(self, txn: dict, deadline: float) -> dict:
@@ -467,11 +472,14 @@ class EtcdLock:
             "success": [{"request_delete_range": {"key": _b64(key)}}],
             "failure": [],
         }
+        # Bounded like an acquire: long enough to ride out an election, not to wait for a majority back.
+        deadline = time.monotonic() + max(self.timeout_ms / 1000.0, self.client.call_timeout_s)
         try:
-            reply = self.client.call(lambda gw: gw.transaction(txn))
-        except (MembersUnavailable, gw_errors.Etcd3Exception) as exc:
+            reply = self._retrying(lambda: self.client.call(lambda gw: gw.transaction(txn), deadline=deadline),
+                                   deadline, failure=LockError)
+        except LockError:
             self._abandon(key, reachable=False)
-            raise self._error(LockError, f"release failed; the key goes with the session: {exc}") from exc
+            raise
         if not reply.get("succeeded"):
             raise self._error(NotOwned, "release refused: the session lease expired and the key is gone")
 

@@ -121,7 +121,9 @@ class EtcdMember:
             if process.poll() is not None:
                 raise EtcdClusterError(f"etcd {self.name} exited with {process.returncode}; see {self.logfile}")
             time.sleep(0.05)
-        raise EtcdClusterError(f"etcd {self.name} did not answer on {self.endpoint} within {wait_s}s; see {self.logfile}")
+        raise EtcdClusterError(
+            f"etcd {self.name} did not answer on {self.endpoint} within {wait_s}s; see {self.logfile}"
+        )
 
     def spawn(self) -> subprocess.Popen | None:
         """Start the process without waiting for it; None when it already runs."""
@@ -275,7 +277,9 @@ class EtcdCluster:
         deadline = time.monotonic() + wait_s
         while not self.running():
             if time.monotonic() > deadline:
-                raise EtcdClusterError(f"etcd cluster not healthy within {wait_s}s after a reset; see {self.run_dir}/*.log")
+                raise EtcdClusterError(
+                    f"etcd cluster not healthy within {wait_s}s after a reset; see {self.run_dir}/*.log"
+                )
             time.sleep(0.1)
 
     def wipe(self) -> None:

@@ -240,7 +240,8 @@ class EtcdClient:
                     break
             try:
                 result = op(self.gateway(index, timeout_s))
-            except (gw_errors.ConnectionFailedError, gw_errors.ConnectionTimeoutError, requests.RequestException) as exc:
+            except (gw_errors.ConnectionFailedError, gw_errors.ConnectionTimeoutError,
+                    requests.RequestException) as exc:
                 cause = exc if isinstance(exc, requests.RequestException) else exc.__context__
                 if isinstance(cause, requests.ConnectionError) and not isinstance(cause, requests.Timeout):
                     refused += 1

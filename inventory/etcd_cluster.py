@@ -27,13 +27,13 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .nodes import _alive
+from .nodes import NodeError, _alive
 
 INSTALL_HINT = "etcd not found on PATH: install it (Debian: apt-get install etcd-server)"
 
 
-class EtcdClusterError(RuntimeError):
-    """A member of the private etcd cluster could not be started or stopped."""
+class EtcdClusterError(NodeError):
+    """A member of the private etcd cluster could not be started or stopped (caught like a Redis node's)."""
 
 
 def etcd_binary() -> str:

@@ -146,6 +146,9 @@ class _Session:
             # Orphans block the lock's queue: look again soon rather than in a third of a TTL.
             interval = min(self.ttl_s / 3.0, KEEPALIVE_RETRY_S) if self.orphans else self.ttl_s / 3.0
 
+    def freeze(self) -> None:
+        self._stopped.set()
+
     def close(self) -> None:
         """Stop renewing and revoke the lease, which deletes every key bound to it (best effort)."""
         self._stopped.set()
@@ -299,6 +302,16 @@ class EtcdClient:
         session = self._sessions.get(ttl_s)
         if session is not None:
             session.orphans.add(key)
+
+    def freeze_sessions(self) -> None:
+        """Stop renewing this process's sessions without revoking them, as if the process froze.
+
+        Their leases run out within one TTL and etcd deletes their keys; a holder keeps believing
+        it holds its lock. For demonstrations and tests of the pause; the next acquire after the
+        expiry starts a new session.
+        """
+        for session in list(self._sessions.values()):
+            session.freeze()
 
     def close(self) -> None:
         """Revoke this process's sessions (their keys go at once) and close the connections."""

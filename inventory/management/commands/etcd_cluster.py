@@ -1,15 +1,10 @@
 """Start, stop or report the private 3-member etcd cluster that the ``etcd`` strategy uses."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.etcd_cluster import EtcdCluster, EtcdClusterError
-
-
-def project_cluster() -> EtcdCluster:
-    """The cluster serving ``INVENTORY["ETCD_ENDPOINTS"]``, its data under ``RUN_DIR/etcd``."""
-    return EtcdCluster.from_endpoints(settings.INVENTORY["ETCD_ENDPOINTS"], run_dir=settings.RUN_DIR / "etcd")
+from inventory.backends.etcd import project_cluster
+from inventory.etcd_cluster import EtcdClusterError
 
 
 class Command(BaseCommand):

@@ -226,7 +226,8 @@ class EtcdClient:
     def call(self, op: Callable[[etcd3gw.Etcd3Client], T], *, deadline: float | None = None) -> T:
         """Run ``op`` on one member, moving on to the next when it does not answer; one sweep at most.
 
-        Each attempt waits at most the call timeout (and never past ``deadline``). Raises
+        Each attempt waits at most the call timeout; the first is always made, the others only
+        before ``deadline`` and never past it (``timeout_ms=0`` is one attempt). Raises
         :class:`MembersUnavailable` when no member answered; errors etcd itself returned
         (``etcd3gw.exceptions.Etcd3Exception`` other than "unavailable") pass through.
         """
@@ -237,7 +238,7 @@ class EtcdClient:
         for step in range(len(self._members)):
             index = (first + step) % len(self._members)
             timeout_s = self.call_timeout_s
-            if deadline is not None:
+            if deadline is not None and step > 0:
                 timeout_s = min(timeout_s, deadline - time.monotonic())
                 if timeout_s <= 0:
                     break
@@ -402,9 +403,6 @@ class EtcdLock:
                 if exc.refused >= self.client.quorum:
                     raise self._error(failure, f"{exc.refused} of {len(self.client.endpoints)} members "
                                                f"refused connections ({exc})") from exc
-                if not exc.failures:  # the deadline passed before any member was asked
-                    raise self._error(NotAcquired if failure is QuorumUnavailable else failure,
-                                      f"no time left of {self.timeout_ms} ms") from exc
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._error(failure, f"no member answered within {self.timeout_ms} ms ({exc})") from exc

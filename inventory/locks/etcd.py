@@ -75,7 +75,7 @@ CONNECT_TIMEOUT_S = 0.1
 WATCH_RECHECK_S = 1.0
 # After a sweep in which no member answered, pause this long before the next one (an election).
 UNAVAILABLE_PAUSE_S = 0.05
-# After a failed renewal, or while orphaned keys are left, the keepalive tries again this soon.
+# After a failed renewal the keepalive tries again this soon (an election), while the lease lasts.
 KEEPALIVE_RETRY_S = 0.25
 
 
@@ -92,7 +92,7 @@ class MembersUnavailable(Exception):
     """No member answered one sweep; ``refused`` counts members that refused the connection."""
 
     def __init__(self, failures: dict[str, str], refused: int) -> None:
-        super().__init__("; ".join(f"{endpoint}: {why}" for endpoint, why in failures.items()) or "no time left")
+        super().__init__("; ".join(f"{endpoint}: {why}" for endpoint, why in failures.items()))
         self.failures = failures
         self.refused = refused
 
@@ -104,8 +104,9 @@ class _LeaseGone(Exception):
 class _Session:
     """This process's lease for one TTL, renewed every ttl/3 by a daemon thread.
 
-    Also deletes the keys of acquisitions that could not clean up after themselves (``orphans``)
-    before each renewal, so a key never outlives the acquire that made it by more than a TTL.
+    The thread also deletes the keys of acquisitions that could not clean up after themselves
+    (``orphans``): at once when one is added, and before each renewal until it succeeds. A key
+    that cannot be deleted goes with the lease, since renewals fail just as long.
     """
 
     def __init__(self, client: "EtcdClient", ttl_s: int, deadline: float) -> None:
@@ -117,24 +118,37 @@ class _Session:
         self.ttl_s = int(reply["TTL"])
         self.expires_at = sent + self.ttl_s
         self.lost = False
+        self.retired = False
         self.orphans: set[str] = set()
-        self._stopped = threading.Event()
+        self._stopped = False
+        self._nudged = threading.Event()
         self._thread = threading.Thread(target=self._keep_alive, name=f"etcd-session-{self.id:x}", daemon=True)
         self._thread.start()
 
     def alive(self) -> bool:
-        return not self.lost and time.monotonic() < self.expires_at
+        """Usable for new acquisitions: neither lost, retired nor past its expiry."""
+        return not self.lost and not self.retired and time.monotonic() < self.expires_at
 
     def _keep_alive(self) -> None:
         interval = self.ttl_s / 3.0
-        while not self._stopped.wait(interval):
+        while True:
+            self._nudged.wait(interval)
+            self._nudged.clear()
+            if self._stopped:
+                return
             try:
                 for key in list(self.orphans):
                     self.client.call(lambda gw: gw.delete(key))
                     self.orphans.discard(key)
+                if self.retired:
+                    if time.monotonic() >= self.expires_at:
+                        return
+                    interval = min(self.ttl_s / 3.0, KEEPALIVE_RETRY_S)
+                    continue
                 sent = time.monotonic()
                 ttl = self.client.call(lambda gw: etcd3gw.Lease(self.id, client=gw).refresh())
-            except (MembersUnavailable, gw_errors.Etcd3Exception):
+            except (MembersUnavailable, gw_errors.Etcd3Exception, KeyError):
+                # KeyError: the keepalive stream answered {"error": ...} (no leader) instead of a result.
                 if time.monotonic() < self.expires_at:
                     interval = min(self.ttl_s / 3.0, KEEPALIVE_RETRY_S)  # an election; try again soon
                     continue
@@ -143,15 +157,28 @@ class _Session:
                 self.lost = True
                 return
             self.expires_at = sent + ttl
-            # Orphans block the lock's queue: look again soon rather than in a third of a TTL.
-            interval = min(self.ttl_s / 3.0, KEEPALIVE_RETRY_S) if self.orphans else self.ttl_s / 3.0
+            interval = self.ttl_s / 3.0
+
+    def add_orphan(self, key: str) -> None:
+        self.orphans.add(key)
+        self._nudged.set()
+
+    def retire(self, key: str) -> None:
+        """Stop renewing: ``key``'s put had an unknown outcome and may still land after any delete.
+
+        The lease then takes such a key with it within one TTL; holders under this session keep
+        their keys until then (far longer than a purchase), new acquisitions take a new session.
+        """
+        self.retired = True
+        self.add_orphan(key)
 
     def freeze(self) -> None:
-        self._stopped.set()
+        self._stopped = True
+        self._nudged.set()
 
     def close(self) -> None:
         """Stop renewing and revoke the lease, which deletes every key bound to it (best effort)."""
-        self._stopped.set()
+        self.freeze()
         self.lost = True
         try:
             self.client.call(lambda gw: etcd3gw.Lease(self.id, client=gw).revoke())
@@ -223,13 +250,16 @@ class EtcdClient:
         return etcd3gw.Etcd3Client(host=host, port=port, protocol=scheme, timeout=(CONNECT_TIMEOUT_S, timeout_s),
                                    api_path="/v3/", session=self._http[index])
 
-    def call(self, op: Callable[[etcd3gw.Etcd3Client], T], *, deadline: float | None = None) -> T:
+    def call(self, op: Callable[[etcd3gw.Etcd3Client], T], *, deadline: float | None = None,
+             doubts: list[str] | None = None) -> T:
         """Run ``op`` on one member, moving on to the next when it does not answer; one sweep at most.
 
         Each attempt waits at most the call timeout; the first is always made, the others only
         before ``deadline`` and never past it (``timeout_ms=0`` is one attempt). Raises
         :class:`MembersUnavailable` when no member answered; errors etcd itself returned
-        (``etcd3gw.exceptions.Etcd3Exception`` other than "unavailable") pass through.
+        (``etcd3gw.exceptions.Etcd3Exception`` other than "unavailable") pass through. Every member
+        that failed other than by refusing the connection is appended to ``doubts``: the request
+        may have reached it and may still take effect.
         """
         self._in_this_process()
         failures: dict[str, str] = {}
@@ -249,6 +279,8 @@ class EtcdClient:
                 cause = exc if isinstance(exc, requests.RequestException) else exc.__context__
                 if isinstance(cause, requests.ConnectionError) and not isinstance(cause, requests.Timeout):
                     refused += 1
+                elif doubts is not None:
+                    doubts.append(self.endpoints[index])
                 failures[self.endpoints[index]] = type(exc).__name__ + (
                     f" {exc.detail_text.strip()[:120]}" if getattr(exc, "detail_text", None) else ""
                 )
@@ -266,8 +298,7 @@ class EtcdClient:
         with self._lock:
             session = self._sessions.get(ttl_s)
             if session is None or not session.alive():
-                if session is not None:
-                    session.close()
+                # A replaced session is not revoked: a retired one's holders keep their keys to the end.
                 session = self._sessions[ttl_s] = _Session(self, ttl_s, deadline or time.monotonic() + 1.0)
             return session
 
@@ -297,12 +328,6 @@ class EtcdClient:
             return
         except (requests.RequestException, ValueError):
             self._preferred = (index + 1) % len(self.endpoints)
-
-    def orphan(self, ttl_s: int, key: str) -> None:
-        """Have the session's keepalive delete ``key`` (a failed acquire's) before its next renewal."""
-        session = self._sessions.get(ttl_s)
-        if session is not None:
-            session.orphans.add(key)
 
     def freeze_sessions(self) -> None:
         """Stop renewing this process's sessions without revoking them, as if the process froze.
@@ -340,6 +365,9 @@ class EtcdLock:
 
     _lease: Lease | None = None
     _key: str | None = None
+    _session: _Session | None = None
+    # A put of this acquisition had an unknown outcome (timeout, dropped connection, no leader).
+    _doubtful = False
 
     def __init__(self, client_or_endpoints: EtcdClient | Sequence[str], name: str, *, ttl_ms: int = 10_000,
                  timeout_ms: int = 5_000) -> None:
@@ -372,6 +400,7 @@ class EtcdLock:
         try:
             while True:
                 session = self._retrying(lambda: self.client.session(self.ttl_s, deadline=deadline), deadline)
+                self._session = session
                 key = f"{self.prefix}{session.id:x}/{new_token()}"
                 try:
                     revision, owner_revision = self._enqueue(session, key, deadline)
@@ -380,13 +409,15 @@ class EtcdLock:
                 except _LeaseGone:
                     session.lost = True  # its keys are gone with it: start over on a new session
                     key = None
+                    if time.monotonic() >= deadline:
+                        raise self._error(NotAcquired, f"session lease lost; no time left of {self.timeout_ms} ms")
                     continue
                 self._key = key
                 self._lease = Lease(name=self.name, token=key, fence=revision, valid_until=session.expires_at)
                 return self._lease
-        except NotAcquired as exc:
+        except NotAcquired:
             if key is not None:
-                self._abandon(key, reachable=not isinstance(exc, QuorumUnavailable))
+                self._abandon(key)
             raise
 
     def _retrying(self, op: Callable[[], T], deadline: float, *, failure: type[LockError] = QuorumUnavailable) -> T:
@@ -408,7 +439,9 @@ class EtcdLock:
                     raise self._error(failure, f"no member answered within {self.timeout_ms} ms ({exc})") from exc
                 time.sleep(min(remaining, UNAVAILABLE_PAUSE_S))
 
-    def _txn(self, txn: dict, deadline: float) -> dict:
+    def _txn(self, txn: dict, deadline: float, *, puts: bool = False) -> dict:
+        doubts: list[str] = []
+
         def op(gw: etcd3gw.Etcd3Client) -> dict:
             try:
                 return gw.transaction(txn)
@@ -417,7 +450,10 @@ class EtcdLock:
                     raise _LeaseGone() from exc
                 raise
 
-        return self._retrying(lambda: self.client.call(op, deadline=deadline), deadline)
+        try:
+            return self._retrying(lambda: self.client.call(op, deadline=deadline, doubts=doubts), deadline)
+        finally:
+            self._doubtful = self._doubtful or (puts and bool(doubts))
 
     def _enqueue(self, session: _Session, key: str, deadline: float) -> tuple[int, int]:
         """Create ``key`` on the session's lease if absent; its create revision and the owner's."""
@@ -428,7 +464,7 @@ class EtcdLock:
             "success": [{"request_put": {"key": _b64(key), "value": "", "lease": session.id}}, owner],
             # A retry after a lost reply finds the key the first attempt created.
             "failure": [{"request_range": {"key": _b64(key)}}, owner],
-        }, deadline)
+        }, deadline, puts=True)
         responses = reply["responses"]
         if reply.get("succeeded"):
             revision = int(reply["header"]["revision"])
@@ -462,16 +498,21 @@ class EtcdLock:
             if time.monotonic() >= deadline:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
 
-    def _abandon(self, key: str, *, reachable: bool) -> None:
-        """Delete a key that a failed acquire may have created, or leave it to the session's keepalive
-        when the cluster is unreachable (waiting for it would overrun the acquire timeout)."""
-        if reachable:
-            try:
-                self.client.call(lambda gw: gw.delete(key), deadline=time.monotonic() + self.client.call_timeout_s)
-                return
-            except (MembersUnavailable, gw_errors.Etcd3Exception):
-                pass
-        self.client.orphan(self.ttl_s, key)
+    def _abandon(self, key: str) -> None:
+        """Get rid of a key this acquisition may have created and no longer wants.
+
+        When every put of it had a known outcome, delete it now (or, with no member answering,
+        have the keepalive delete it). When one had not, a late put could recreate the key after
+        any delete, so the session is retired and the key goes with its lease.
+        """
+        session = self._session
+        if self._doubtful:
+            session.retire(key)
+            return
+        try:
+            self.client.call(lambda gw: gw.delete(key), deadline=time.monotonic() + self.client.call_timeout_s)
+        except (MembersUnavailable, gw_errors.Etcd3Exception):
+            session.add_orphan(key)
 
     def release(self) -> None:
         """Delete the lock's key if it is still this grant's; raises :class:`NotOwned` if it is gone."""
@@ -490,8 +531,11 @@ class EtcdLock:
             reply = self._retrying(lambda: self.client.call(lambda gw: gw.transaction(txn), deadline=deadline),
                                    deadline, failure=LockError)
         except LockError:
-            self._abandon(key, reachable=False)
+            self._session.add_orphan(key)  # deleted when a member answers, else it goes with the lease
             raise
+        finally:
+            if self._doubtful:
+                self._session.retire(key)  # a late put of this grant's key could recreate it
         if not reply.get("succeeded"):
             raise self._error(NotOwned, "release refused: the session lease expired and the key is gone")
 

@@ -18,7 +18,9 @@ lowest create revision under ``<name>/``. The owner is the key with the lowest c
 every other caller watches the deletion of the key just before its own (no polling), then looks
 again, and owns the lock when no earlier key is left *and its own key still exists* (its lease
 may have expired meanwhile: Jepsen's etcd 3.4.3 analysis). Release deletes the key only if its
-create revision is still the grant's. A waiter that gives up deletes its key.
+create revision is still the grant's. A waiter that gives up deletes its key. (etcd's key is
+``<name>/<lease hex>``; the random part lets the threads of one process, which share the session,
+queue separately.)
 
 What is guaranteed
 ------------------
@@ -29,11 +31,14 @@ What is guaranteed
   connection error, a timeout or "unavailable" (no leader). With one member of three down, a grant
   still succeeds (after an election if it was the leader). With a majority down, ``acquire()``
   raises :class:`QuorumUnavailable` as soon as a majority of members refuse connections, and in
-  any case within ``timeout_ms`` (plus one call timeout). Nothing is left behind: a key whose
-  put may have landed is deleted, and if the cluster cannot be reached for that, the keepalive
-  thread deletes it before renewing the session; failing that, it goes with the lease.
-* The acquire transaction is idempotent per key, so a put whose reply was lost is retried on
-  another member without creating a second key.
+  any case within ``timeout_ms`` (plus one call timeout).
+* Nothing is left behind. A waiter that gives up deletes its key (or, with no member answering,
+  the keepalive thread deletes it as soon as one does). The acquire transaction is idempotent
+  per key, so a put whose reply was lost is retried on another member without a second key; but
+  such a put may still land *after* any delete and recreate the key, bound to a lease this
+  process keeps alive, blocking the lock for good. So after a put with an unknown outcome the
+  session is *retired*: no longer renewed, it expires within one TTL and takes any such key with
+  it; holders under it keep their keys until then, and new acquisitions take a new session.
 * A release by a holder whose key is gone raises :class:`NotOwned` and touches nothing else.
 
 What is not guaranteed
@@ -41,6 +46,8 @@ What is not guaranteed
 * Mutual exclusion under pauses. A holder frozen (GC, ``SIGSTOP``) longer than the session TTL
   loses its lease; etcd deletes its key and the next waiter owns the lock, while the frozen
   holder still believes it holds it. Only storage that checks the fence refuses its late write.
+  The lease belongs to the process, so one stalled thread keeps its lock; a frozen process, or
+  a holder under a retired session past that session's last TTL, does not.
 * ``Lease.valid_until`` is the session's expiry as known at the grant (the send time of the last
   successful keepalive plus the TTL); the keepalive moves the real expiry on, so it is a lower
   bound while the process runs, not a promise after a pause.

@@ -309,16 +309,21 @@ class EtcdClient:
                 session = self._sessions[ttl_s] = _Session(self, ttl_s, deadline or time.monotonic() + 1.0)
             return session
 
-    def wait_deleted(self, key: str, start_revision: int, wait_s: float) -> None:
-        """Block on a watch until ``key`` is deleted at or after ``start_revision``, or ``wait_s`` passes.
+    def wait_deleted(self, key: str, seen_at: int, wait_s: float) -> None:
+        """Block on a watch until ``key`` (which existed at revision ``seen_at``) is deleted, or
+        ``wait_s`` passes. Returns in either case (the caller looks again); a member that went
+        away makes the next call start with another member.
 
-        Returns in either case (the caller looks again); a member that went away makes the next
-        call start with another member.
+        The watch starts at the current revision, not at ``seen_at + 1``: etcd serves a watch that
+        starts in the past from a catch-up loop that runs every 100 ms, which would add up to
+        that much to every hand-off while other waiters keep the revision moving. A delete
+        between ``seen_at`` and the watch's start is caught by reading the key once the watch
+        exists, if the revision moved meanwhile.
         """
         self._in_this_process()
         index = self._preferred
         gateway = self.gateway(index, wait_s)
-        request = {"create_request": {"key": _b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
+        request = {"create_request": {"key": _b64(key), "filters": ["NOPUT"]}}
         # etcd3gw's own watch has no timeout and starts a thread pool per watch; a waiter only needs
         # to block on the stream's socket until the first event, bounded by the read timeout.
         deadline = time.monotonic() + wait_s
@@ -331,9 +336,12 @@ class EtcdClient:
                     result: dict[str, Any] = json.loads(line).get("result", {}) if line.strip() else {}
                     if result.get("events") or result.get("canceled") or time.monotonic() >= deadline:
                         return
-        except requests.Timeout:
+                    if result.get("created") and int(result["header"]["revision"]) > seen_at:
+                        if not self.gateway(index, min(self.call_timeout_s, wait_s)).get(key, keys_only=True):
+                            return
+        except (requests.Timeout, gw_errors.ConnectionTimeoutError):
             return
-        except (requests.RequestException, ValueError):
+        except (requests.RequestException, gw_errors.Etcd3Exception, ValueError):
             self._preferred = (index + 1) % len(self.endpoints)
 
     def freeze_sessions(self) -> None:
@@ -501,7 +509,7 @@ class EtcdLock:
             if wait_s <= 0:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
             predecessor = base64.b64decode(before[0]["key"]).decode()
-            self.client.wait_deleted(predecessor, int(reply["header"]["revision"]) + 1, wait_s)
+            self.client.wait_deleted(predecessor, int(reply["header"]["revision"]), wait_s)
             if time.monotonic() >= deadline:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
 

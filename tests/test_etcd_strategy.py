@@ -8,9 +8,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from inventory.backends.etcd import EtcdLockStrategy
@@ -133,3 +135,14 @@ def test_majority_down_answers_busy_within_the_timeout_and_changes_nothing(confi
     assert result.outcome.value == "busy"
     assert time.monotonic() - started < config["ACQUIRE_TIMEOUT_MS"] / 1000
     assert Product.objects.get(sku="phone-x").stock == 4 and Order.objects.count() == 1
+
+
+def test_simulate_pause_with_etcd_holds_every_step(config, settings):
+    settings.INVENTORY = config
+    out = StringIO()
+    call_command("simulate_pause", backend="etcd", stdout=out)
+    text = out.getvalue()
+    assert "FAIL" not in text and "every step held (etcd)" in text
+    assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text
+    product = Product.objects.get(sku="simulate-pause")
+    assert product.stock == product.initial_stock - 1 and product.fence > 0

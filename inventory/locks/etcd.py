@@ -420,6 +420,8 @@ class EtcdLock:
                 try:
                     revision, owner_revision = self._enqueue(session, key, deadline)
                     if owner_revision != revision:
+                        if time.monotonic() >= deadline:  # a single try (timeout_ms=0) need not look again
+                            raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
                         self._wait_turn(key, revision, deadline)
                 except _LeaseGone:
                     session.lost = True  # its keys are gone with it: start over on a new session

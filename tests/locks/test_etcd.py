@@ -240,3 +240,12 @@ def test_lease_expiry_while_the_holder_is_frozen_lets_the_next_in_and_the_late_w
         holder.join(10)
     assert (wrote, released) == (False, "not owned")
     assert register.value.value == 2
+
+
+def test_a_single_try_on_a_held_lock_is_refused_at_once_and_leaves_no_key(client, name):
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000) as held:
+        started = time.monotonic()
+        with pytest.raises(NotAcquired):
+            EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
+        assert time.monotonic() - started < SLACK_S
+        assert keys_under(client, name) == [held.token.encode()]

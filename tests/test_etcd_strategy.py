@@ -1,7 +1,8 @@
 """The ``etcd`` strategy against a real 3-member etcd cluster and real PostgreSQL.
 
-The cluster listens on the slot's ports +126..+128 (peers +136..+138), is new for the module
-and removed at the end.
+The cluster listens on the slot's ports +126..+128 (peers +136..+138), the suite's ETCD_ENDPOINTS:
+started here unless it runs (a session fixture may run it for every strategy's tests), and then
+stopped at the end of the module; before and after each test every member is up and healthy.
 """
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ import threading
 import time
 from collections import Counter
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from inventory.backends.etcd import EtcdLockStrategy
-from inventory.etcd_cluster import EtcdCluster
+from inventory.backends.etcd import EtcdLockStrategy, project_cluster
 from inventory.models import Order, Product
 from inventory.services import audit, purchase
 from tests import slots
@@ -24,16 +23,16 @@ from tests import slots
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ENDPOINTS = [f"http://127.0.0.1:{slots.PORT_BASE + 126 + i}" for i in range(3)]
-RUN_DIR = Path(__file__).resolve().parents[1] / ".run" / f"test-etcd-strategy-{slots.SLOT}"
 
 
 @pytest.fixture(scope="module")
 def etcd_cluster():
-    cluster = EtcdCluster.from_endpoints(ENDPOINTS, run_dir=RUN_DIR)
-    cluster.wipe()
+    cluster = project_cluster({"ETCD_ENDPOINTS": ENDPOINTS})
+    started = not cluster.running()
     cluster.start()
     yield cluster
-    cluster.wipe()
+    if started:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -87,6 +87,7 @@ KEEPALIVE_RETRY_S = 0.25
 
 
 def _b64(text: str) -> str:
+    """A key as the gateway wants it: base64 of its UTF-8 bytes (etcd3gw calls get the bytes, too)."""
     return base64.b64encode(text.encode()).decode()
 
 
@@ -145,7 +146,7 @@ class _Session:
                 return
             try:
                 for key in list(self.orphans):
-                    self.client.call(lambda gw: gw.delete(key))
+                    self.client.call(lambda gw: gw.delete(key.encode()))
                     self.orphans.discard(key)
                 if self.retired:
                     if time.monotonic() >= self.expires_at:
@@ -337,7 +338,8 @@ class EtcdClient:
                     if result.get("events") or result.get("canceled") or time.monotonic() >= deadline:
                         return
                     if result.get("created") and int(result["header"]["revision"]) > seen_at:
-                        if not self.gateway(index, min(self.call_timeout_s, wait_s)).get(key, keys_only=True):
+                        probe = self.gateway(index, min(self.call_timeout_s, wait_s))
+                        if not probe.get(key.encode(), keys_only=True):
                             return
         except (requests.Timeout, gw_errors.ConnectionTimeoutError):
             return
@@ -527,7 +529,8 @@ class EtcdLock:
             session.retire(key)
             return
         try:
-            self.client.call(lambda gw: gw.delete(key), deadline=time.monotonic() + self.client.call_timeout_s)
+            deadline = time.monotonic() + self.client.call_timeout_s
+            self.client.call(lambda gw: gw.delete(key.encode()), deadline=deadline)
         except (MembersUnavailable, gw_errors.Etcd3Exception):
             session.add_orphan(key)
 

@@ -547,9 +547,12 @@ class EtcdLock:
         }
         # Bounded like an acquire: long enough to ride out an election, not to wait for a majority back.
         deadline = time.monotonic() + max(self.timeout_ms / 1000.0, self.client.call_timeout_s)
+        doubts: list[str] = []
         try:
-            reply = self._retrying(lambda: self.client.call(lambda gw: gw.transaction(txn), deadline=deadline),
-                                   deadline, failure=LockError)
+            reply = self._retrying(
+                lambda: self.client.call(lambda gw: gw.transaction(txn), deadline=deadline, doubts=doubts),
+                deadline, failure=LockError,
+            )
         except LockError:
             self._session.add_orphan(key)  # deleted when a member answers, else it goes with the lease
             raise
@@ -557,6 +560,10 @@ class EtcdLock:
             if self._doubtful:
                 self._session.retire(key)  # a late put of this grant's key could recreate it
         if not reply.get("succeeded"):
+            # Only this grant's delete or the end of its lease removes its key. After an attempt
+            # with an unknown outcome, a key gone while the lease is still alive was ours to delete.
+            if doubts and not self._session.lost and time.monotonic() < self._session.expires_at:
+                return
             raise self._error(NotOwned, "release refused: the session lease expired and the key is gone")
 
     def __enter__(self) -> Lease:

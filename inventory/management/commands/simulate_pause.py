@@ -15,20 +15,28 @@ Exits 0 only when every step held: without ``--unfenced`` that means the late wr
 and nothing was oversold; with it, that the late write landed and the audit showed the damage.
 ``--backend redis`` uses the shop's Redis (INVENTORY REDIS_URL); ``--backend redlock`` starts five
 private nodes (``--base-port``, 7789 by default) unless they already run, and stops the ones it
-started.
+started; ``--backend etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
+stopping it only if it was down. There A's pause stops its session's keepalive too, as a frozen
+process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
+session, as two processes would.
 """
 from __future__ import annotations
 
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from inventory.backends.etcd import project_cluster
 from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.etcd_cluster import EtcdCluster
 from inventory.locks import NotOwned, RedisLock, Redlock
+from inventory.locks.etcd import EtcdClient, EtcdLock
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
 
 SKU = "simulate-pause"
@@ -37,11 +45,24 @@ TTL_MS = 500
 PAUSE_S = TTL_MS / 1000 * 1.5
 
 
+@contextmanager
+def cluster_while_needed(cluster: EtcdCluster | None) -> Iterator[None]:
+    """Start the etcd cluster if it is down, and then stop it at the end; leave a running one be."""
+    started = cluster is not None and not cluster.running()
+    if started:
+        cluster.start()
+    try:
+        yield
+    finally:
+        if started:
+            cluster.stop()
+
+
 class Command(BaseCommand):
     help = "Narrate a lock holder pausing past its TTL: its release is ignored and its late write refused by storage."
 
     def add_arguments(self, parser):
-        parser.add_argument("--backend", choices=["redis", "redlock"], default="redis")
+        parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
         parser.add_argument("--base-port", type=int, default=7789, help="first of the five Redlock node ports")
         parser.add_argument("--unfenced", action="store_true",
                             help="turn the storage check off: the late write lands (shows the damage)")
@@ -49,17 +70,21 @@ class Command(BaseCommand):
     def handle(self, *args, backend: str, base_port: int, unfenced: bool, **options):
         self.narrator = Narrator(self.stdout)
         self.fenced = not unfenced
+        self.etcd_sessions: list[EtcdClient] = []
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
+        cluster = project_cluster() if backend == "etcd" else None
         try:
-            with started_while_needed(nodes if backend == "redlock" else []):
-                if backend == "redis":
+            with started_while_needed(nodes if backend == "redlock" else []), cluster_while_needed(cluster):
+                if cluster is not None:
+                    clients = [EtcdClient(cluster.endpoints)]
+                elif backend == "redis":
                     clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
                 else:
                     clients = [node.client(socket_timeout=2.0) for node in nodes]
                 try:
                     self.run_scenario(backend, clients)
                 finally:
-                    for client in clients:
+                    for client in clients + self.etcd_sessions:
                         client.close()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
@@ -75,15 +100,22 @@ class Command(BaseCommand):
     def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
         if backend == "redis":
             return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
+        if backend == "etcd":
+            # A and B each get their own session, as two processes would; etcd's shortest lease is 2 s.
+            client = EtcdClient(clients[0].endpoints)
+            self.etcd_sessions.append(client)
+            return EtcdLock(client, name, ttl_ms=TTL_MS, timeout_ms=0)
         return Redlock(clients, name, ttl_ms=TTL_MS, timeout_ms=0)
 
-    def holders(self, clients: list[redis.Redis], name: str, token: str) -> int:
+    def holders(self, clients: list, name: str, token: str) -> int:
+        if isinstance(clients[0], EtcdClient):  # the lock is the key ``token``, on the cluster
+            return int(bool(clients[0].call(lambda gw: gw.get(token))))
         return sum(1 for client in clients if client.get(name) == token.encode())
 
     def run_scenario(self, backend: str, clients: list[redis.Redis]) -> None:
         say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
-        majority = len(clients) // 2 + 1
+        majority = 1 if backend == "etcd" else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
         say(f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
@@ -95,8 +127,12 @@ class Command(BaseCommand):
         step(lease_a.fence > 0, f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
                                 f"A reads stock {shelf_a.stock} and decides to sell 1")
 
-        note(f"A pauses for {PAUSE_S * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
-        time.sleep(PAUSE_S)
+        pause_s = PAUSE_S
+        if backend == "etcd":
+            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
+            pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
+        time.sleep(pause_s)
         step(lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
              f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired")
 

@@ -160,6 +160,11 @@ INVENTORY = {
     "LOCK_TTL_MS": env_int("LOCK_TTL_MS", 10_000),
     "ACQUIRE_TIMEOUT_MS": env_int("ACQUIRE_TIMEOUT_MS", 5_000),
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
+    "ETCD_ENDPOINTS": [
+        u.strip()
+        for u in os.environ.get("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{7479 + i}" for i in range(3))).split(",")
+        if u.strip()
+    ],
     "OPTIONS": {
         # Distributed locks: check the fence and the row's version at the write (off shows why).
         "FENCED": env_bool("INVENTORY_FENCED", True),

@@ -20,6 +20,19 @@ def redlock_nodes():
     nodes.stop()
 
 
+@pytest.fixture(scope="session")
+def etcd_project_cluster():
+    """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
+    from inventory.backends.etcd import project_cluster
+
+    cluster = project_cluster()
+    started = not cluster.running()
+    cluster.start()
+    yield cluster
+    if started:
+        cluster.stop()
+
+
 @pytest.fixture
 def fresh_redlock_nodes(redlock_nodes):
     """The Redlock nodes, all up and empty, before and after the test."""
@@ -50,6 +63,8 @@ def use_backend(settings, request):
             request.getfixturevalue("fresh_redlock_nodes")
         if name == "redis":
             request.getfixturevalue("redis_client")
+        if name == "etcd":
+            request.getfixturevalue("etcd_project_cluster")
         settings.INVENTORY = {**settings.INVENTORY, "BACKEND": name, **overrides}
 
     yield switch

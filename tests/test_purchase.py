@@ -15,7 +15,7 @@ from tests.helpers import snapshot
 
 # Every strategy that must work (the controls are tested for failing in test_matrix.py).
 BACKENDS = [name for name in STRATEGIES if not strategy_class(name).control]
-FENCED = ["redis", "redlock"]
+FENCED = ["redis", "redlock", "etcd"]
 
 
 @pytest.fixture(params=BACKENDS)

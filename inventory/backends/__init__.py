@@ -23,6 +23,7 @@ STRATEGIES = {
     "optimistic": "inventory.backends.optimistic.OptimisticStrategy",
     "redis": "inventory.backends.redis.RedisLockStrategy",
     "redlock": "inventory.backends.redlock.RedlockStrategy",
+    "etcd": "inventory.backends.etcd.EtcdLockStrategy",
     "atomic": "inventory.backends.atomic.AtomicUpdateStrategy",
     "redis-stock": "inventory.backends.redis_stock.RedisStockStrategy",
     "local": "inventory.backends.local.ProcessLockStrategy",

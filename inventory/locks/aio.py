@@ -278,7 +278,7 @@ class AsyncRedisLock(_BaseLock):
     the client sets none), the node timeout of this lock.
 
     >>> lock = RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000)
-    >>> with lock as lease:
+    >>> with lock as lease:  # asyncio twin: async with AsyncRedisLock(aio_client, ...) as lease:
     ...     write_with_fence(lease.fence)
     """
 
@@ -348,7 +348,7 @@ class AsyncRedlock(_BaseLock):
     """The Redlock algorithm over N independent Redis masters, with quorum-monotonic fences.
 
     >>> lock = Redlock([c1, c2, c3, c4, c5], "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000)
-    >>> with lock as lease:
+    >>> with lock as lease:  # asyncio twin: async with AsyncRedlock([...], ...) as lease:
     ...     write_with_fence(lease.fence)
     """
 

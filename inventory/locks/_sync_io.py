@@ -142,6 +142,23 @@ def _finish_connect(node: Node, conn, sock: socket.socket, timeout_s: float) -> 
     sock.settimeout(conn.socket_timeout)
 
 
+def _send(conn, packed: list[bytes]) -> None:
+    """Write one packed command on a connected socket. redis-py's send_packed_command and
+    read_response wrap these calls in checks the lock does not need; on the hot path they cost
+    more than the lock's own Python code."""
+    try:
+        conn._sock.sendall(packed[0])
+    except OSError as error:
+        raise RedisConnectionError(f"error writing to the node: {error}") from error
+
+
+def _read(conn):
+    reply = conn._parser.read_response()
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
 def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequence):
     """Run a script on one node over ``conn`` and return its reply; exceptions propagate, and a
     connection that failed is closed. Every read waits at most ``node.timeout_s``, the NOSCRIPT
@@ -155,14 +172,14 @@ def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequen
                     raise RedisTimeoutError(f"{node.name}: connect timed out")
                 _finish_connect(node, conn, sock, node.timeout_s)
         started = time.monotonic()
-        conn.send_packed_command(pack_evalsha(script, keys, argv), check_health=False)
+        _send(conn, pack_evalsha(script, keys, argv))
         try:
-            return conn.read_response()
+            return _read(conn)
         except NoScriptError:
-            conn.send_packed_command(pack_eval(script, keys, argv), check_health=False)
+            _send(conn, pack_eval(script, keys, argv))
             conn._sock.settimeout(max(node.timeout_s - (time.monotonic() - started), 0.001))
             try:
-                return conn.read_response()
+                return _read(conn)
             finally:
                 if conn._sock is not None:
                     conn._sock.settimeout(node.timeout_s)
@@ -235,17 +252,19 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
             if conn._sock is None:
                 sock = _start_connect(node, conn)
                 if sock is not None:
+                    fd = sock.fileno()
                     connecting[index] = sock
-                    by_fd[sock.fileno()] = index
-                    poller.register(sock, select.POLLOUT)
+                    by_fd[fd] = index
+                    poller.register(fd, select.POLLOUT)
                     continue
-            conn.send_packed_command(packed, check_health=False)
+            _send(conn, packed)
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
             conn.disconnect()
             replies[index] = error
             continue
-        by_fd[conn._sock.fileno()] = index
-        poller.register(conn._sock, select.POLLIN)
+        fd = conn._sock.fileno()
+        by_fd[fd] = index
+        poller.register(fd, select.POLLIN)
     retried: set[int] = set()
     while by_fd:
         events = poller.poll(max((deadline - time.monotonic()) * 1000.0, 0.0))
@@ -255,20 +274,19 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
             index = by_fd[fd]
             conn = conns[index]
             try:
-                sock = connecting.pop(index, None)
-                if sock is not None:
-                    _finish_connect(nodes[index], conn, sock, deadline - time.monotonic())
-                    conn.send_packed_command(packed, check_health=False)
+                if connecting and index in connecting:
+                    _finish_connect(nodes[index], conn, connecting.pop(index), deadline - time.monotonic())
+                    _send(conn, packed)
                     poller.modify(fd, select.POLLIN)
                     continue
-                replies[index] = conn.read_response()
+                replies[index] = _read(conn)
             except NoScriptError as error:
                 replies[index] = error
                 if index not in retried:
                     # The node restarted and forgot the script: EVAL sends the text and caches it again.
                     retried.add(index)
                     try:
-                        conn.send_packed_command(pack_eval(script, keys, argv), check_health=False)
+                        _send(conn, pack_eval(script, keys, argv))
                         continue
                     except Exception as send_error:  # noqa: BLE001
                         conn.disconnect()

@@ -105,9 +105,11 @@ class _BaseLock:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease`.
 
         An attempt that starts after the deadline is the last: if refused, it also takes this
-        caller off the waiter count, so giving up costs no extra round trip and the whole call
-        lasts at most ``timeout_ms`` plus one node timeout. With ``timeout_ms=0`` that first
-        attempt is the last, and a refused try-lock never counts as a waiter.
+        caller off the waiter count, so giving up costs no extra round trip. The whole call lasts
+        at most ``timeout_ms`` plus that last attempt: one node timeout for :class:`RedisLock`;
+        for :class:`Redlock` one round (``node_timeout_ms``), plus one more to undo a partial
+        grant or a node that did not answer. With ``timeout_ms=0`` the first attempt is the
+        last, and a refused try-lock never counts as a waiter.
         """
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
@@ -393,8 +395,11 @@ class Redlock(_BaseLock):
             index, conn = held.pop(0)
             self._hold(self._nodes[index], conn)
         self._give_back(held)
-        self._unlock_all(token)
-        _, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
+        answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
+        if granted or len(answered) < len(self._nodes):
+            # Undo a partial grant, and any grant a node that did not answer may still make.
+            # When every node answered no, the token is on none of them: no round trip needed.
+            self._unlock_all(token)
         if unavailable:
             self._give_back_held()
             raise self._error(QuorumUnavailable, unavailable)

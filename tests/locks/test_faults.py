@@ -15,18 +15,11 @@ import pytest
 from inventory.locks import NotAcquired, NotOwned, QuorumUnavailable
 
 from .netfaults import StallOnEval, Unreachable
-from .twins import KINDS, Twin
+from .twins import Twin
 
 NODE_TIMEOUT_MS = 50
 # Room for a loaded two-core machine; still far below the timeouts the tests tell apart.
 SLACK_S = 0.4
-
-
-@pytest.fixture(params=KINDS)
-def twin(request):
-    twin = Twin(request.param)
-    yield twin
-    twin.close()
 
 
 def holders(sync_clients, name: str, token: str) -> int:

@@ -47,6 +47,11 @@ class Twin:
         for client in self._clients:
             self(client.aclose() if self.is_async else client.close())
         if self.loop is not None:
+            # A connect to an unreachable node is left pending by design; end it with the loop.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
     def spawn(self, body) -> threading.Thread:

@@ -51,7 +51,8 @@ class Twin:
             pending = asyncio.all_tasks(self.loop)
             for task in pending:
                 task.cancel()
-            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:
+                self.loop.run_until_complete(asyncio.wait(pending))
             self.loop.close()
 
     def spawn(self, body) -> threading.Thread:

@@ -1,12 +1,13 @@
 """The locks: one node (``RedisLock``) and Redlock, each as a blocking class and an asyncio twin.
 
-This file is the asyncio source (``AsyncRedisLock``, ``AsyncRedlock``, on ``redis.asyncio``
-clients: ``async with lock as lease:``). ``sync.py`` is generated from it by
-``scripts/unasync_locks.py`` (``async``/``await`` removed, ``_aio_io`` replaced by ``_sync_io``),
-and a test fails when the generated file is not current, so the twins cannot drift apart: every
-decision is written once, here, and only the I/O underneath differs. In the blocking twin the
-watchdog is a thread; in this one it is a task on the running loop, and ``on_lost`` may be a
-coroutine function. See the package docstring for what the locks guarantee.
+One source for both: ``aio.py`` holds the asyncio twins (``AsyncRedisLock``, ``AsyncRedlock``,
+on ``redis.asyncio`` clients: ``async with lock as lease:``), and ``sync.py`` (``RedisLock``,
+``Redlock``) is generated from it by ``scripts/unasync_locks.py`` (``async``/``await`` removed,
+``_aio_io`` replaced by ``_sync_io``); a test fails when the generated file is not current, so
+the twins cannot drift apart: every decision is written once and only the I/O underneath
+differs. In the blocking twin the watchdog is a thread; in the asyncio one it is a task on the
+running loop, and ``on_lost`` may be a coroutine function. See the package docstring for what
+the locks guarantee.
 """
 from __future__ import annotations
 

@@ -262,3 +262,30 @@ def test_a_clock_jump_on_one_node_of_a_bare_majority_admits_a_second_holder_with
                                node_timeout_ms=NODE_TIMEOUT_MS).acquire())
     assert first.remaining_ms() > 0 and second.remaining_ms() > 0, "two leases valid at once"
     assert second.fence > first.fence
+
+
+@pytest.mark.parametrize("kind", ["single", "redlock"])
+def test_a_waiter_that_gives_up_leaves_the_count_within_timeout_plus_one_node_timeout(twin, cluster, name, kind):
+    nodes, sync_clients = cluster
+    if kind == "single":
+        client = twin.client(nodes[0].port, socket_timeout=0.2)
+
+        def make(timeout_ms):
+            return twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=timeout_ms)
+        node_timeout_s, counted = 0.2, sync_clients[:1]
+    else:
+        clients = twin.clients([node.port for node in nodes])
+
+        def make(timeout_ms):
+            return twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=timeout_ms, node_timeout_ms=NODE_TIMEOUT_MS)
+        node_timeout_s, counted = NODE_TIMEOUT_MS / 1000, sync_clients
+    holder = make(0)
+    twin(holder.acquire())
+    started = time.monotonic()
+    with pytest.raises(NotAcquired):
+        twin(make(300).acquire())
+    assert time.monotonic() - started < 0.3 + node_timeout_s + SLACK_S / 2
+    assert all(client.scard(f"{name}:waiters") == 0 for client in counted)
+    sync_clients[0].config_resetstat()
+    twin(holder.release())
+    assert stat_calls(sync_clients[0], "rpush") == 0, "a release with nobody waiting signals nobody"

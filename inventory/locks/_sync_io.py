@@ -79,8 +79,8 @@ class Node:
         self.timeout_s = float(kwargs["socket_timeout"])
         self._address = None if "path" in kwargs else (kwargs.get("host", "localhost"), kwargs.get("port", 6379))
         self._idle: deque = deque()
-        # (connection, socket, monotonic start) of a connect a round left unfinished.
-        self.pending: tuple | None = None
+        # (connection, socket, monotonic start) of connects a round left unfinished.
+        self.pending: deque = deque()
 
     @classmethod
     def of(cls, client: redis.Redis) -> "Node":
@@ -96,7 +96,7 @@ class Node:
     def _forget_after_fork(cls) -> None:
         for node in list(cls._registry.values()):
             node._idle = deque()
-            node.pending = None
+            node.pending = deque()
 
     def take(self):
         try:
@@ -202,14 +202,16 @@ def _pending_connect(node: Node, started: float):
     """A connect of ``node`` that an earlier round left unfinished: ``(conn, None)`` once it is
     connected, ``(None, error)`` while it is still pending (or failed), so the round does not
     wait for it; ``(None, None)`` when there is none, or it was given up after the back-off."""
-    conn, sock, since = node.pending
+    try:
+        conn, sock, since = node.pending.pop()  # atomic: two threads never claim the same connect
+    except IndexError:
+        return None, None
     if not select.select([], [sock], [], 0)[1]:
         if started - since < CONNECT_BACKOFF_S:
+            node.pending.append((conn, sock, since))
             return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
-        node.pending = None
         sock.close()
         return None, None
-    node.pending = None
     try:
         _finish_connect(node, conn, sock, node.timeout_s)
     except Exception as error:  # noqa: BLE001 - refused: the next round connects afresh
@@ -243,7 +245,7 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
     poller = select.poll()
     for index, node in enumerate(nodes):
         conn = None
-        if node.pending is not None:
+        if node.pending:
             conn, replies[index] = _pending_connect(node, started)
             if replies[index] is not None:
                 continue
@@ -301,7 +303,7 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
     for index in by_fd.values():
         sock = connecting.pop(index, None)
         if sock is not None:
-            nodes[index].pending = (conns[index], sock, started)
+            nodes[index].pending.append((conns[index], sock, started))
             conns[index] = None
             replies[index] = RedisTimeoutError(f"{nodes[index].name}: connect did not finish within "
                                                f"{timeout_s * 1000:.0f} ms")

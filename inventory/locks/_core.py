@@ -1,7 +1,7 @@
 """What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
 
-Nothing here talks to Redis; ``sync.py`` and ``aio.py`` do, with the same decisions made by the
-same functions so the twins cannot drift apart.
+Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
+``_aio_io.py`` and ``_sync_io.py``.
 """
 from __future__ import annotations
 

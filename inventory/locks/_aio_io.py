@@ -207,7 +207,8 @@ async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], a
             replies[index] = error
     for index, conn in enumerate(conns):
         if conn is not None:
-            if held is not None and conn.is_connected and type(replies[index]) is int:
+            if held is not None and not held and conn.is_connected and type(replies[index]) is int \
+                    and replies[index] <= 0:
                 held.append((index, conn))
             else:
                 nodes[index].give(conn)

@@ -153,7 +153,10 @@ def _send(conn, packed: list[bytes]) -> None:
 
 
 def _read(conn):
-    reply = conn._parser.read_response()
+    try:
+        reply = conn._parser.read_response()
+    except OSError as error:  # the parser passes a reset connection through as a bare OSError
+        raise RedisConnectionError(f"error reading from the node: {error}") from error
     if isinstance(reply, ResponseError):
         raise reply
     return reply
@@ -226,9 +229,11 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
     """Run a script on every node at once: write to all, then read all against one deadline.
 
     Returns one entry per node: the reply, or the exception that node produced (refused, timed
-    out, still connecting, script error). With ``held`` (a list), the connections of the nodes
-    that answered are appended to it as ``(index, conn)`` instead of going back to the pool, so
-    the caller can wait on the same server session it just talked to.
+    out, still connecting, script error). With ``held`` (an empty list), the connection of the
+    first node that answered with a refusal (an integer <= 0) is appended to it as
+    ``(index, conn)`` instead of going back to the pool, so a waiter can block on the same
+    server session that registered it; every other connection goes back at once, so a fence
+    write-back that follows finds them idle.
 
     A connect that does not finish within the deadline is kept pending on the node: later rounds
     use it as soon as it completes but do not wait for it, and only after
@@ -313,7 +318,8 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
                                                f"{timeout_s * 1000:.0f} ms")
     for index, conn in enumerate(conns):
         if conn is not None:
-            if held is not None and conn._sock is not None and type(replies[index]) is int:
+            if held is not None and not held and conn._sock is not None and type(replies[index]) is int \
+                    and replies[index] <= 0:
                 held.append((index, conn))
             else:
                 nodes[index].give(conn)

@@ -392,9 +392,8 @@ class AsyncRedlock(_BaseLock):
                 return Lease(self.name, token, fence, start + validity / 1000.0), 0, False
         if held:
             # Wait on the first node that refused, over the connection that registered the waiter.
-            index, conn = held.pop(0)
+            index, conn = held.pop()
             self._hold(self._nodes[index], conn)
-        self._give_back(held)
         answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
         if granted or len(answered) < len(self._nodes):
             # Undo a partial grant, and any grant a node that did not answer may still make.

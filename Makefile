@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
-.PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench clean
+.PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 demo: services migrate seed static
 	$(MANAGE) flashsale --backends db,redis,redlock --requests 5000 --stock 100 --json artifacts/burst.json
@@ -57,6 +57,10 @@ seed: migrate
 
 lockbench: services
 	$(MANAGE) lockbench --json artifacts/lockbench.json
+
+# inventory/locks/sync.py is generated from the asyncio source aio.py; a test fails when it is stale.
+twins: venv
+	$(BIN)/python scripts/unasync_locks.py
 
 clean:
 	-$(MANAGE) redlock_nodes stop

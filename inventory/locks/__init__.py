@@ -1,7 +1,8 @@
 """Distributed locks on Redis with fencing tokens: one node (:class:`RedisLock`) or Redlock.
 
 No Django import; usable on its own with any redis-py client (``inventory.locks.aio`` has the
-asyncio twins ``AsyncRedisLock`` and ``AsyncRedlock`` with the same arguments and semantics)::
+asyncio twins ``AsyncRedisLock`` and ``AsyncRedlock`` with the same arguments and semantics:
+``sync.py`` is generated from ``aio.py``, see ``make twins``)::
 
     from inventory.locks import RedisLock, Redlock
     with RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
@@ -39,14 +40,22 @@ What is guaranteed
   key on n only after G1's key there was gone, i.e. after G1's grant and so after n's counter
   reached f1; G2's increment on n then yields > f1, so f2 >= that > f1. When the counters agree
   (the normal case) no write-back is needed and an acquire is one round trip.
-* Blocking acquire (``wait="notify"``, default) sleeps in ``BLPOP`` on ``<name>:signal``. A
-  refused attempt raises the flag ``<name>:waiting``; a release that finds the flag pushes one
-  element, so it wakes one waiter (and a release nobody waited for costs only GET and DEL), and
-  opens a 20 ms hand-off window in which only callers refused before (waiters) may take the
-  lock, so the releaser coming straight back cannot overtake the waiter it woke. A newcomer's
-  single attempt (``timeout_ms=0``) inside that window is refused. A waiter also wakes when the
-  holder's key would expire. ``wait="poll"`` retries after random delays instead (its waiters
-  use the same window, but find it only on their next poll).
+* Blocking acquire (``wait="notify"``, default) sleeps in ``BLPOP`` on ``<name>:signal``, on
+  the connection of its refused attempt. A refused caller that will wait registers its id in
+  the set ``<name>:waiters`` (which expires a second after the longest wait announced, so a
+  waiter that died is forgotten); it leaves the set when it gets the lock, or on its last
+  attempt (the one that starts after ``timeout_ms``: a caller gives up with no extra round
+  trip, and ``acquire`` lasts at most ``timeout_ms`` plus one node timeout). A release that finds
+  the set non-empty pushes one element, so it wakes one waiter, and opens a 20 ms hand-off
+  window in which only registered waiters may take the lock, so the releaser coming straight
+  back cannot overtake the waiter it woke. With nobody registered a release costs GET, DEL and
+  SCARD and opens no window; a try-lock (``timeout_ms=0``) never registers. A waiter also wakes
+  when the holder's key would expire, and at once when the server it waits on goes away or
+  restarts (the connection breaks), to try the fresh server. ``wait="poll"`` retries after
+  random delays instead (its waiters register too, but find the window only on their next poll).
+* Recovery when the lock service forgot its counter: ``lock.advance_fence(past)`` raises the
+  fence of a lease that still holds the lock above ``past`` (the row's fence) in one round trip;
+  see its docstring for why storage must also compare the row's version.
 * ``watchdog=True`` renews every ttl/3, at most ``max_renewals`` times. A failed renewal (or the
   lease running out after the last one) marks the lease lost, calls ``on_lost(lease, error)``,
   and leaving the ``with`` block raises :class:`LockLost`. Leaving a ``with`` block after the
@@ -60,9 +69,14 @@ What is not guaranteed
   ``valid_until`` still believes it holds the lock; only the fence checked by storage makes its
   late write harmless. Always write with the fence, and check ``lease.remaining_ms()``.
 * Clock jumps. Redis expires keys by its own clock; a node whose clock jumps forward drops
-  keys early (Redlock tolerates that on a minority, the single node does not). The client
-  side uses the monotonic clock, so its own wall clock does not matter; rate drift beyond
-  1 % + 2 ms breaks the validity arithmetic.
+  keys early. Redlock keeps mutual exclusion through such a jump only if the grant still has
+  a majority without that node: a grant by exactly a majority (say 3 of 5, two nodes down or
+  slow) loses its majority when one granting node jumps, and a second holder can be granted
+  while the first still holds a valid lease (tests/locks/test_faults.py shows it). The fences
+  still order the two (the second is larger), so the storage check refuses the first one's
+  late write. The single node has no such margin. The client side uses the monotonic clock,
+  so its own wall clock does not matter; rate drift beyond 1 % + 2 ms breaks the validity
+  arithmetic.
 * Node restarts without persistence (this project's nodes run with ``--save ""``). A restarted
   node forgets keys and counters. Single node: both guarantees are gone across the restart
   (fences restart from 1). Redlock: fences stay monotonic while the nodes that confirmed the
@@ -71,9 +85,12 @@ What is not guaranteed
   likewise survives a minority forgetting. Beyond that a lock can be granted twice and a fence
   repeated: delay restarts by one TTL (distlock) for the lock, and use ``appendfsync always``
   persistence for the counters.
-* Latency bounds of a single node. ``RedisLock`` calls wait as long as the client's
-  ``socket_timeout`` (redis-py's default: forever) if the server freezes; give the client one.
-  Connecting is capped at 100 ms. The library keeps its own connections per client (not the
+* Tight latency bounds of a single node. ``RedisLock`` waits for each reply (and for a connect)
+  at most the client's ``socket_timeout``: redis-py's default is 5 s, and a client created with
+  ``socket_timeout=None`` gets 5 s here too (the library never waits without a bound). Give the
+  client a smaller one if a frozen server should cost less. Redlock waits ``node_timeout_ms``
+  per round for all nodes together (connects included; a connect that outlasts a round is not
+  waited for again for a second). The library keeps its own connections per client (not the
   client's pool); they close when the client is garbage-collected.
 * Failover of one replicated Redis (Sentinel): replication is asynchronous, the promoted replica
   may not have the key. Use Redlock across independent masters instead.

@@ -1,7 +1,7 @@
 """What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
 
-Nothing here talks to Redis; ``sync.py`` and ``aio.py`` do, with the same decisions made by the
-same functions so the twins cannot drift apart.
+Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
+``_aio_io.py`` and ``_sync_io.py``.
 """
 from __future__ import annotations
 
@@ -72,45 +72,45 @@ class Script:
 
 
 # Take the lock and, in the same atomic step, issue a fencing number.
-# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the lock's "someone waits" flag;
-# KEYS[4] the hand-off window a release opens for waiters.
-# ARGV[1] token; ARGV[2] ttl in ms; ARGV[3] '1' if this caller was refused before (a waiter).
-# Returns the fence (>= 1) on a grant; on a refusal, minus the ms the caller should expect to
-# wait at most (<= 0), so a waiter knows how long a crashed holder can block it. A refusal raises
-# the flag so the holder's release wakes a waiter; a waiter that gets the lock raises it again for
-# the waiters behind it. Newcomers are refused during a hand-off window, so the waiter a release
-# woke is not overtaken by the releaser coming straight back.
+# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the set of waiter ids;
+# KEYS[4] the hand-off window a release opens when it wakes a waiter.
+# ARGV[1] token; ARGV[2] ttl in ms; ARGV[3] this caller's waiter id, '' if it was never refused
+# (a newcomer); ARGV[4] '1' if a refused caller will wait (register it), '0' if it gives up
+# (unregister it).
+# Returns the fence (>= 1) on a grant; on a refusal, minus the ms the caller should expect to wait
+# at most (<= 0), so a waiter knows how long a crashed holder can block it. A newcomer is refused
+# inside a hand-off window, so the waiter a release woke is not overtaken by the releaser coming
+# straight back. A refused newcomer that will wait registers under its token; the set expires a
+# second after the longest wait announced, so a waiter that died is forgotten.
 ACQUIRE = Script("""
-local pttl
-if ARGV[3] ~= '1' then
-  pttl = redis.call('pttl', KEYS[4])
-end
-if (pttl == nil or pttl < 0) and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[3] == '1' then
+local waiter = ARGV[3] ~= ''
+if (waiter or redis.call('exists', KEYS[4]) == 0) and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if waiter then
     redis.call('del', KEYS[4])
-    redis.call('set', KEYS[3], 1, 'PX', ARGV[2] + 1000)
+    redis.call('srem', KEYS[3], ARGV[3])
   end
   return redis.call('incr', KEYS[2])
 end
-local held = redis.call('pttl', KEYS[1])
-if held > 0 then pttl = held end
-if pttl ~= nil and pttl > 0 then
-  redis.call('set', KEYS[3], 1, 'PX', pttl + 1000)
-  return -pttl
+local wait = math.max(redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[4]), 0)
+if ARGV[4] == '1' then
+  redis.call('sadd', KEYS[3], waiter and ARGV[3] or ARGV[1])
+  if redis.call('pttl', KEYS[3]) < wait + 1000 then redis.call('pexpire', KEYS[3], wait + 1000) end
+elseif waiter then
+  redis.call('srem', KEYS[3], ARGV[3])
 end
-return 0
+return -wait
 """)
 
-# Compare-and-delete, then wake one waiter if anyone was refused meanwhile.
-# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the "someone waits" flag;
+# Compare-and-delete, then wake one waiter if any is registered.
+# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the set of waiter ids;
 # KEYS[4] the hand-off window.  ARGV[1] token; ARGV[2] signal lifetime in ms; ARGV[3] window ms.
 # Returns 1 when released, 0 when not the owner. The signal list holds at most one element, so
 # a release wakes one waiter, not a herd; it expires so a signal nobody took leaves nothing
-# behind for long. Without the flag (nobody was refused) a release is just GET and DEL.
+# behind for long. With no waiter registered a release is GET, DEL and SCARD.
 RELEASE = Script("""
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  if redis.call('del', KEYS[3]) == 1 then
+  if redis.call('scard', KEYS[3]) > 0 then
     redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
     redis.call('del', KEYS[2])
     redis.call('rpush', KEYS[2], 1)
@@ -142,18 +142,48 @@ end
 return 0
 """)
 
+# Recovery after the lock service forgot its counter: while this token holds the lock, move the
+# counter past both its own value and a fence storage already holds, in one step.
+# KEYS[1] lock key; KEYS[2] fence counter.  ARGV[1] token; ARGV[2] the fence to pass.
+# Returns the new counter (> ARGV[2], and > every value this counter issued before), or 0 when
+# the token no longer holds the lock.
+ADVANCE_FENCE = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  local fence = math.max(tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(ARGV[2])) + 1
+  redis.call('set', KEYS[2], string.format('%d', fence))
+  return fence
+end
+return 0
+""")
+
 SIGNAL_LIFETIME_MS = 2000
 # How long a release keeps newcomers out so the waiter it woke can take the lock: a scheduling
 # delay and one round trip; a woken waiter that died costs the lock this much idle time.
 HANDOFF_WINDOW_MS = 20
 
 
-def pack_evalsha(conn, script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
+def _pack(args: tuple) -> list[bytes]:
+    """RESP bytes of a command whose arguments are str and int only (all the locks send)."""
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(args)]
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return [b"".join(parts)]
+
+
+def pack_evalsha(script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
     """The wire bytes of EVALSHA. Lock arguments are str and int only, so hiredis can pack them
     directly (about 1 us) instead of redis-py's per-argument encoder (about 10 us)."""
-    if _hiredis_pack is not None:
+    if _hiredis_pack is not None:  # the hot path: one call less than through _pack
         return [_hiredis_pack(("EVALSHA", script.sha, len(keys), *keys, *argv))]
-    return conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *argv)
+    return _pack(("EVALSHA", script.sha, len(keys), *keys, *argv))
+
+
+def pack_eval(script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
+    """The wire bytes of EVAL, sent after NOSCRIPT: the node caches the script again."""
+    return _pack(("EVAL", script.text, len(keys), *keys, *argv))
 
 
 def new_token() -> str:
@@ -168,8 +198,8 @@ def signal_key(name: str) -> str:
     return f"{name}:signal"
 
 
-def waiting_key(name: str) -> str:
-    return f"{name}:waiting"
+def waiters_key(name: str) -> str:
+    return f"{name}:waiters"
 
 
 def handoff_key(name: str) -> str:

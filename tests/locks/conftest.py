@@ -17,6 +17,8 @@ import redis.asyncio as aioredis
 from inventory.nodes import RedisNodes
 from tests import slots
 
+from .twins import KINDS, Twin
+
 SINGLE_URL = slots.LOCK_TEST_REDIS_URL
 BASE_PORT = slots.LOCK_TEST_BASE_PORT
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / "test-locks"
@@ -39,6 +41,14 @@ def cluster(redis_nodes):
     redis_nodes.reset()
     for client in clients:
         client.close()
+
+
+@pytest.fixture(params=KINDS)
+def twin(request):
+    """The blocking locks, then the asyncio twins: a test using this runs once for each."""
+    twin = Twin(request.param)
+    yield twin
+    twin.close()
 
 
 @pytest.fixture

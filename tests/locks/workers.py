@@ -16,7 +16,9 @@ def increment_under_lock(kind: str, urls: list[str], name: str, counter_url: str
         if kind == "redis":
             lock = RedisLock(clients[0], name, ttl_ms=5_000, timeout_ms=30_000)
         else:
-            lock = Redlock(clients, name, ttl_ms=5_000, timeout_ms=30_000)
+            # 8 processes on a loaded two-core machine can miss the default 50 ms per round; this
+            # test is about lost updates, so a slow round must not end a worker.
+            lock = Redlock(clients, name, ttl_ms=5_000, timeout_ms=30_000, node_timeout_ms=500)
         with lock:
             value = int(counter.get(f"{name}:counter") or 0)
             time.sleep(0.001)

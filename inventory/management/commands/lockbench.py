@@ -11,6 +11,10 @@ that bursts of load from other processes on the machine fall on every row alike:
   the shop uses them (fencing counter included).
 * ``redis-py-lock`` (``redis.lock.Lock``), ``python-redis-lock``, ``pottery-redlock``,
   ``redlock-py``: the peers from requirements-peers.txt, each used as its README shows.
+* ``ours-redis-async``/``ours-redlock-async``: the asyncio twins on ``redis.asyncio`` clients,
+  and ``redis-py-lock-async`` (``redis.asyncio.lock.Lock``) as their peer; each slice runs its
+  operations in batches of ten inside one event loop, so the loop's entry costs are not counted
+  per operation.
 
 Then contended handoff: 8 processes take one single-node lock in a loop, hold it 1 ms, release;
 ``contended-polling`` waits by random sleeps, ``contended-notified`` by ``BLPOP`` on the release
@@ -28,7 +32,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import asyncio
+
 import redis
+import redis.asyncio as aioredis
 from hiredis import pack_command
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -36,6 +43,7 @@ from django.core.management.base import BaseCommand, CommandError
 from inventory.etcd_bench import etcd_rows
 from inventory.locks import RedisLock, Redlock
 from inventory.locks._core import Script
+from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
 from inventory.nodes import NodeError, RedisNodes
 
 LOCK_NAME = "lockbench:lock"
@@ -102,6 +110,43 @@ def _ours_redlock(clients: list[redis.Redis]) -> Callable[[], None]:
         lock.acquire()
         lock.release()
     return op
+
+
+def _async_batches(loop: asyncio.AbstractEventLoop, op_async) -> Callable[[], None]:
+    """One call runs ten awaited operations on ``loop``: the slice loop counts ten per call."""
+    async def ten() -> None:
+        for _ in range(10):
+            await op_async()
+
+    def op() -> None:
+        loop.run_until_complete(ten())
+    op.batch = 10
+    return op
+
+
+def _ours_redis_async(loop, client: aioredis.Redis) -> Callable[[], None]:
+    async def op() -> None:
+        lock = AsyncRedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        await lock.acquire()
+        await lock.release()
+    return _async_batches(loop, op)
+
+
+def _ours_redlock_async(loop, clients: list[aioredis.Redis]) -> Callable[[], None]:
+    async def op() -> None:
+        lock = AsyncRedlock(clients, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        await lock.acquire()
+        await lock.release()
+    return _async_batches(loop, op)
+
+
+def _redis_py_lock_async(loop, client: aioredis.Redis) -> Callable[[], None]:
+    async def op() -> None:
+        lock = client.lock(LOCK_NAME, timeout=TTL_MS / 1000)
+        if not await lock.acquire(blocking=False):
+            raise RuntimeError("redis-py's asyncio Lock refused an uncontended lock")
+        await lock.release()
+    return _async_batches(loop, op)
 
 
 def _redis_py_lock(client: redis.Redis) -> Callable[[], None]:
@@ -209,6 +254,16 @@ class Command(BaseCommand):
         ports = [node.port for node in nodes]
         clients = _clients(ports)
         single = clients[0]
+        loop = asyncio.new_event_loop()
+        async_clients = [aioredis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
+        try:
+            return self._measure(ports, clients, single, loop, async_clients, seconds, rounds)
+        finally:
+            for client in async_clients:
+                loop.run_until_complete(client.aclose())
+            loop.close()
+
+    def _measure(self, ports, clients, single, loop, async_clients, seconds: float, rounds: int) -> list[dict]:
         cases: dict[str, Callable[[], None]] = {
             "floor-1node": _floor([single]),
             "floor-5nodes": _floor(clients),
@@ -218,6 +273,9 @@ class Command(BaseCommand):
             "python-redis-lock": _python_redis_lock(single),
             "pottery-redlock": _pottery(clients),
             "redlock-py": _redlock_py(ports),
+            "ours-redis-async": _ours_redis_async(loop, async_clients[0]),
+            "ours-redlock-async": _ours_redlock_async(loop, async_clients),
+            "redis-py-lock-async": _redis_py_lock_async(loop, async_clients[0]),
         }
         totals = {name: [0, 0.0] for name in cases}
         for op in cases.values():  # warm connections and script caches outside the clock
@@ -230,12 +288,13 @@ class Command(BaseCommand):
         slice_s = seconds / rounds
         for round_no in range(1, rounds + 1):
             for name, op in cases.items():
+                per_call = getattr(op, "batch", 1) * 10
                 count, started = 0, time.perf_counter()
                 deadline = started + slice_s
                 while True:
                     for _ in range(10):
                         op()
-                    count += 10
+                    count += per_call
                     now = time.perf_counter()
                     if now >= deadline:
                         break
@@ -292,6 +351,11 @@ class Command(BaseCommand):
             ratio = by_name[numerator] / by_name[denominator]
             verdict = "met" if ratio >= target else "NOT met"
             out.write(f"  {numerator} / {denominator} = {ratio:5.2f}x  (target >= {target}x)  {verdict}")
+        out.write("  asyncio twins: "
+                  f"ours-redis-async / redis-py-lock-async = "
+                  f"{by_name['ours-redis-async'] / by_name['redis-py-lock-async']:5.2f}x, "
+                  f"ours-redlock-async / ours-redis-async = "
+                  f"{by_name['ours-redlock-async'] / by_name['ours-redis-async']:5.2f}x")
         contended = {row["name"]: row for row in rows if "p99_wait_ms" in row}
         if len(contended) == 2:
             poll, notify = contended["contended-polling"], contended["contended-notified"]

@@ -1,0 +1,263 @@
+"""asyncio I/O for the locks in ``aio.py``: the twin of ``_sync_io.py``, name for name.
+
+Every wait has a deadline on the loop's clock (``time.monotonic()``), enforced with
+``asyncio.timeout_at`` around reads that redis-py itself does not time out (``timeout=math.inf``):
+redis-py's own ``read_response(timeout=...)`` returns None on timeout and keeps the connection,
+reply still owed, which a later command would then read as its own answer. Here a cancelled
+read closes the connection (redis-py disconnects on any BaseException during a read).
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import weakref
+from collections import deque
+from typing import Callable, Sequence
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._core import Script, node_name, pack_eval, pack_evalsha, signal_key
+from ._sync_io import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
+
+Client = aioredis.Redis
+
+
+class Node:
+    """Idle asyncio connections to one node, per client and per event loop (see ``_sync_io.Node``)."""
+
+    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, Node]" = weakref.WeakKeyDictionary()
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        kwargs = connection_kwargs(client)
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        self.timeout_s = float(kwargs["socket_timeout"] or DEFAULT_SOCKET_TIMEOUT_S)
+        # Deadlines are enforced here; redis-py's per-write timeout would cost a task per send.
+        kwargs["socket_timeout"] = None
+        kwargs["socket_connect_timeout"] = None
+        connection_class = client.connection_pool.connection_class
+        self._factory = lambda: connection_class(**kwargs)
+        self.name = node_name(client)
+        self._idle: deque = deque()
+        self._loop = None
+        # (connection, connect task, loop-time start) of a connect a round left unfinished.
+        self.pending: tuple | None = None
+
+    @classmethod
+    def of(cls, client: aioredis.Redis) -> "Node":
+        node = cls._registry.get(client)
+        if node is None:
+            node = cls._registry[client] = cls(client)
+        return node
+
+    def take(self):
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._idle = deque()
+            self._loop = loop
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._factory()
+
+    def give(self, conn) -> None:
+        self._idle.append(conn)
+
+
+async def _disconnect(conn) -> None:
+    try:
+        await conn.disconnect(nowait=True)
+    except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is dropped either way
+        pass
+
+
+async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadline: float):
+    """The reply to the script call sent on ``conn``, by ``deadline``; NOSCRIPT is answered with
+    EVAL on the same connection under the same deadline."""
+    async with asyncio.timeout_at(deadline):
+        try:
+            return await conn.read_response(timeout=math.inf)
+        except NoScriptError:
+            await conn.send_packed_command(pack_eval(script, keys, argv), check_health=False)
+            return await conn.read_response(timeout=math.inf)
+
+
+async def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequence):
+    """Run a script on one node over ``conn``; connect, send and reply within ``node.timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + node.timeout_s
+    try:
+        if not conn.is_connected:
+            async with asyncio.timeout_at(deadline):
+                await conn.connect_check_health(check_health=False, retry_socket_connect=False)
+        await conn.send_packed_command(pack_evalsha(script, keys, argv), check_health=False)
+        return await _read(conn, script, keys, argv, deadline)
+    except ResponseError:
+        raise
+    except TimeoutError as error:
+        await _disconnect(conn)
+        raise RedisTimeoutError(f"{node.name} did not answer within {node.timeout_s * 1000:.0f} ms") from error
+    except BaseException:
+        await _disconnect(conn)
+        raise
+
+
+async def call_one(node: Node, script: Script, keys: Sequence[str], argv: Sequence):
+    conn = node.take()
+    try:
+        return await eval_one(node, conn, script, keys, argv)
+    finally:
+        node.give(conn)
+
+
+async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
+    """Connect, then send ``packed`` if the round that started this is still open (True if sent):
+    a connect that completes after its round never leaves a reply owed."""
+    await conn.connect_check_health(check_health=False, retry_socket_connect=False)
+    if round_open[0]:
+        await conn.send_packed_command(packed, check_health=False)
+        return True
+    return False
+
+
+def _pending_connect(node: Node, started: float):
+    """The asyncio version of ``_sync_io._pending_connect``: ``(conn, None)``, ``(None, error)``
+    or ``(None, None)``."""
+    conn, task, since = node.pending
+    if not task.done():
+        if started - since < CONNECT_BACKOFF_S:
+            return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
+        node.pending = None
+        task.cancel()
+        return None, None
+    node.pending = None
+    if task.cancelled() or task.exception() is not None:
+        node.give(conn)
+        return None, task.exception() if not task.cancelled() else None
+    return conn, None
+
+
+async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: Sequence,
+                   timeout_s: float, held: list | None = None) -> list:
+    """Write the script call to every node, then read every reply against one deadline (same
+    contract as ``_sync_io.eval_all``, pending connects included). Nodes without a connection
+    connect concurrently, inside the same deadline."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + timeout_s
+    packed = pack_evalsha(script, keys, argv)
+    replies: list = [None] * len(nodes)
+    conns: list = [None] * len(nodes)
+    connects: dict = {}
+    round_open = [True]
+    for index, node in enumerate(nodes):
+        conn = None
+        if node.pending is not None:
+            if node.pending[1].get_loop() is not loop:
+                node.pending = None
+            else:
+                conn, replies[index] = _pending_connect(node, started)
+                if replies[index] is not None:
+                    continue
+        conn = conns[index] = conn or node.take()
+        if not conn.is_connected:
+            connects[index] = loop.create_task(_connect_and_send(conn, packed, round_open))
+            continue
+        try:
+            await conn.send_packed_command(packed, check_health=False)
+        except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
+            await _disconnect(conn)
+            replies[index] = error
+    if connects:
+        done, _ = await asyncio.wait(connects.values(), timeout=max(deadline - loop.time(), 0))
+        round_open[0] = False
+        for index, task in connects.items():
+            conn = conns[index]
+            if task not in done:
+                nodes[index].pending = (conn, task, started)
+                conns[index] = None
+                replies[index] = RedisTimeoutError(f"{nodes[index].name}: connect did not finish within "
+                                                   f"{timeout_s * 1000:.0f} ms")
+                continue
+            try:
+                sent = task.result()
+            except Exception as error:  # noqa: BLE001
+                replies[index] = error
+                await _disconnect(conn)
+            else:
+                if not sent:
+                    replies[index] = RedisTimeoutError(f"{nodes[index].name}: connected too late")
+    for index, conn in enumerate(conns):
+        if conn is None or replies[index] is not None:
+            continue
+        try:
+            replies[index] = await _read(conn, script, keys, argv, deadline)
+        except ResponseError as error:
+            replies[index] = error
+        except TimeoutError:
+            await _disconnect(conn)
+            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within "
+                                               f"{timeout_s * 1000:.0f} ms")
+        except Exception as error:  # noqa: BLE001
+            await _disconnect(conn)
+            replies[index] = error
+    for index, conn in enumerate(conns):
+        if conn is not None:
+            if held is not None and not held and conn.is_connected and type(replies[index]) is int \
+                    and replies[index] <= 0:
+                held.append((index, conn))
+            else:
+                nodes[index].give(conn)
+    return replies
+
+
+async def block_on_signal(node: Node, conn, name: str, wait_s: float) -> None:
+    """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list (same
+    contract as ``_sync_io.block_on_signal``)."""
+    wait_s = max(wait_s, 0.001)
+    try:
+        if not conn.is_connected:
+            return
+        async with asyncio.timeout(wait_s + node.timeout_s):
+            await conn.send_command("BLPOP", signal_key(name), f"{wait_s:.3f}", check_health=False)
+            await conn.read_response(timeout=math.inf)
+    except Exception:  # noqa: BLE001 - the caller retries the lock; a dead node only ends the wait
+        await _disconnect(conn)
+
+
+sleep = asyncio.sleep
+
+
+async def call(function: Callable, *args) -> None:
+    result = function(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+class Watchdog:
+    """Runs ``body(watchdog)`` as a task on the running loop until :meth:`stop`."""
+
+    def __init__(self, name: str, body: Callable) -> None:
+        self._stopped = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(body(self), name=name)
+
+    async def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if :meth:`stop` was called meanwhile."""
+        try:
+            async with asyncio.timeout(max(seconds, 0)):
+                await self._stopped.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        if self._task is not asyncio.current_task():
+            await self._task

@@ -1,0 +1,51 @@
+"""Generate inventory/locks/sync.py from inventory/locks/aio.py with ``unasync``.
+
+    python scripts/unasync_locks.py          # write sync.py
+    python scripts/unasync_locks.py --check  # exit 1 if sync.py is not what aio.py generates
+
+``unasync`` drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements
+below rename the asyncio I/O module and classes to their blocking twins. ``make twins`` runs the
+first form; tests/locks/test_twins.py runs the second, so ``make test`` fails if the twins diverge.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import tokenize_rt
+import unasync
+
+LOCKS = Path(__file__).resolve().parents[1] / "inventory" / "locks"
+SOURCE = LOCKS / "aio.py"
+TARGET = LOCKS / "sync.py"
+REPLACEMENTS = {
+    "_aio_io": "_sync_io",
+    "AsyncRedisLock": "RedisLock",
+    "AsyncRedlock": "Redlock",
+}
+HEADER = ("# Generated from aio.py by scripts/unasync_locks.py (make twins): do not edit; "
+          "edit aio.py and regenerate.\n")
+
+
+def generate() -> str:
+    rule = unasync.Rule(fromdir="/", todir="/", additional_replacements=REPLACEMENTS)
+    tokens = rule._unasync_tokens(tokenize_rt.src_to_tokens(SOURCE.read_text()))
+    return HEADER + tokenize_rt.tokens_to_src(tokens)
+
+
+def main(argv: list[str]) -> int:
+    text = generate()
+    if argv == ["--check"]:
+        if not TARGET.exists() or TARGET.read_text() != text:
+            print(f"{TARGET} is not generated from {SOURCE.name}: run `make twins`", file=sys.stderr)
+            return 1
+        return 0
+    if argv:
+        print("usage: unasync_locks.py [--check]", file=sys.stderr)
+        return 2
+    TARGET.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -47,6 +47,8 @@ class FencedLockStrategy(Strategy):
         except NotAcquired as exc:
             raise LockUnavailable(str(exc)) from exc
         try:
+            # Locks whose service keeps a counter (Redis, Redlock) can raise it; etcd's fence is
+            # a revision, which no client can move, so its grants cannot recover this way.
             yield Grant(token=lease.fence, advance=getattr(lock, "advance_fence", None))
         finally:
             try:

@@ -90,11 +90,12 @@ def merge(summaries: list[dict]) -> dict:
     - ``rps``: purchases answered per second of ``drain_s``.
     """
     merged = {key: sum(s.get(key, 0) for s in summaries) for key in COUNTS}
-    status_counts = Counter()
+    status_counts, outcomes = Counter(), Counter()
     latencies: list[float] = []
     timings = {name: [] for name in TIMING_KEYS}
     for summary in summaries:
         status_counts.update(summary.get("status_counts", {}))
+        outcomes.update(summary.get("outcomes", {}))
         latencies.extend(summary.get("latencies_ms", []))
         for name in TIMING_KEYS:
             timings[name].extend(summary.get("server_timing", {}).get(name, []))
@@ -109,6 +110,7 @@ def merge(summaries: list[dict]) -> dict:
     ordered = sorted(latencies)
     merged.update(
         status_counts=dict(sorted(status_counts.items())),
+        outcomes=dict(sorted(outcomes.items())),
         first_sent_at=first_sent,
         arrival_window_s=_elapsed(first_sent, last_sent),
         drain_s=drain,

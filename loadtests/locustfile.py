@@ -74,6 +74,7 @@ class Sale:
         self.client_retries = 0
         self.transport_errors = 0
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
+        self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer
         self.latencies_ms: list[float] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
@@ -106,6 +107,7 @@ class Sale:
             **self.progress(),
             **{name: self.counts[name] for name in BODY_COUNTS},
             "status_counts": dict(sorted(self.status_counts.items())),
+            "outcomes": dict(sorted(self.outcomes.items())),
             "busy": self.busy,
             "client_retries": self.client_retries,
             "transport_errors": self.transport_errors,
@@ -293,8 +295,12 @@ class Shopper(FastHttpUser):
             payload = json.loads(response.content or b"{}") if status else {}
         except ValueError:
             payload = {}
+        if not isinstance(payload, dict):
+            payload = {}
+        if isinstance(payload.get("outcome"), str):
+            sale.outcomes[payload["outcome"]] += 1
         for name in BODY_COUNTS:
-            value = payload.get(name) if isinstance(payload, dict) else None
+            value = payload.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
                 sale.counts[name] += value
         sale.quit_when_finished(self.environment)

@@ -112,7 +112,7 @@ if DATABASE_POOL_MAX_SIZE:
         _pool_timeout = float(os.environ.get("DATABASE_POOL_TIMEOUT") or 1.0)
     except ValueError:
         raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT: expected seconds, e.g. 1.0") from None
-    DATABASES["default"]["OPTIONS"]["pool"] = {
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 0, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": _pool_timeout,
     }
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":

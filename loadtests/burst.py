@@ -51,6 +51,10 @@ SAMPLE_INTERVAL_S = 0.25
 CONNECTION_SAMPLE_INTERVAL_S = 0.05
 #: Shoppers one Locust process releases within the arrival target on this machine (measured).
 SHOPPERS_PER_PROCESS = 2500
+#: The pods run at a lower CPU priority than the Locust processes: on one machine they share the
+#: cores, and a server that takes the CPU from its own load generator slows the spike it is measured
+#: by. On separate machines (as in production) the two never compete; this approximates that.
+POD_NICE = 5
 #: Seconds a shopper's preparation may take at most, on top of a fixed allowance.
 PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
 
@@ -272,6 +276,7 @@ class Row:
                 cwd=settings.BASE_DIR,
                 env=server_environment(backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod)),
                 log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
+                nice=POD_NICE,
             ))
             self.ports.append(port)
         for pod, port in zip(self.pods, self.ports):

@@ -99,6 +99,7 @@ def merge(summaries: list[dict]) -> dict:
         latencies.extend(summary.get("latencies_ms", []))
         for name in TIMING_KEYS:
             timings[name].extend(summary.get("server_timing", {}).get(name, []))
+    merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
     firsts = [s["first_sent_at"] for s in summaries if s.get("first_sent_at") is not None]
     first_sent = min(firsts, default=None)
     last_sent = max((s["last_sent_at"] for s in summaries if s.get("last_sent_at") is not None), default=None)

@@ -11,7 +11,7 @@ SPIKE_ARRIVAL_LIMIT_S = 1.0
 
 def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int, timeline: list[list]) -> list[str]:
     """The problems of one row; ``report`` is None for the floor, which sells nothing and is not audited."""
-    problems = []
+    problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
     if report is not None:
         if report.stock < 0:
             problems.append(f"stock {report.stock} below 0")

@@ -39,10 +39,23 @@ def _die_with_parent() -> None:
         pass
 
 
+def _before_exec(nice: int):
+    def prepare() -> None:
+        if nice:
+            os.nice(nice)
+        if sys.platform == "linux":
+            _die_with_parent()
+
+    return prepare
+
+
 class Child:
     """A subprocess in its own process group, logging to a file; stopped group-wide."""
 
-    def __init__(self, name: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, nice: int = 0
+    ) -> None:
+        """``nice`` > 0 lowers the child's CPU priority (any user may)."""
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +68,7 @@ class Child:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_before_exec(nice),
         )
 
     def running(self) -> bool:

@@ -138,6 +138,11 @@ def strategy_class(name: str):
     return import_string(registry[name])
 
 
+def is_control(name: str) -> bool:
+    """A strategy that exists to fail (``unsafe``; after issue 7 every class with ``control = True``)."""
+    return bool(getattr(strategy_class(name), "control", name == "unsafe"))
+
+
 def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path) -> dict[str, str]:
     """One pod's environment: this process's services, the strategy, the sizing of its workers."""
     inventory = settings.INVENTORY
@@ -170,7 +175,7 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: 
         strategy = strategy_class(backend)
         if hasattr(strategy, "server_env"):
             env.update(strategy.server_env(inventory))
-        if getattr(strategy, "control", backend == "unsafe"):
+        if is_control(backend):
             env["ALLOW_UNSAFE_BACKEND"] = "1"
     return env
 
@@ -181,7 +186,9 @@ def collect_static() -> None:
     gunicorn runs with DEBUG off, where the manifest storage refuses to render a page whose
     stylesheet was never collected (every product page would be a 500).
     """
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DJANGO_DEBUG": "0", "DATABASE_URL": database_url()}
+    env = {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DJANGO_DEBUG": "0", "DATABASE_URL": database_url(),
+    }
     result = subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
         cwd=settings.BASE_DIR, env=env, capture_output=True, text=True,
@@ -274,7 +281,9 @@ class Row:
                 f"gunicorn pod {pod}",
                 [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
                 cwd=settings.BASE_DIR,
-                env=server_environment(backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod)),
+                env=server_environment(
+                    backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod)
+                ),
                 log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
                 nice=POD_NICE,
             ))
@@ -364,7 +373,8 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
         missing = [locust for locust, summary in zip(row.locusts, summaries) if summary is None]
         if missing:
             raise BurstError(
-                f"{missing[0].name} exited with code {missing[0].process.returncode} and no summary: {missing[0].log_tail()}"
+                f"{missing[0].name} exited with code {missing[0].process.returncode} and no summary: "
+                f"{missing[0].log_tail()}"
             )
         figures = merge(summaries)
         figures["server_purchases"] = row.server_purchases()
@@ -408,7 +418,9 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
                     [round(progress.elapsed_s, 2), progress.stock, progress.sent, progress.answered]
                 )
                 if progress.elapsed_s > plan.timeout_s + 30:
-                    raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {row.locusts[0].log_path}")
+                    raise BurstError(
+                        f"locust still running after {progress.elapsed_s:.0f}s; see {row.locusts[0].log_path}"
+                    )
         if on_progress:
             on_progress(progress)
         if progress.finished:

@@ -100,13 +100,13 @@ def merge(summaries: list[dict]) -> dict:
         for name in TIMING_KEYS:
             timings[name].extend(summary.get("server_timing", {}).get(name, []))
     merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
-    firsts = [s["first_sent_at"] for s in summaries if s.get("first_sent_at") is not None]
-    first_sent = min(firsts, default=None)
-    last_sent = max((s["last_sent_at"] for s in summaries if s.get("last_sent_at") is not None), default=None)
-    last_answered = max((s["last_answered_at"] for s in summaries if s.get("last_answered_at") is not None), default=None)
-    last_confirmed = max(
-        (s["last_confirmed_at"] for s in summaries if s.get("last_confirmed_at") is not None), default=None
-    )
+    def times(key: str) -> list[float]:
+        return [s[key] for s in summaries if s.get(key) is not None]
+
+    first_sent = min(times("first_sent_at"), default=None)
+    last_sent = max(times("last_sent_at"), default=None)
+    last_answered = max(times("last_answered_at"), default=None)
+    last_confirmed = max(times("last_confirmed_at"), default=None)
     drain = _elapsed(first_sent, last_answered)
     ordered = sorted(latencies)
     merged.update(

@@ -344,10 +344,8 @@ class Shopper(User):
         page = self.connection.request("GET", f"/products/{options.sku}/", {"Accept": "text/html"})
         for attempt in range(PAGE_ATTEMPTS):
             status, headers, _, _ = self.exchange(PAGE_NAME, "GET", page)
-            cookies = dict(
-                cookie.split(";", 1)[0].strip().split("=", 1) for cookie in (headers.getlist("set-cookie") if headers else [])
-                if "=" in cookie.split(";", 1)[0]
-            )
+            pairs = (cookie.split(";", 1)[0].strip() for cookie in (headers.getlist("set-cookie") if headers else []))
+            cookies = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
             if status == 200 and "csrftoken" in cookies:
                 sale.prepared += 1
                 return self.connection.request("POST", options.path.format(sku=options.sku), {
@@ -366,7 +364,8 @@ class Shopper(User):
         sale.sent += 1
         started = None
         for attempt in range(options.max_retries + 1):
-            status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, sent if attempt == 0 else None)
+            already = sent if attempt == 0 else None
+            status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
             if started is None:
                 started = sent_at
                 sale.first_sent_at = sale.first_sent_at or sent_at

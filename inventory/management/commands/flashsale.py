@@ -23,7 +23,7 @@ from inventory import backends
 from inventory.nodes import NodeError, started_while_needed
 from loadtests.burst import (
     FLOOR, SCENARIOS, BurstError, BurstPlan, Progress, collect_static, database_url, default_locust_processes,
-    run_row, strategy_class,
+    is_control, run_row, strategy_class,
 )
 from loadtests.figures import median_run
 
@@ -86,7 +86,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
-        parser.add_argument("--backends", default="db,redis,redlock", help="comma-separated strategies")
+        parser.add_argument(
+            "--backends", default="db,redis,redlock",
+            help="comma-separated strategies, or all (every strategy that is not a control)",
+        )
         parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
         parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
         parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
@@ -111,8 +114,10 @@ class Command(BaseCommand):
                json_path: str, **options):
         if scenario not in SCENARIOS:
             raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
-        names = [name.strip() for name in backends.split(",") if name.strip()]
         known = strategy_names()
+        if backends.strip() == "all":
+            backends = ",".join(name for name in known if not is_control(name))
+        names = [name.strip() for name in backends.split(",") if name.strip()]
         unknown = [name for name in names if name not in known]
         if not names or unknown:
             raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(known)}")
@@ -138,7 +143,7 @@ class Command(BaseCommand):
             locust_processes=locust_processes, timeout_s=timeout,
         )
         started_at = timezone.now()
-        if any(getattr(strategy_class(name), "control", name == "unsafe") for name in names):
+        if any(is_control(name) for name in names):
             self.stderr.write(
                 "warning: a control strategy takes no (cross-process) lock and oversells by design; "
                 "ALLOW_UNSAFE_BACKEND=1 is set for its gunicorn only"
@@ -187,7 +192,7 @@ class Command(BaseCommand):
             self.end_progress_line()
 
     def medians(self, runs: list[dict], names: list[str]) -> list[dict]:
-        """Per row, the median run (see :func:`median_run`), every repeat's problems, and its ratio to the floor's median."""
+        """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floor = [], None
         for name in names:
@@ -220,7 +225,9 @@ class Command(BaseCommand):
             with psycopg.connect(database_url(), autocommit=True, connect_timeout=5) as conn:
                 limit = int(conn.execute("SHOW max_connections").fetchone()[0])
                 reserved = int(conn.execute("SHOW superuser_reserved_connections").fetchone()[0])
-                in_use = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").fetchone()[0]
+                in_use = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                ).fetchone()[0]
         except psycopg.Error as exc:
             raise CommandError(f"PostgreSQL does not answer ({str(exc).strip()}): start it") from exc
         free = limit - reserved - in_use - SPARE_CONNECTIONS
@@ -228,12 +235,14 @@ class Command(BaseCommand):
         if per_worker < 1:
             raise CommandError(
                 f"{pods} pod(s) × {workers} workers need at least {pods * workers} connections; PostgreSQL has "
-                f"{max(free, 0)} to spare (max_connections {limit}): lower --pods or --workers, or raise max_connections"
+                f"{max(free, 0)} to spare (max_connections {limit}): lower --pods or --workers, "
+                "or raise max_connections"
             )
         return per_worker
 
     def start_services(self, names: list[str], stack: ExitStack) -> None:
-        """Start what the strategies need and is not running (stopped again at the end); fail on what cannot be started."""
+        """Start what the strategies need and is not running (stopped again at the end);
+        fail on what is not running and cannot be started."""
         seen = set()
         for name in names:
             strategy = strategy_class(name)
@@ -278,7 +287,9 @@ class Command(BaseCommand):
             with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
                 client.ping()
         except redis.RedisError as exc:
-            raise CommandError(f"Redis at {url} does not answer ({exc}): start it (Debian: apt-get install redis-server)") from exc
+            raise CommandError(
+                f"Redis at {url} does not answer ({exc}): start it (Debian: apt-get install redis-server)"
+            ) from exc
 
     def progress_line(self):
         """A callback that shows one updating line on a terminal, a plain line a second otherwise."""

@@ -40,7 +40,7 @@ from django.utils import timezone
 from inventory.models import BurstRun, Product
 from inventory.services import audit, reset_sale
 
-from .figures import merge
+from .figures import merge, timeline
 from .judge import judge
 from .processes import Child, ChildError, free_port, stop_all, wait_until_answers
 
@@ -109,7 +109,8 @@ class Progress:
     opens_in_s: float = 0.0
     elapsed_s: float = 0.0  # since the opening
     finished: bool = False  # the last sample: every Locust process has exited
-    timeline: list[list] = field(default_factory=list)
+    opened_at: float | None = None  # wall clock of the opening
+    samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)
 
 
 def database_url() -> str:
@@ -378,9 +379,12 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
             )
         figures = merge(summaries)
         figures["server_purchases"] = row.server_purchases()
+        figures["timeline"] = timeline(
+            progress.samples, opened_at=progress.opened_at or 0.0,
+            sent_times=figures["sent_times"], answer_times=figures["answer_times"],
+        )
     return record(
-        backend=backend, plan=plan, figures=figures, progress=progress, started_at=started_at,
-        peak_db_connections=peak_connections,
+        backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections,
     )
 
 
@@ -397,7 +401,7 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
         progress.answered = sum(report.get("answered", 0) for report in reports)
         if open_at is None:
             if reports and all(report.get("phase") == "ready" for report in reports):
-                open_at = time.time() + plan.countdown_s
+                open_at = progress.opened_at = time.time() + plan.countdown_s
                 write_json(row.start_file, {"open_at": open_at})
             elif progress.finished or any(not locust.running() for locust in row.locusts):
                 return  # a process gave up while preparing; its summary (or its absence) says why
@@ -414,9 +418,7 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
             if now >= open_at:
                 progress.elapsed_s = now - open_at
                 progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
-                progress.timeline.append(
-                    [round(progress.elapsed_s, 2), progress.stock, progress.sent, progress.answered]
-                )
+                progress.samples.append((now, progress.elapsed_s, progress.stock))
                 if progress.elapsed_s > plan.timeout_s + 30:
                     raise BurstError(
                         f"locust still running after {progress.elapsed_s:.0f}s; see {row.locusts[0].log_path}"
@@ -436,14 +438,13 @@ def run_audit(*, sku: str, figures: dict, requests: int):
     return audit(sku=sku, demand=requests)
 
 
-def record(*, backend: str, plan: BurstPlan, figures: dict, progress: Progress, started_at,
-           peak_db_connections: int | None) -> dict:
+def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None) -> dict:
     """Audit the database (not for the floor), judge the invariants, store the BurstRun, return the row."""
     report = None if backend == FLOOR else run_audit(sku=plan.sku, figures=figures, requests=plan.requests)
     busy = figures["busy"]
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
     problems = judge(
-        backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx, timeline=progress.timeline,
+        backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx,
     )
     counts = figures["status_counts"]
     row = {
@@ -479,7 +480,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, progress: Progress, 
         "peak_db_connections": peak_db_connections,
         "floor_ratio": None,
         "server_timing": figures["server_timing"],
-        "timeline": progress.timeline,
+        "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": {
             "locust_processes": plan.locust_processes, "workers": plan.workers, "threads": plan.threads,
@@ -489,7 +490,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, progress: Progress, 
     }
     if report is not None:
         BurstRun.objects.create(
-            started_at=started_at, sku=plan.sku, timeline=progress.timeline,
+            started_at=started_at, sku=plan.sku, timeline=figures["timeline"],
             **{k: row[k] for k in (
                 "backend", "requests", "stock_initial", "stock_final", "orders", "oversold", "undersold",
                 "status_counts", "errors_5xx", "rps", "p50_ms", "p95_ms", "p99_ms", "duration_s", "invariants_ok",

@@ -10,6 +10,7 @@ another are comparable.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import Counter
@@ -81,6 +82,21 @@ def _elapsed(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(max(0.0, end - start), 3)
 
 
+def timeline(samples: list[tuple[float, float, int | None]], *, opened_at: float, sent_times: list[float],
+             answer_times: list[float]) -> list[list]:
+    """``[[seconds since the opening, stock left, purchases sent, purchases answered], ...]``.
+
+    ``samples`` are the runner's (wall clock, seconds since the opening, stock) readings; the two
+    counts at each reading come from the clients' own send and answer times (ascending), so they
+    are exact however late a Locust process wrote its progress file.
+    """
+    return [
+        [round(since, 2), stock, bisect.bisect_right(sent_times, at), bisect.bisect_right(answer_times, at)]
+        for at, since, stock in samples
+        if at >= opened_at
+    ]
+
+
 def merge(summaries: list[dict]) -> dict:
     """One run's client figures from the summaries of all its Locust processes.
 
@@ -100,6 +116,8 @@ def merge(summaries: list[dict]) -> dict:
         for name in TIMING_KEYS:
             timings[name].extend(summary.get("server_timing", {}).get(name, []))
     merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
+    merged["sent_times"] = sorted(t for summary in summaries for t in summary.get("sent_times", []))
+    merged["answer_times"] = sorted(t for summary in summaries for t in summary.get("answer_times", []))
     def times(key: str) -> list[float]:
         return [s[key] for s in summaries if s.get(key) is not None]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 SPIKE_ARRIVAL_LIMIT_S = 1.0
 
 
-def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int, timeline: list[list]) -> list[str]:
+def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list[str]:
     """The problems of one row; ``report`` is None for the floor, which sells nothing and is not audited."""
     problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
     if report is not None:
@@ -26,7 +26,7 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int, timelin
             problems.append(f"undersold {report.undersold}")
         if figures["constraint_hits"]:
             problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
-        if min((point[1] for point in timeline if point[1] is not None), default=0) < 0:
+        if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:
             problems.append("stock went below 0 during the burst")
     if errors_5xx:
         problems.append(f"{errors_5xx} server errors")

@@ -83,6 +83,8 @@ class Sale:
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
         self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer
         self.latencies_ms: list[float] = []
+        self.sent_times: list[float] = []  # wall clock of each purchase's first send
+        self.answer_times: list[float] = []  # wall clock of each purchase's final answer
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
         self.last_sent_at: float | None = None
@@ -126,6 +128,8 @@ class Sale:
             "last_answered_at": self.last_answered_at,
             "last_confirmed_at": self.last_confirmed_at,
             "latencies_ms": [round(value, 2) for value in self.latencies_ms],
+            "sent_times": [round(value, 4) for value in self.sent_times],
+            "answer_times": [round(value, 4) for value in self.answer_times],
             "server_timing": self.timing,
         }
 
@@ -382,6 +386,8 @@ class Shopper(User):
         sale.answered += 1
         sale.last_answered_at = finished
         sale.latencies_ms.append((finished - started) * 1000)
+        sale.sent_times.append(started)
+        sale.answer_times.append(finished)
         sale.status_counts[str(status)] += 1
         if status == 0:
             sale.transport_errors += 1

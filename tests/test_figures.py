@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from loadtests.burst import shares
-from loadtests.figures import latency_histogram, log_buckets, median_run, merge, parse_server_timing, percentile
+from loadtests.figures import (
+    latency_histogram, log_buckets, median_run, merge, parse_server_timing, percentile, timeline,
+)
 
 
 def summary(**fields) -> dict:
@@ -79,3 +81,9 @@ def test_median_run_reports_median_and_range():
 def test_shares_add_up_exactly(total, parts):
     split = shares(total, parts)
     assert sum(split) == total and max(split) - min(split) <= 1 and len(split) == parts
+
+
+def test_timeline_counts_sends_and_answers_from_the_clients_own_times():
+    samples = [(99.0, -1.0, 10), (100.0, 0.0, 10), (100.5, 0.5, 4), (101.0, 1.0, 0)]
+    points = timeline(samples, opened_at=100.0, sent_times=[100.0, 100.1, 100.2], answer_times=[100.4, 100.6, 101.0])
+    assert points == [[0.0, 10, 1, 0], [0.5, 4, 3, 1], [1.0, 0, 3, 3]]  # before the opening: left out

@@ -7,8 +7,9 @@ users then wait at a gate. The gate opens at the wall-clock time the runner writ
 ``--start-file`` (so several processes open together), or at once without one. Then each
 user posts the purchases of its shoppers, one after the other:
 
-- ``--scenario spike``: one user per shopper (``-u`` = ``--purchases``), so every purchase is
-  sent at the opening, each over a connection that stayed open through the countdown;
+- ``--scenario spike``: one user per shopper (``-u`` = ``--purchases``); at the opening one loop
+  writes every prepared purchase, each to its own connection that stayed open through the
+  countdown, and each user then reads its answer;
 - ``--scenario closed``: ``-u`` users share the shoppers and post back to back (fixed concurrency).
 
 Users are spread over ``--hosts`` (one base URL per gunicorn "pod") round robin, starting at

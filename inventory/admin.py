@@ -11,11 +11,13 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+
+from loadtests import report as burst_report
 
 from .charts import Bar, Series, bar_chart, colour_for, line_chart
 from .models import BurstRun, Order, Product
@@ -70,7 +72,7 @@ class ProductAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["sku", "name", "price", "per_customer_limit"]}),
         ("Sale window", {"fields": ["sale_starts_at", "sale_ends_at"], "description": "Blank means open-ended."}),
-        ("Stock", {"fields": ["initial_stock", "stock", "fence"]}),
+        ("Stock", {"fields": ["initial_stock", "stock", "fence", "version"]}),
     ]
 
     def get_queryset(self, request):
@@ -78,12 +80,16 @@ class ProductAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Stock changes only through purchase, restock and reset; on creation it equals initial stock.
-        return ["initial_stock", "stock", "fence"] if obj else ["stock", "fence"]
+        return ["initial_stock", "stock", "fence", "version"] if obj else ["stock", "fence", "version"]
 
     def save_model(self, request, obj, form, change):
         if not change:
             obj.stock = obj.initial_stock
-        super().save_model(request, obj, form, change)
+            obj.save()
+        elif form.changed_data:
+            # Only what the form edits: saving every column would write back the stock, fence
+            # and version the form read, undoing any purchase that committed meanwhile.
+            obj.save(update_fields=form.changed_data)
 
     @admin.display(description="sale")
     def state(self, product: Product) -> str:
@@ -292,6 +298,7 @@ def dashboard_view(request: HttpRequest):
         "products": products,
         "runs": runs,
         "charts": burst_charts(runs),
+        "report": latest_report(),
         "totals": {
             "stock": sum(p["stock"] for p in products),
             "orders": sum(p["orders"] for p in products),
@@ -307,5 +314,28 @@ def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
     """The dashboard's live stock, polled each second."""
     _require_view_permission(request)
     response = JsonResponse({"products": stock_rows()})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def latest_report() -> dict | None:
+    """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
+    itself (so they are the ones the linked page shows), and the command; None when there is none."""
+    summary = burst_report.read_summary(burst_report.LATEST_REPORT)
+    if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
+        return None
+    said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
+    command = summary.get("command")
+    return {"sentences": said, "command": command if isinstance(command, str) else ""}
+
+
+def dashboard_report_view(request: HttpRequest) -> FileResponse:
+    """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
+    _require_view_permission(request)
+    try:
+        response = FileResponse(open(burst_report.LATEST_REPORT, "rb"), content_type="text/html; charset=utf-8")
+    except FileNotFoundError:
+        raise Http404("No report yet: run `manage.py report` after a burst.") from None
+    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
     response["Cache-Control"] = "no-store"
     return response

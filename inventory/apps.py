@@ -6,4 +6,4 @@ class InventoryConfig(AppConfig):
     verbose_name = "Flash-sale inventory"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, receivers  # noqa: F401  (registers the system checks and signal receivers)

@@ -13,9 +13,15 @@ from xml.sax.saxutils import escape
 
 #: One colour per backend, readable on white and distinguishable in greyscale order.
 BACKEND_COLOURS = {
+    "floor": "#64748b",
     "db": "#2563eb",
+    "optimistic": "#0891b2",
     "redis": "#dc2626",
     "redlock": "#7c3aed",
+    "etcd": "#059669",
+    "atomic": "#65a30d",
+    "redis-stock": "#db2777",
+    "local": "#c2410c",
     "unsafe": "#d97706",
 }
 FALLBACK_COLOURS = ["#0f766e", "#be185d", "#4d7c0f", "#475569"]

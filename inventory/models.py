@@ -1,7 +1,8 @@
 """Products on flash sale and the orders against them.
 
 The database is the last guard: ``stock`` can never go below zero (CHECK), never above the
-initial stock, and a customer can hold at most one order per product (UNIQUE).
+initial stock, and a customer's units across their orders of one product never exceed the
+product's per-customer limit (an :class:`Allocation` row per product and customer, CHECKed).
 """
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ class Product(models.Model):
     price = models.DecimalField(max_digits=10, decimal_places=2)
     initial_stock = models.PositiveIntegerField(help_text="Units put on sale at the last reset.")
     stock = models.IntegerField(help_text="Units left.")
-    per_customer_limit = models.PositiveIntegerField(default=1, help_text="Most units one customer may buy.")
+    per_customer_limit = models.PositiveIntegerField(
+        default=1, help_text="Most units one customer may buy, across all of their orders."
+    )
     # The highest fencing token that has written this row. A distributed-lock holder may write
     # only with a larger token, so a holder that paused past its lease cannot write late.
     fence = models.BigIntegerField(default=0)
+    # Bumped by every write of stock (purchase, restock, reset): a writer that read version v may
+    # write only while the row is still at v, so a write based on a stale read cannot land.
+    version = models.BigIntegerField(default=0)
     sale_starts_at = models.DateTimeField(null=True, blank=True)
     sale_ends_at = models.DateTimeField(null=True, blank=True)
 
@@ -38,18 +44,48 @@ class Product(models.Model):
         return self.initial_stock - self.stock
 
 
+class Allocation(models.Model):
+    """Units one customer holds of one product, across their orders: the limit's last guard.
+
+    Every confirmed order adds its units here in the same transaction (an upsert), and the CHECK
+    refuses a total above ``cap``, the product's limit when the units were taken. A strategy
+    that decides right never trips it; a hit is counted as a failure of the strategy.
+    """
+
+    product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="allocations")
+    customer = models.CharField(max_length=64)
+    units = models.PositiveIntegerField()
+    cap = models.PositiveIntegerField(help_text="The per-customer limit in force when the units were taken.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["product", "customer"], name="allocation_one_per_customer"),
+            models.CheckConstraint(condition=Q(units__lte=models.F("cap")), name="allocation_within_limit"),
+            models.CheckConstraint(condition=Q(units__gte=1), name="allocation_units_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.customer}: {self.units} of {self.cap} × product {self.product_id}"
+
+
 class Order(models.Model):
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="orders")
     customer = models.CharField(max_length=64, db_index=True, help_text="The shopper's session identity.")
     quantity = models.PositiveIntegerField()
-    backend = models.CharField(max_length=32, help_text="The lock backend that guarded this purchase.")
+    backend = models.CharField(max_length=32, help_text="The strategy that guarded this purchase.")
     fence = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the lock grant, if any.")
+    idempotency_key = models.CharField(
+        max_length=64, blank=True, default="", help_text="The client's Idempotency-Key: a retry gets this order back."
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["product", "customer"], name="order_one_per_customer_per_product"),
+            models.UniqueConstraint(
+                fields=["product", "customer", "idempotency_key"], condition=~Q(idempotency_key=""),
+                name="order_idempotency_key_once",
+            ),
             models.CheckConstraint(condition=Q(quantity__gte=1), name="order_quantity_positive"),
         ]
 

@@ -2,29 +2,38 @@
 
 Plain keyword-only functions. ``purchase`` returns an outcome for the expected refusals (sold
 out, limit reached, busy, not on sale) and raises for bad input; any refusal leaves stock and
-orders as they were.
+orders as they were. The critical section and its rules live in
+:mod:`inventory.backends.section`; this module runs it under the configured strategy.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+import re
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from .backends import InventoryBackend, LockUnavailable, Outcome, StaleFence, get_backend
-from .backends.fenced import fenced_decrement
-from .models import Order, Product
+from . import soldout
+from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
+from .backends.redis_stock import forget_sale
+from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .models import Allocation, Order, Product
 
 logger = logging.getLogger(__name__)
 
 #: The largest quantity any request may name; per-product limits are usually lower.
 MAX_QUANTITY = 100
+IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 __all__ = [
-    "MAX_QUANTITY", "AuditReport", "InvalidQuantity", "Outcome", "ProductNotFound", "PurchaseResult",
-    "audit", "fenced_decrement", "purchase", "reset_sale", "restock",
+    "MAX_QUANTITY", "AuditReport", "InvalidQuantity", "Outcome", "ProductNotFound", "PurchaseResult", "Timings",
+    "audit", "purchase", "reset_sale", "restock",
 ]
 
 
@@ -40,17 +49,40 @@ class InvalidQuantity(InventoryError):
     pass
 
 
+@dataclass
+class Timings:
+    """Where one purchase spent its time on the server (milliseconds)."""
+
+    lock_wait_ms: float = 0.0  # acquiring the guard
+    lock_hold_ms: float = 0.0  # from the grant to the release (after commit)
+    db_ms: float = 0.0  # inside the section's transactions
+    total_ms: float = 0.0
+
+
 @dataclass(frozen=True)
 class PurchaseResult:
     outcome: Outcome
     backend: str
     order_id: int | None = None
     fence: int | None = None
-    detail: str = ""
+    units_left: int | None = None  # with SOLD_OUT: units still on the shelf (fewer than asked)
+    conflicts: int = 0  # writes the storage check refused
+    retries: int = 0  # runs of the section after the first
+    constraint_hits: int = 0  # a database constraint refused the write: the strategy failed
+    timings: Timings = field(default_factory=Timings)
 
     @property
     def confirmed(self) -> bool:
         return self.outcome is Outcome.CONFIRMED
+
+
+# Database constraints that only a failing strategy trips, and what the shopper is told then.
+CONSTRAINT_OUTCOMES = {
+    "product_stock_not_negative": Outcome.SOLD_OUT,
+    "product_stock_at_most_initial": Outcome.BUSY,
+    "allocation_within_limit": Outcome.LIMIT_REACHED,
+}
+IDEMPOTENCY_CONSTRAINT = "order_idempotency_key_once"
 
 
 def check_quantity(quantity: object, *, limit: int = MAX_QUANTITY) -> int:
@@ -74,61 +106,131 @@ def sale_state(product: Product, *, now=None) -> str:
     return "live"
 
 
-def purchase(*, sku: str, customer: str, quantity: int, backend: InventoryBackend | None = None) -> PurchaseResult:
-    """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured lock backend.
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
 
-    The lock (if any) is taken before the transaction opens and released only after it has
-    committed: releasing first would let the next holder read stock this one has not yet written.
+
+def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "",
+             backend: Strategy | None = None) -> PurchaseResult:
+    """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured strategy.
+
+    A refusal that the shelf already shows (not on sale, too few units) is answered from one
+    plain read without the guard, which keeps thousands of late shoppers off the lock; it is
+    exact when given, because it only says what the row held at that read. Otherwise the
+    strategy's guard is taken, the section runs (read, decide, checked write, order) and
+    commits, and only then is the guard released: releasing first would let the next holder
+    read stock this one has not yet written. The same ``idempotency_key`` from the same
+    customer gets the same confirmed order back, never a second one.
     """
-    backend = backend or get_backend()
+    began = time.perf_counter()
+    strategy = backend or get_backend()
     if not customer:
         raise InventoryError("a purchase needs a customer")
-    product = Product.objects.filter(sku=sku).only(
-        "id", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at"
-    ).first()
-    if product is None:
+    if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise InventoryError("Idempotency-Key must be 1 to 64 letters, digits, - or _")
+    timings = Timings()
+    mark = soldout.look(sku, customer=customer, key=idempotency_key)
+    if mark is not None and (mark.order_id or (mark.sold_out and not _past(mark.ends_at))):
+        check_quantity(quantity, limit=mark.limit or MAX_QUANTITY)
+        timings.total_ms = _ms(began)
+        if mark.order_id:
+            return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=mark.order_id, timings=timings)
+        return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
+    shelf = shelf_for_sku(sku)
+    if shelf is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
-    check_quantity(quantity, limit=product.per_customer_limit)
-    state = sale_state(product)
-    if state in {"upcoming", "ended"}:
-        return PurchaseResult(Outcome.NOT_ON_SALE, backend.name, detail=f"the sale is {state}")
-
-    if product.stock < quantity:
-        # Stock only falls during a sale, so a shelf already short needs no lock to say so;
-        # this keeps thousands of late shoppers from queueing on the lock.
-        return PurchaseResult(Outcome.SOLD_OUT, backend.name, detail="not enough stock left")
+    check_quantity(quantity, limit=shelf.per_customer_limit)
+    replay = find_order(product_id=shelf.product_id, customer=customer, key=idempotency_key)
+    refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
+    if replay or refusal:
+        timings.total_ms = _ms(began)
+        result = _result(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
+        return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     try:
-        with backend.guard(sku) as fence:
-            return _purchase_in_transaction(
-                backend=backend, product_id=product.id, customer=customer, quantity=quantity, fence=fence
-            )
-    except LockUnavailable as exc:
-        return PurchaseResult(Outcome.BUSY, backend.name, detail=str(exc))
+        with ExitStack() as held:
+            waiting = time.perf_counter()
+            grant = held.enter_context(strategy.guard(sku))
+            granted = time.perf_counter()
+            timings.lock_wait_ms = (granted - waiting) * 1000
+            result = _run_section(strategy, grant, product_id=shelf.product_id, customer=customer,
+                                  quantity=quantity, key=idempotency_key, timings=timings)
+        timings.lock_hold_ms = _ms(granted)
+    except LockUnavailable:
+        timings.lock_wait_ms = _ms(waiting)
+        result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
+    timings.total_ms = _ms(began)
+    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
 
 
-def _purchase_in_transaction(
-    *, backend: InventoryBackend, product_id: int, customer: str, quantity: int, fence: int | None
-) -> PurchaseResult:
-    try:
-        with transaction.atomic():
-            if Order.objects.filter(product_id=product_id, customer=customer).exists():
-                return PurchaseResult(Outcome.LIMIT_REACHED, backend.name, detail="one order per customer")
-            if not backend.take_stock(product_id=product_id, quantity=quantity, fence=fence):
-                return PurchaseResult(Outcome.SOLD_OUT, backend.name, detail="not enough stock left")
-            order = Order.objects.create(
-                product_id=product_id, customer=customer, quantity=quantity, backend=backend.name, fence=fence
-            )
-    except StaleFence as exc:
-        logger.warning("fenced write refused: %s", exc)
-        return PurchaseResult(Outcome.BUSY, backend.name, fence=fence, detail="lock lease expired; try again")
-    except IntegrityError as exc:
-        # The UNIQUE(product, customer) constraint caught a concurrent second order (possible
-        # only when two requests of one customer race outside a lock, as in `unsafe`).
-        constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
-        if constraint == "order_one_per_customer_per_product":
-            return PurchaseResult(Outcome.LIMIT_REACHED, backend.name, detail="one order per customer")
-        raise
-    return PurchaseResult(Outcome.CONFIRMED, backend.name, order_id=order.pk, fence=fence)
+def _past(moment: float | None) -> bool:
+    return moment is not None and time.time() >= moment
+
+
+def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str,
+              key: str) -> PurchaseResult:
+    """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
+    if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
+        soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
+    elif result.confirmed and key:
+        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id)
+    return result
+
+
+def _run_section(strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str,
+                 timings: Timings) -> PurchaseResult:
+    """Run the section until it writes or refuses; re-run it on a conflict while the strategy allows."""
+    conflicts = retries = 0
+    recovered = False
+    for attempt_number in range(strategy.max_attempts + 1):
+        started = time.perf_counter()
+        try:
+            attempt = strategy.attempt(product_id=product_id, customer=customer, quantity=quantity, key=key,
+                                       grant=grant)
+        except IntegrityError as exc:
+            return _constraint_hit(strategy, exc, product_id=product_id, customer=customer, key=key,
+                                   conflicts=conflicts, retries=retries, timings=timings)
+        finally:
+            timings.db_ms += _ms(started)
+        if attempt.conflict is None:
+            return _result(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
+        conflicts += 1
+        again = None if recovered else strategy.recover(attempt.conflict, grant)
+        if again is not None:
+            grant, recovered = again, True
+        elif attempt_number + 1 < strategy.max_attempts:
+            time.sleep(strategy.backoff_s(attempt_number))
+        else:
+            break
+        retries += 1
+    return PurchaseResult(Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries,
+                          timings=timings)
+
+
+def _result(strategy: Strategy, attempt: Attempt, *, grant: Grant | None = None, conflicts: int = 0,
+            retries: int = 0, timings: Timings) -> PurchaseResult:
+    common = {"conflicts": conflicts, "retries": retries, "timings": timings}
+    if attempt.order is not None:
+        return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence,
+                              **common)
+    refusal: Refusal = attempt.refusal
+    return PurchaseResult(refusal.outcome, strategy.name, fence=grant.token if grant else None,
+                          units_left=refusal.units_left, **common)
+
+
+def _constraint_hit(strategy: Strategy, exc: IntegrityError, *, product_id: int, customer: str, key: str,
+                    conflicts: int, retries: int, timings: Timings) -> PurchaseResult:
+    """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint == IDEMPOTENCY_CONSTRAINT:
+        # The same key's twin committed first (possible only without a guard): its order is the answer.
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        return _result(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
+    if constraint not in CONSTRAINT_OUTCOMES:
+        raise exc
+    logger.warning("%s: constraint %s refused a purchase (the strategy let a bad write through)",
+                   strategy.name, constraint)
+    return PurchaseResult(CONSTRAINT_OUTCOMES[constraint], strategy.name, conflicts=conflicts, retries=retries,
+                          constraint_hits=1, timings=timings)
 
 
 def restock(*, sku: str, quantity: int) -> Product:
@@ -140,12 +242,18 @@ def restock(*, sku: str, quantity: int) -> Product:
             raise ProductNotFound(f"no product with sku {sku!r}")
         product.stock += quantity
         product.initial_stock += quantity
-        product.save(update_fields=["stock", "initial_stock"])
+        product.version += 1
+        product.save(update_fields=["stock", "initial_stock", "version"])
+        _sale_changing(sku, reset=False)
     return product
 
 
 def reset_sale(*, sku: str, stock: int) -> Product:
-    """Start the sale of ``sku`` over: ``stock`` units, no orders, fence back to 0."""
+    """Start the sale of ``sku`` over: ``stock`` units, no orders, fence back to 0.
+
+    The fence may go back to 0 because the lock services' counters never do (and, if one was
+    restarted, a holder advances it past the row's fence: see ``backends/fenced.py``).
+    """
     if isinstance(stock, bool) or not isinstance(stock, int) or stock < 0:
         raise InvalidQuantity("stock must be a whole number, 0 or more")
     with transaction.atomic():
@@ -153,11 +261,30 @@ def reset_sale(*, sku: str, stock: int) -> Product:
         if product is None:
             raise ProductNotFound(f"no product with sku {sku!r}")
         Order.objects.filter(product=product).delete()
+        Allocation.objects.filter(product=product).delete()
         product.initial_stock = stock
         product.stock = stock
         product.fence = 0
-        product.save(update_fields=["initial_stock", "stock", "fence"])
+        product.version += 1
+        product.save(update_fields=["initial_stock", "stock", "fence", "version"])
+        _sale_changing(sku, reset=True)
     return product
+
+
+def _sale_changing(sku: str, *, reset: bool) -> None:
+    """Inside a restock or reset: what lives outside the database follows it.
+
+    The sold-out mark's generation is raised before the commit, so if Redis does not answer
+    the change is refused and nothing changes; ``inventory.receivers`` raises it again after
+    the commit (a mark left meanwhile stops counting) and drops the ``redis-stock`` counter. A
+    reset also drops the customers' units there: its orders are gone.
+    """
+    try:
+        soldout.client().incr(soldout.generation_key(sku))
+    except redis.RedisError as exc:
+        raise InventoryError(f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed") from exc
+    if reset:
+        transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
 
 
 @dataclass(frozen=True)
@@ -170,30 +297,37 @@ class AuditReport:
     sold: int  # initial - stock: units that left the shelf
     ordered: int  # units on orders
     orders: int
-    duplicate_customers: int  # customers with more than one order
+    over_limit_customers: int  # customers whose units across orders exceed the per-customer limit
     oversold: int  # units on orders beyond what left the shelf
     lost: int  # units that left the shelf without an order
-    undersold: int  # units left unsold although demand covered them (only with ``demand``)
+    undersold: int  # units left on the shelf although a shopper was told "sold out"
+
+    @property
+    def problems(self) -> list[str]:
+        """The sale's invariant, in words; empty when it holds."""
+        found = []
+        if self.stock < 0:
+            found.append(f"stock {self.stock} below 0")
+        if self.oversold or self.lost:
+            found.append(f"ordered {self.ordered} units but stock fell by {self.sold} "
+                         f"(oversold {self.oversold}, lost {self.lost})")
+        if self.over_limit_customers:
+            found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
+        if self.undersold:
+            found.append(f"undersold {self.undersold}: units left while shoppers were told sold out")
+        return found
 
     @property
     def ok(self) -> bool:
-        return (
-            self.stock >= 0
-            and self.oversold == 0
-            and self.lost == 0
-            and self.duplicate_customers == 0
-            and self.undersold == 0
-        )
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
+        return not self.problems
 
 
-def audit(*, sku: str, demand: int | None = None) -> AuditReport:
+def audit(*, sku: str, told_sold_out: int = 0) -> AuditReport:
     """Check the sale's invariants from the database.
 
-    ``demand`` is the number of units shoppers asked for; when given, units left on the shelf
-    while demand exceeded them count as undersold.
+    ``told_sold_out`` is how many shoppers were answered "sold out" (from the load test); if any
+    were while units are still on the shelf, those units count as undersold. A shopper told
+    "busy, try again" (503) is not an undersell: they were not told there was nothing left.
     """
     product = Product.objects.filter(sku=sku).first()
     if product is None:
@@ -201,13 +335,10 @@ def audit(*, sku: str, demand: int | None = None) -> AuditReport:
     orders = Order.objects.filter(product=product)
     totals = orders.aggregate(ordered=Sum("quantity"), count=Count("id"))
     ordered = totals["ordered"] or 0
-    duplicates = (
-        orders.values("customer").annotate(n=Count("id")).filter(n__gt=1).count()
+    over_limit = (
+        orders.values("customer").annotate(units=Sum("quantity")).filter(units__gt=product.per_customer_limit).count()
     )
     sold = product.initial_stock - product.stock
-    undersold = 0
-    if demand is not None:
-        undersold = max(0, min(demand, product.initial_stock) - ordered)
     return AuditReport(
         sku=sku,
         initial=product.initial_stock,
@@ -215,8 +346,8 @@ def audit(*, sku: str, demand: int | None = None) -> AuditReport:
         sold=sold,
         ordered=ordered,
         orders=totals["count"],
-        duplicate_customers=duplicates,
+        over_limit_customers=over_limit,
         oversold=max(0, ordered - sold),
         lost=max(0, sold - ordered),
-        undersold=undersold,
+        undersold=max(product.stock, 0) if told_sold_out else 0,
     )

@@ -17,7 +17,6 @@ inside a pytest-django test (whose database is ``test_<name>``).
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -37,6 +36,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from inventory.backends import strategy_class
 from inventory.models import BurstRun, Product
 from inventory.services import audit, reset_sale
 
@@ -129,25 +129,11 @@ def database_url() -> str:
     return f"{url}?{urlencode(options)}" if options else url
 
 
-def strategy_class(name: str):
-    """The class behind a strategy alias (``STRATEGIES`` after issue 7, ``ALIASES`` before)."""
-    from django.utils.module_loading import import_string
-
-    from inventory import backends
-
-    registry = getattr(backends, "STRATEGIES", None) or backends.ALIASES
-    return import_string(registry[name])
-
-
-def is_control(name: str) -> bool:
-    """A strategy that exists to fail (``unsafe``; after issue 7 every class with ``control = True``)."""
-    return bool(getattr(strategy_class(name), "control", name == "unsafe"))
-
-
 def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path) -> dict[str, str]:
     """One pod's environment: this process's services, the strategy, the sizing of its workers."""
     inventory = settings.INVENTORY
     env = {k: v for k, v in os.environ.items() if k not in {"ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}}
+    env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
     env.update(
         DJANGO_SETTINGS_MODULE="shop.settings",
         DATABASE_URL=database_url(),
@@ -170,14 +156,8 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: 
         # The server's own count of purchase POSTs, to check Locust's against.
         GUNICORN_ACCESSLOG=str(access_log),
     )
-    if inventory.get("ETCD_ENDPOINTS"):
-        env["ETCD_ENDPOINTS"] = ",".join(inventory["ETCD_ENDPOINTS"])
     if backend != FLOOR:
-        strategy = strategy_class(backend)
-        if hasattr(strategy, "server_env"):
-            env.update(strategy.server_env(inventory))
-        if is_control(backend):
-            env["ALLOW_UNSAFE_BACKEND"] = "1"
+        env.update(strategy_class(backend).server_env(inventory))
     return env
 
 
@@ -430,17 +410,10 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
         time.sleep(min(SAMPLE_INTERVAL_S, progress.opens_in_s or SAMPLE_INTERVAL_S))
 
 
-def run_audit(*, sku: str, figures: dict, requests: int):
-    """The database's account of the sale. ``audit`` takes the number of shoppers told "sold out"
-    once issue 7 lands (``told_sold_out``) and the demand before it."""
-    if "told_sold_out" in inspect.signature(audit).parameters:
-        return audit(sku=sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
-    return audit(sku=sku, demand=requests)
-
-
 def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None) -> dict:
     """Audit the database (not for the floor), judge the invariants, store the BurstRun, return the row."""
-    report = None if backend == FLOOR else run_audit(sku=plan.sku, figures=figures, requests=plan.requests)
+    # The floor sells nothing: there is nothing to audit.
+    report = None if backend == FLOOR else audit(sku=plan.sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
     busy = figures["busy"]
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
     problems = judge(

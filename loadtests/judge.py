@@ -1,7 +1,7 @@
 """Whether one row of the burst held: the database's audit and the client's and server's counts.
 
 Each problem is one sentence; a row with none has ``invariants_ok``. No Django import: the audit
-report comes in as an object with the fields of ``inventory.services.AuditReport``.
+comes in as an ``inventory.services.AuditReport`` (or None for the floor).
 """
 from __future__ import annotations
 
@@ -13,17 +13,7 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     """The problems of one row; ``report`` is None for the floor, which sells nothing and is not audited."""
     problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
     if report is not None:
-        if report.stock < 0:
-            problems.append(f"stock {report.stock} below 0")
-        if report.oversold or report.lost:
-            problems.append(
-                f"ordered {report.ordered} units but stock fell by {report.sold} "
-                f"(oversold {report.oversold}, lost {report.lost})"
-            )
-        if getattr(report, "duplicate_customers", 0):
-            problems.append(f"{report.duplicate_customers} customers with two orders")
-        if report.undersold:
-            problems.append(f"undersold {report.undersold}")
+        problems += report.problems
         if figures["constraint_hits"]:
             problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
         if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:

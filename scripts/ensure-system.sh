@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install system packages the project needs when they are missing: Debian's Chromium for the
-# browser tests (Playwright's own browser download cannot work offline). Only as root on Debian;
-# elsewhere, say what to install.
+# browser tests (Playwright's own browser download cannot work offline) and etcd-server for the
+# etcd strategy (the project runs its own members; the package's service on 2379 is disabled).
+# Only as root on Debian; elsewhere, say what to install.
 set -euo pipefail
 
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v etcd >/dev/null || need+=(etcd-server)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -13,6 +15,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    # Under systemd the package starts etcd on 2379/2380: an idle extra process on a small machine.
+    [ -d /run/systemd/system ] && systemctl disable --now etcd >/dev/null 2>&1 || true
 else
     echo "missing: ${need[*]}: install it (Debian: sudo apt-get install ${need[*]})" >&2
     exit 1

@@ -158,8 +158,9 @@ if not DEVELOPMENT:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
-# The purchase lock. INVENTORY_BACKEND is an alias (db, redis, redlock, unsafe) or a dotted path
-# to an InventoryBackend subclass.
+# The purchase strategy. INVENTORY_BACKEND is an alias (db, optimistic, redis, redlock, atomic, and
+# the controls local and unsafe) or a dotted path to a Strategy subclass; OPTIONS holds what the
+# strategies declare in their modules (``default_options``), as CACHES does per backend.
 REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", 7379)
 REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
 INVENTORY = {
@@ -176,6 +177,17 @@ INVENTORY = {
     "LOCK_TTL_MS": env_int("LOCK_TTL_MS", 10_000),
     "ACQUIRE_TIMEOUT_MS": env_int("ACQUIRE_TIMEOUT_MS", 5_000),
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
+    "ETCD_ENDPOINTS": [
+        u.strip()
+        for u in os.environ.get("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{7479 + i}" for i in range(3))).split(",")
+        if u.strip()
+    ],
+    "OPTIONS": {
+        # Distributed locks: check the fence and the row's version at the write (off shows why).
+        "FENCED": env_bool("INVENTORY_FENCED", True),
+        # optimistic: re-runs of the section after a conflict before the shopper is told busy.
+        "MAX_RETRIES": env_int("OPTIMISTIC_MAX_RETRIES", 8),
+    },
 }
 
 LOGGING = {

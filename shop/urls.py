@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from inventory.admin import dashboard_stock_view, dashboard_view
+from inventory.admin import dashboard_report_view, dashboard_stock_view, dashboard_view
 
 from . import floor, views
 
@@ -19,5 +19,6 @@ urlpatterns = [
     # The sale dashboard lives inside the admin, behind its staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="admin-dashboard"),
     path("admin/dashboard/stock.json", admin.site.admin_view(dashboard_stock_view), name="admin-dashboard-stock"),
+    path("admin/dashboard/report/", admin.site.admin_view(dashboard_report_view), name="admin-dashboard-report"),
     path("admin/", admin.site.urls),
 ]

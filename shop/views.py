@@ -12,7 +12,9 @@ from django.views.decorators.http import require_GET
 
 from inventory.backends import Outcome
 from inventory.models import Product
-from inventory.services import MAX_QUANTITY, InvalidQuantity, InventoryError, ProductNotFound, purchase, sale_state
+from inventory.services import (
+    MAX_QUANTITY, InvalidQuantity, InventoryError, ProductNotFound, PurchaseResult, purchase, sale_state,
+)
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
 MAX_BODY_BYTES = 1024
@@ -43,6 +45,28 @@ MESSAGES = {
     Outcome.BUSY: "The shop is busy: please try again in a moment.",
 }
 RETRY_AFTER_SECONDS = "1"
+
+
+def outcome_message(result: PurchaseResult, quantity: int) -> str:
+    if result.outcome is Outcome.SOLD_OUT and result.units_left:
+        left = "1 unit is" if result.units_left == 1 else f"{result.units_left} units are"
+        return f"Only {left} left: not enough for {quantity}. Ask for {result.units_left} or fewer."
+    return MESSAGES[result.outcome]
+
+
+def server_timing(result: PurchaseResult) -> str:
+    """The ``Server-Timing`` header: where the server spent this purchase (browsers show it)."""
+    t = result.timings
+    return (f"lock;dur={t.lock_wait_ms:.2f};desc=\"lock wait\", hold;dur={t.lock_hold_ms:.2f};desc=\"lock held\", "
+            f"db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}")
+
+
+def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpResponse:
+    """What every purchase answer carries: Retry-After when busy, Server-Timing always."""
+    if result.outcome is Outcome.BUSY:
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+    response["Server-Timing"] = server_timing(result)
+    return response
 
 
 def shopper_id(request: HttpRequest) -> str:
@@ -162,15 +186,14 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
         **product_context(product),
         "outcome": result.outcome.value,
         "heading": HEADINGS[result.outcome],
-        "message": MESSAGES[result.outcome],
+        "message": outcome_message(result, quantity),
         "result": result,
         "quantity": quantity,
         "total": product.price * quantity,
     }
-    response = render(request, "shop/result.html", context, status=STATUS_BY_OUTCOME[result.outcome])
-    if result.outcome is Outcome.BUSY:
-        response["Retry-After"] = RETRY_AFTER_SECONDS
-    return response
+    return purchase_response(
+        render(request, "shop/result.html", context, status=STATUS_BY_OUTCOME[result.outcome]), result
+    )
 
 
 def api_product(request: HttpRequest, sku: str) -> JsonResponse:
@@ -207,22 +230,24 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
     if unknown:
         return json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     quantity = body.get("quantity", 1)
+    key = request.headers.get("Idempotency-Key", "")
     try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
     except ProductNotFound as exc:
         return json_error(404, str(exc))
     except InventoryError as exc:
         return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
     payload = {
         "outcome": result.outcome.value,
-        "message": MESSAGES[result.outcome],
+        "message": outcome_message(result, quantity),
         "backend": result.backend,
         "order_id": result.order_id,
+        "units_left": result.units_left,
+        "conflicts": result.conflicts,
+        "retries": result.retries,
+        "constraint_hits": result.constraint_hits,
     }
-    response = JsonResponse(payload, status=STATUS_BY_OUTCOME[result.outcome])
-    if result.outcome is Outcome.BUSY:
-        response["Retry-After"] = RETRY_AFTER_SECONDS
-    return response
+    return purchase_response(JsonResponse(payload, status=STATUS_BY_OUTCOME[result.outcome]), result)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -8,7 +8,7 @@ import redis
 from django.conf import settings
 
 from inventory.backends import reset_backend
-from inventory.management.commands.redlock_nodes import project_nodes
+from inventory.backends.redlock import project_nodes
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +20,19 @@ def redlock_nodes():
     nodes.stop()
 
 
+@pytest.fixture(scope="session")
+def etcd_project_cluster():
+    """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
+    from inventory.backends.etcd import project_cluster
+
+    cluster = project_cluster()
+    started = not cluster.running()
+    cluster.start()
+    yield cluster
+    if started:
+        cluster.stop()
+
+
 @pytest.fixture
 def fresh_redlock_nodes(redlock_nodes):
     """The Redlock nodes, all up and empty, before and after the test."""
@@ -28,9 +41,12 @@ def fresh_redlock_nodes(redlock_nodes):
     redlock_nodes.reset()
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def redis_client():
-    """The single-lock Redis (database 9 of the machine's server), emptied before and after."""
+    """The shop's Redis (database 9 of the machine's server), emptied before and after each test.
+
+    The database is rolled back between tests but Redis is not, and the shop keeps sold-out marks
+    and redis-stock counters there by sku: a test must not see the last one's."""
     client = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
     client.flushdb()
     yield client
@@ -47,6 +63,8 @@ def use_backend(settings, request):
             request.getfixturevalue("fresh_redlock_nodes")
         if name == "redis":
             request.getfixturevalue("redis_client")
+        if name == "etcd":
+            request.getfixturevalue("etcd_project_cluster")
         settings.INVENTORY = {**settings.INVENTORY, "BACKEND": name, **overrides}
 
     yield switch

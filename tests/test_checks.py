@@ -4,7 +4,10 @@ from __future__ import annotations
 import pytest
 from django.core import checks
 
+from inventory.backends import STRATEGIES, strategy_class
 from inventory.checks import check_inventory_backend
+
+CONTROLS = [name for name in STRATEGIES if strategy_class(name).control]
 
 
 def ids(settings, **overrides) -> list[str]:
@@ -16,13 +19,19 @@ def urls(n: int) -> list[str]:
     return [f"redis://127.0.0.1:{7000 + i}/0" for i in range(n)]
 
 
-@pytest.mark.parametrize("backend", ["db", "redis"])
+@pytest.mark.parametrize("backend", [name for name in STRATEGIES if name not in CONTROLS])
 def test_safe_backends_pass(settings, backend):
     assert ids(settings, BACKEND=backend) == []
 
 
-def test_unsafe_backend_is_a_warning(settings):
-    assert ids(settings, BACKEND="unsafe") == [("inventory.W001", checks.WARNING)]
+@pytest.mark.parametrize("backend", CONTROLS)
+def test_controls_are_a_warning(settings, backend):
+    assert set(CONTROLS) == {"unsafe", "local"}
+    assert ids(settings, BACKEND=backend) == [("inventory.W001", checks.WARNING)]
+
+
+def test_an_option_no_strategy_reads_is_a_warning(settings):
+    assert ids(settings, BACKEND="db", OPTIONS={"FENCED": True, "FENCD": False}) == [("inventory.W003", checks.WARNING)]
 
 
 @pytest.mark.parametrize("nodes", [0, 1, 2])
@@ -45,7 +54,11 @@ def test_unknown_backend_is_an_error(settings):
 
 
 def test_dotted_path_is_accepted(settings):
-    assert ids(settings, BACKEND="inventory.backends.db.RowLockBackend") == []
+    assert ids(settings, BACKEND="inventory.backends.db.RowLockStrategy") == []
+
+
+def test_dotted_path_that_does_not_import_is_an_error(settings):
+    assert ids(settings, BACKEND="inventory.backends.db.Nowhere") == [("inventory.E001", checks.ERROR)]
 
 
 @pytest.mark.parametrize("overrides", [{"LOCK_TTL_MS": 0}, {"ACQUIRE_TIMEOUT_MS": -1}])

@@ -10,7 +10,8 @@ from django.core.management import call_command
 from tests import slots
 
 ROWS = ["floor-1node", "floor-5nodes", "ours-redis", "ours-redlock", "redis-py-lock", "python-redis-lock",
-        "pottery-redlock", "redlock-py", "contended-polling", "contended-notified"]
+        "pottery-redlock", "redlock-py", "contended-polling", "contended-notified",
+        "floor-etcd", "ours-etcd"]  # the etcd rows: their own cluster on BASE_PORT+5..+10
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
 

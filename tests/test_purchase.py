@@ -7,12 +7,15 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from inventory.backends import Outcome, load_backend
+from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
+from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
 from tests.helpers import snapshot
 
-BACKENDS = ["db", "redis", "redlock"]
+# Every strategy that must work (the controls are tested for failing in test_matrix.py).
+BACKENDS = [name for name in STRATEGIES if not strategy_class(name).control]
+FENCED = ["redis", "redlock", "etcd"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -30,10 +33,10 @@ class TestOutcomes:
         order = Order.objects.get(pk=result.order_id)
         assert (order.customer, order.quantity, order.backend) == ("alice", 2, backend)
         assert Product.objects.get(sku="phone-x").stock == 1
-        if backend == "db":
-            assert order.fence is None
-        else:
+        if backend in FENCED:
             assert order.fence == Product.objects.get(sku="phone-x").fence > 0
+        else:
+            assert order.fence is None
 
     def test_second_order_of_a_customer_is_refused(self, backend, make_product):
         make_product(stock=5)
@@ -52,8 +55,8 @@ class TestOutcomes:
         assert snapshot("phone-x")[0] == 0
 
     def test_fence_increases_with_every_grant(self, backend, make_product):
-        if backend == "db":
-            pytest.skip("the row lock needs no fencing token")
+        if backend not in FENCED:
+            pytest.skip(f"{backend} takes no fencing token")
         make_product(stock=5)
         fences = [purchase(sku="phone-x", customer=f"c{i}", quantity=1).fence for i in range(5)]
         assert fences == sorted(fences) and len(set(fences)) == 5
@@ -114,16 +117,18 @@ class TestStockAdministration:
         report = audit(sku="phone-x")
         assert (report.lost, report.ok) == (1, False)
 
-    def test_audit_counts_undersold_against_demand(self, make_product):
+    def test_undersold_means_units_left_while_a_shopper_was_told_sold_out(self, make_product):
         make_product(stock=5)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
-        assert audit(sku="phone-x", demand=3).undersold == 2
-        assert audit(sku="phone-x", demand=1).undersold == 0
+        assert audit(sku="phone-x", told_sold_out=3).undersold == 4
+        # Shoppers told "busy, try again" (503) were not told there was nothing left.
+        assert audit(sku="phone-x", told_sold_out=0).undersold == 0
+        assert audit(sku="phone-x", told_sold_out=0).ok
 
 
 class TestBackendLoading:
     def test_unknown_alias(self, settings):
-        with pytest.raises(ImproperlyConfigured, match="not a backend"):
+        with pytest.raises(ImproperlyConfigured, match="not a strategy"):
             load_backend("memcached")
 
     def test_unimportable_path_chains_the_cause(self, settings):
@@ -132,16 +137,23 @@ class TestBackendLoading:
         assert isinstance(info.value.__cause__, ImportError)
 
     def test_not_a_backend_class(self, settings):
-        with pytest.raises(ImproperlyConfigured, match="not an InventoryBackend"):
+        with pytest.raises(ImproperlyConfigured, match="not a Strategy subclass"):
             load_backend("inventory.models.Product")
 
-    def test_unsafe_is_refused_unless_allowed(self, settings):
+    @pytest.mark.parametrize("control", ["unsafe", "local"])
+    def test_controls_are_refused_unless_allowed(self, settings, control):
         with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_BACKEND=1"):
-            load_backend("unsafe", options={**settings.INVENTORY, "ALLOW_UNSAFE": False})
-        assert load_backend("unsafe", options={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == "unsafe"
+            load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": False})
+        assert load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
 
     def test_dotted_path(self, settings):
-        assert load_backend("inventory.backends.db.RowLockBackend").name == "db"
+        assert load_backend("inventory.backends.db.RowLockStrategy").name == "db"
+
+    def test_options_come_from_the_strategy_module_with_settings_over_them(self, settings):
+        config = {**settings.INVENTORY, "OPTIONS": {"FENCED": False}}
+        assert load_backend("redis", config=config).fenced is False
+        assert load_backend("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
+        assert load_backend("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
 
 
 @pytest.mark.django_db(transaction=True)
@@ -178,25 +190,20 @@ class TestRedlockNodeFailures:
 @pytest.mark.django_db
 class TestFence:
     def test_a_stale_token_writes_nothing(self, make_product):
-        from inventory.backends import StaleFence
-        from inventory.services import fenced_decrement
-
         product = make_product(stock=3)
-        assert fenced_decrement(product_id=product.pk, quantity=1, fence=10)
-        with pytest.raises(StaleFence):
-            fenced_decrement(product_id=product.pk, quantity=1, fence=9)
-        with pytest.raises(StaleFence):
-            fenced_decrement(product_id=product.pk, quantity=1, fence=10)
+        assert checked_write(read_shelf(product.pk), quantity=1, token=10, fenced=True)
+        shelf = read_shelf(product.pk)
+        assert not checked_write(shelf, quantity=1, token=9, fenced=True)
+        assert not checked_write(shelf, quantity=1, token=10, fenced=True)
         product.refresh_from_db()
         assert (product.stock, product.fence) == (2, 10)
 
-    def test_short_stock_with_a_fresh_token_is_sold_out_not_stale(self, make_product):
-        from inventory.services import fenced_decrement
-
-        product = make_product(stock=1, limit=2)
-        assert fenced_decrement(product_id=product.pk, quantity=2, fence=1) is False
+    def test_unfenced_write_lands_whatever_the_token(self, make_product):
+        product = make_product(stock=3)
+        assert checked_write(read_shelf(product.pk), quantity=1, token=10, fenced=True)
+        assert checked_write(read_shelf(product.pk), quantity=1, token=9, fenced=False)
         product.refresh_from_db()
-        assert (product.stock, product.fence) == (1, 0)
+        assert (product.stock, product.fence, product.version) == (1, 10, 2)
 
     def test_the_stock_check_constraint_is_the_last_guard(self, make_product):
         from django.db import IntegrityError, transaction

@@ -6,7 +6,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from inventory.models import Product
+from inventory.models import Order, Product
+from inventory.services import audit
 from tests import slots
 
 # The lock tests' node ports (tests/locks/conftest.py); the command starts them if they are down
@@ -25,5 +26,23 @@ def test_every_step_of_the_pause_scenario_holds(backend):
     for step in ("A takes the lock", "A's lease ran out", "B takes the lock", "B writes with fence",
                  "A's release is ignored", "A writes with stale fence", "B releases"):
         assert step in text, step
+    assert "REFUSED by the storage check" in text
     product = Product.objects.get(sku="simulate-pause")
     assert product.stock == product.initial_stock - 1 and product.fence > 0
+    assert list(Order.objects.filter(product=product).values_list("customer", flat=True)) == ["B"]
+    assert audit(sku="simulate-pause").oversold == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backend", ["redis", "redlock"])
+def test_unfenced_the_late_write_lands_and_the_audit_shows_the_oversell(backend):
+    out = StringIO()
+    call_command("simulate_pause", backend=backend, base_port=REDLOCK_TEST_PORT, unfenced=True, stdout=out)
+    text = out.getvalue()
+    assert "FAIL" not in text
+    assert "A writes with stale fence 1 (stock 10 -> 9): LANDS" in text
+    assert f"every step held ({backend}, unfenced)" in text and "the damage was shown" in text
+    product = Product.objects.get(sku="simulate-pause")
+    assert product.stock == product.initial_stock - 1
+    assert sorted(Order.objects.filter(product=product).values_list("customer", flat=True)) == ["A", "B"]
+    assert audit(sku="simulate-pause").oversold == 1

@@ -1,52 +1,68 @@
-"""Purchase backends, chosen by ``settings.INVENTORY["BACKEND"]``: an alias or a dotted path.
+"""Purchase strategies, chosen by ``settings.INVENTORY["BACKEND"]``: an alias or a dotted path.
 
 Resolved the way Django resolves cache backends: ``import_string`` on the path, and an import
-failure re-raised as ``ImproperlyConfigured`` from its cause.
+failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy is one module
+(a :class:`~inventory.backends.base.Strategy` subclass that describes itself) and one line in
+:data:`STRATEGIES`; the commands, the checks and the tests loop over this registry.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from .base import InventoryBackend, LockUnavailable, Outcome, StaleFence
+from .base import Grant, LockUnavailable, Outcome, Service, ServiceError, StaleFence, Strategy
 
-ALIASES = {
-    "db": "inventory.backends.db.RowLockBackend",
-    "redis": "inventory.backends.redis.RedisLockBackend",
-    "redlock": "inventory.backends.redlock.RedlockBackend",
-    "unsafe": "inventory.backends.unsafe.UnsafeBackend",
+STRATEGIES = {
+    "db": "inventory.backends.db.RowLockStrategy",
+    "optimistic": "inventory.backends.optimistic.OptimisticStrategy",
+    "redis": "inventory.backends.redis.RedisLockStrategy",
+    "redlock": "inventory.backends.redlock.RedlockStrategy",
+    "etcd": "inventory.backends.etcd.EtcdLockStrategy",
+    "atomic": "inventory.backends.atomic.AtomicUpdateStrategy",
+    "redis-stock": "inventory.backends.redis_stock.RedisStockStrategy",
+    "local": "inventory.backends.local.ProcessLockStrategy",
+    "unsafe": "inventory.backends.unsafe.UnsafeStrategy",
 }
 
-__all__ = ["ALIASES", "InventoryBackend", "LockUnavailable", "Outcome", "StaleFence", "get_backend", "load_backend"]
+__all__ = [
+    "STRATEGIES", "Grant", "LockUnavailable", "Outcome", "Service", "ServiceError", "StaleFence", "Strategy",
+    "get_backend", "load_backend", "services_running", "strategy_class",
+]
 
 
-def load_backend(name: str, *, options: dict | None = None) -> InventoryBackend:
-    """Build the backend named by an alias (``db``, ``redis``, ``redlock``, ``unsafe``) or a dotted path."""
-    options = dict(settings.INVENTORY if options is None else options)
-    path = ALIASES.get(name, name)
+def strategy_class(name: str) -> type[Strategy]:
+    """The class an alias (``db``, ``redis``, ...) or a dotted path names."""
+    path = STRATEGIES.get(name, name)
     if "." not in path:
         raise ImproperlyConfigured(
-            f"INVENTORY_BACKEND={name!r} is not a backend: use one of {', '.join(ALIASES)} or a dotted path"
+            f"INVENTORY_BACKEND={name!r} is not a strategy: use one of {', '.join(STRATEGIES)} or a dotted path"
         )
     try:
-        backend_class = import_string(path)
+        cls = import_string(path)
     except ImportError as exc:
-        raise ImproperlyConfigured(f"could not import inventory backend {path!r}: {exc}") from exc
-    if not (isinstance(backend_class, type) and issubclass(backend_class, InventoryBackend)):
-        raise ImproperlyConfigured(f"{path!r} is not an InventoryBackend subclass")
-    return backend_class(options=options)
+        raise ImproperlyConfigured(f"could not import inventory strategy {path!r}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise ImproperlyConfigured(f"{path!r} is not a Strategy subclass")
+    return cls
+
+
+def load_backend(name: str, *, config: dict | None = None) -> Strategy:
+    """Build the strategy ``name`` with ``config`` (default: ``settings.INVENTORY``)."""
+    return strategy_class(name)(config=dict(settings.INVENTORY if config is None else config))
 
 
 _lock = threading.Lock()
-_backend: InventoryBackend | None = None
+_backend: Strategy | None = None
 
 
-def get_backend() -> InventoryBackend:
-    """The configured backend, built once per process (after gunicorn forks, on first use)."""
+def get_backend() -> Strategy:
+    """The configured strategy, built once per process (after gunicorn forks, on first use)."""
     global _backend
     if _backend is None:
         with _lock:
@@ -55,7 +71,7 @@ def get_backend() -> InventoryBackend:
     return _backend
 
 
-def reset_backend(**kwargs) -> None:
+def reset_backend() -> None:
     global _backend
     with _lock:
         if _backend is not None:
@@ -69,3 +85,27 @@ def _on_setting_changed(*, setting: str, **kwargs) -> None:
 
 
 setting_changed.connect(_on_setting_changed)
+
+
+@contextmanager
+def services_running(names: Iterable[str], *, config: dict | None = None) -> Iterator[list[Service]]:
+    """Start what the strategies ``names`` need and is down; at the end stop those, only those.
+
+    Services someone else runs are used and left running; a service that is down and not the
+    project's to start raises :class:`ServiceError` saying what to do.
+    """
+    config = settings.INVENTORY if config is None else config
+    needed: dict[str, Service] = {}
+    for name in names:
+        for service in strategy_class(name).services(config):
+            needed.setdefault(service.description, service)
+    started: list[Service] = []
+    try:
+        for service in needed.values():
+            if not service.running():
+                service.start()
+                started.append(service)
+        yield started
+    finally:
+        for service in started:
+            service.stop()

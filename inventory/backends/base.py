@@ -1,17 +1,37 @@
-"""The contract every purchase backend fulfils.
+"""The contract every purchase strategy fulfils.
 
-A backend answers two questions for :func:`inventory.services.purchase`:
+A purchase is one critical section: read the product row, decide (the rules in
+:func:`inventory.backends.section.decide`, the same for every strategy), write. A strategy
+supplies only how that section runs:
 
-* ``guard(sku)``: a context manager held around the whole transaction. Distributed-lock
-  backends acquire there and release on exit, which is *after* the transaction has committed;
-  it yields the grant's fencing token (or ``None`` when the backend has none) and raises
-  :class:`LockUnavailable` when the lock cannot be had in time.
-* ``take_stock(...)``: runs inside ``transaction.atomic()`` and moves stock for one order.
+* ``guard(sku)``: a context manager held around the whole section, released only after the
+  transaction has committed. It yields a :class:`Grant` (the fencing token, if any) and raises
+  :class:`LockUnavailable` when exclusive access cannot be had in time. No guard: a grant
+  without a token.
+* ``read(product_id)``: the :class:`~inventory.backends.section.Shelf` the decision works on
+  (a plain read, or ``SELECT ... FOR UPDATE`` for ``db``). Runs inside the transaction.
+* ``write(shelf, quantity=, grant=)``: take the units; False when the storage check refused the
+  write (a *conflict*: the row changed since the read, or a newer token has written).
+
+Two mechanisms protect the section and the strategies vary them one at a time: the **guard**
+(a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
+
+A strategy also describes itself, so the commands and the checks need no list of their own:
+``services()`` (what must be running, and whether the project can start it), ``server_env()``
+(what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from django.core import checks as django_checks
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from .section import Attempt, Shelf
 
 
 class Outcome(str, Enum):
@@ -23,29 +43,114 @@ class Outcome(str, Enum):
 
 
 class LockUnavailable(Exception):
-    """The backend could not grant exclusive access in time; the shopper should retry."""
+    """The strategy could not grant exclusive access in time; the shopper should retry."""
 
 
 class StaleFence(Exception):
     """A newer lock grant has already written the row: this holder's lease ran out."""
 
 
-class InventoryBackend:
-    """Base class; one subclass per mechanism, one module per subclass."""
+class ServiceError(RuntimeError):
+    """A service a strategy needs is down and cannot be started; the message says what to do."""
+
+
+class Service(Protocol):
+    """Something a strategy needs running: the machine's Redis, the Redlock nodes, etcd."""
+
+    description: str
+    startable: bool  # True when the project starts it itself (private processes)
+
+    def running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What the guard hands the section: the fencing token, and a way to move it forward.
+
+    ``advance(past)`` (distributed locks only) raises the lock service's counter above ``past``
+    while this grant still holds the lock, and returns the new token; it raises when the lock
+    is no longer held. See :meth:`FencedLockStrategy.recover`.
+    """
+
+    token: int | None = None
+    advance: Callable[[int], int] | None = None
+
+
+NO_GRANT = Grant()
+
+
+class Strategy:
+    """Base class; one subclass per strategy, one module per subclass."""
 
     name: str = ""
-    #: True when the backend writes through a fencing token (distributed locks).
-    fenced: bool = False
+    #: What guards the section and what checks the write, for tables and the README's matrix.
+    guard_label: str = "none"
+    check_label: str = "none"
+    #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_BACKEND=1``.
+    control: bool = False
+    #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults.
+    default_options: dict = {}
+    #: How often the section runs before the shopper is told "busy" (optimistic retries).
+    max_attempts: int = 1
 
-    def __init__(self, *, options: dict) -> None:
-        self.options = options
+    def __init__(self, *, config: dict) -> None:
+        if self.control and not config.get("ALLOW_UNSAFE"):
+            raise ImproperlyConfigured(
+                f"INVENTORY_BACKEND={self.name} oversells by design; set ALLOW_UNSAFE_BACKEND=1 to run it anyway"
+            )
+        self.config = config
+        given = config.get("OPTIONS") or {}
+        self.options = {key: given.get(key, default) for key, default in self.default_options.items()}
 
-    def guard(self, sku: str) -> AbstractContextManager[int | None]:
-        raise NotImplementedError("subclasses of InventoryBackend must provide guard()")
+    # The section's parts ---------------------------------------------------------------------
 
-    def take_stock(self, *, product_id: int, quantity: int, fence: int | None) -> bool:
-        """Decrement stock by ``quantity``; False when too little is left. Called inside a transaction."""
-        raise NotImplementedError("subclasses of InventoryBackend must provide take_stock()")
+    def guard(self, sku: str) -> AbstractContextManager[Grant]:
+        return nullcontext(NO_GRANT)
+
+    def read(self, product_id: int) -> Shelf:
+        raise NotImplementedError("subclasses of Strategy must provide read()")
+
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        raise NotImplementedError("subclasses of Strategy must provide write()")
+
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+        """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
+        from .section import attempt_section
+
+        return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
+
+    def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
+        """After a conflict: a grant to run the section again with, or None to give up."""
+        return None
+
+    def backoff_s(self, attempt: int) -> float:
+        """How long to wait before attempt ``attempt + 1`` (only with ``max_attempts`` > 1)."""
+        return 0.0
+
+    # Self-description ------------------------------------------------------------------------
+
+    @classmethod
+    def services(cls, config: dict) -> list[Service]:
+        return []
+
+    @classmethod
+    def server_env(cls, config: dict) -> dict[str, str]:
+        return {"ALLOW_UNSAFE_BACKEND": "1"} if cls.control else {}
+
+    @classmethod
+    def checks(cls, config: dict) -> list[django_checks.CheckMessage]:
+        if cls.control:
+            return [django_checks.Warning(
+                f"INVENTORY_BACKEND={cls.name} is a control: it oversells under concurrency",
+                hint="use db, optimistic, redis, redlock or atomic; the controls exist to show that the audit "
+                     "catches oversell",
+                id="inventory.W001",
+            )]
+        return []
 
     def close(self) -> None:
-        """Release connections held by the backend."""
+        """Release connections held by the strategy."""

@@ -1,27 +1,22 @@
 """``db``: PostgreSQL row lock. ``SELECT ... FOR UPDATE`` serialises buyers of one product.
 
-The row lock is itself the fence: it is held until commit, so no token is needed.
-What can still go wrong: every waiting buyer holds a database connection while it waits.
+The guard is the row lock itself, taken by the section's read and held until commit, so the
+write needs no check of its own and no token. What can still go wrong: every waiting buyer
+holds a database connection while it waits, so a spike drains the connection pool.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
-from django.db.models import F
-
-from ..models import Product
-from .base import InventoryBackend
+from .base import Grant, Strategy
+from .section import Shelf, checked_write, read_shelf
 
 
-class RowLockBackend(InventoryBackend):
+class RowLockStrategy(Strategy):
     name = "db"
+    guard_label = "SELECT … FOR UPDATE (row lock to commit)"
+    check_label = "none needed (the row is locked)"
 
-    def guard(self, sku: str):
-        return nullcontext(None)
+    def read(self, product_id: int) -> Shelf:
+        return read_shelf(product_id, for_update=True)
 
-    def take_stock(self, *, product_id: int, quantity: int, fence: int | None) -> bool:
-        stock = Product.objects.select_for_update().values_list("stock", flat=True).get(pk=product_id)
-        if stock < quantity:
-            return False
-        Product.objects.filter(pk=product_id).update(stock=F("stock") - quantity)
-        return True
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        return checked_write(shelf, quantity=quantity, token=None, fenced=False)

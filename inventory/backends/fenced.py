@@ -1,51 +1,53 @@
-"""Shared part of the distributed-lock backends: hold the lock, write only with a newer fence."""
+"""Shared part of the distributed-lock strategies: hold the lock, write only with a newer fence.
+
+``FENCED`` (option, default True) switches the storage check: with it, a holder that paused
+past its lease cannot write late (its token is older, or its read is no longer current);
+without it, the section is correct only while the lock is (Kleppmann 2016).
+
+Recovery when the lock service forgets: a restarted Redis node starts its fence counter over,
+so a new grant's token may be below the row's fence, and every write would be refused. When
+the storage refuses a token *that still holds the lock*, :meth:`FencedLockStrategy.recover`
+asks the lock service to raise its counter past the row's fence under that token, then runs
+the section again (read included) once. This is safe because the write also requires the row
+to be as read: a holder that lost its lock cannot advance (the lock service checks the token),
+and one that advanced while another writer slipped in still finds a new version and is refused.
+"""
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from django.db.models import F
-
 from ..locks import LockError, NotAcquired, NotOwned
 from ..models import Product
-from .base import InventoryBackend, LockUnavailable, StaleFence
+from .base import Grant, LockUnavailable, Strategy
+from .section import Shelf, checked_write, read_shelf
 
 logger = logging.getLogger(__name__)
 
 
-def fenced_decrement(*, product_id: int, quantity: int, fence: int) -> bool:
-    """Take ``quantity`` units only if ``fence`` is newer than the row's and stock suffices.
+class FencedLockStrategy(Strategy):
+    check_label = "fence + version"
+    default_options = {"FENCED": True}
 
-    Returns False when stock is short; raises :class:`StaleFence` when a later grant has
-    already written the row (the caller's transaction must then roll back).
-    """
-    updated = Product.objects.filter(pk=product_id, fence__lt=fence, stock__gte=quantity).update(
-        stock=F("stock") - quantity, fence=fence
-    )
-    if updated:
-        return True
-    row_fence = Product.objects.values_list("fence", flat=True).get(pk=product_id)
-    if row_fence >= fence:
-        raise StaleFence(f"product {product_id}: row fence {row_fence} >= token {fence}")
-    return False
-
-
-class FencedLockBackend(InventoryBackend):
-    fenced = True
+    def __init__(self, *, config: dict) -> None:
+        super().__init__(config=config)
+        self.fenced = bool(self.options["FENCED"])
+        if not self.fenced:
+            self.check_label = "none (FENCED=False)"
 
     def make_lock(self, name: str):
-        raise NotImplementedError("subclasses of FencedLockBackend must provide make_lock()")
+        raise NotImplementedError("subclasses of FencedLockStrategy must provide make_lock()")
 
     @contextmanager
-    def guard(self, sku: str) -> Iterator[int]:
+    def guard(self, sku: str) -> Iterator[Grant]:
         lock = self.make_lock(f"flashsale:lock:{sku}")
         try:
             lease = lock.acquire()
         except NotAcquired as exc:
             raise LockUnavailable(str(exc)) from exc
         try:
-            yield lease.fence
+            yield Grant(token=lease.fence, advance=getattr(lock, "advance_fence", None))
         finally:
             try:
                 lock.release()
@@ -56,6 +58,23 @@ class FencedLockBackend(InventoryBackend):
             except LockError:
                 logger.exception("releasing %s failed; it expires by its TTL", lease.name)
 
-    def take_stock(self, *, product_id: int, quantity: int, fence: int | None) -> bool:
-        assert fence is not None, "a fenced backend always has a token"
-        return fenced_decrement(product_id=product_id, quantity=quantity, fence=fence)
+    def read(self, product_id: int) -> Shelf:
+        return read_shelf(product_id)
+
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        return checked_write(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
+
+    def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
+        row_fence = Product.objects.values_list("fence", flat=True).get(pk=shelf.product_id)
+        if grant.token is None or row_fence < grant.token:
+            return grant  # the row changed under the lock (a restock): read it again
+        if grant.advance is None:
+            return None
+        try:
+            token = grant.advance(row_fence)
+        except LockError as exc:
+            logger.warning("fence %s refused and the lock is no longer held (%s)", grant.token, exc)
+            return None
+        logger.warning("fence %s was behind the row's %s (lock service restarted?): advanced to %s",
+                       grant.token, row_fence, token)
+        return Grant(token=token, advance=grant.advance)

@@ -1,27 +1,65 @@
 """``redlock``: a majority of N independent Redis masters (N = 5 by default).
 
 What can still go wrong: a holder that pauses past its validity, or a clock that jumps,
-lets a second holder in; the fence on the product row rejects the late writer.
+lets a second holder in; the storage check on the product row refuses the late writer.
 """
 from __future__ import annotations
 
 import redis
+from django.conf import settings
+from django.core import checks
 
 from ..locks import Redlock
-from .fenced import FencedLockBackend
+from ..nodes import RedisNodes
+from .fenced import FencedLockStrategy
+from .redis import RedisService
 
 
-class RedlockBackend(FencedLockBackend):
+def project_nodes() -> RedisNodes:
+    """The project's private Redlock nodes (``REDLOCK_BASE_PORT``, five by default)."""
+    return RedisNodes(
+        base_port=settings.REDLOCK_BASE_PORT, count=settings.REDLOCK_NODE_COUNT, run_dir=settings.RUN_DIR / "redlock"
+    )
+
+
+class RedlockStrategy(FencedLockStrategy):
     name = "redlock"
+    guard_label = "Redlock: majority of 5 Redis masters"
 
-    def __init__(self, *, options: dict) -> None:
-        super().__init__(options=options)
-        self.clients = [redis.Redis.from_url(url) for url in options["REDLOCK_URLS"]]
+    def __init__(self, *, config: dict) -> None:
+        super().__init__(config=config)
+        self.clients = [redis.Redis.from_url(url) for url in config["REDLOCK_URLS"]]
 
     def make_lock(self, name: str) -> Redlock:
         return Redlock(
-            self.clients, name, ttl_ms=self.options["LOCK_TTL_MS"], timeout_ms=self.options["ACQUIRE_TIMEOUT_MS"]
+            self.clients, name, ttl_ms=self.config["LOCK_TTL_MS"], timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"]
         )
+
+    @classmethod
+    def services(cls, config: dict) -> list[RedisService]:
+        ours = {node.url: node for node in project_nodes()}
+        return [RedisService(url, ours.get(url)) for url in config["REDLOCK_URLS"]]
+
+    @classmethod
+    def checks(cls, config: dict) -> list[checks.CheckMessage]:
+        nodes = len(config["REDLOCK_URLS"])
+        if nodes < 3:
+            return [checks.Error(
+                f"Redlock needs at least 3 independent nodes; REDLOCK_URLS names {nodes}",
+                hint="with fewer than 3 a single node failure stops every purchase; use 5",
+                id="inventory.E002",
+            )]
+        if nodes % 2 == 0:
+            return [checks.Warning(
+                f"Redlock with an even number of nodes ({nodes}) tolerates no more failures than {nodes - 1}",
+                hint="use an odd number of nodes, such as 5",
+                id="inventory.W002",
+            )]
+        return []
+
+    @classmethod
+    def server_env(cls, config: dict) -> dict[str, str]:
+        return {"REDLOCK_URLS": ",".join(config["REDLOCK_URLS"])}
 
     def close(self) -> None:
         for client in self.clients:

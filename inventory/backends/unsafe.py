@@ -1,35 +1,21 @@
-"""``unsafe``: read, then write back, with no lock at all.
+"""``unsafe`` (control): no guard, no storage check. Read, decide, write back ``stock - q``.
 
-It exists to prove that the burst's audit catches oversell: two buyers read the same stock,
-both write ``stock - 1``, and two orders stand against one unit. Refused unless
+Two buyers read the same stock, both write ``stock - 1``, and two orders stand against one
+unit: it exists to prove that the burst's audit catches oversell. Loads only with
 ``ALLOW_UNSAFE_BACKEND=1``.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
-from django.core.exceptions import ImproperlyConfigured
-
-from ..models import Product
-from .base import InventoryBackend
+from .base import Grant, Strategy
+from .section import Shelf, checked_write, read_shelf
 
 
-class UnsafeBackend(InventoryBackend):
+class UnsafeStrategy(Strategy):
     name = "unsafe"
+    control = True
 
-    def __init__(self, *, options: dict) -> None:
-        if not options.get("ALLOW_UNSAFE"):
-            raise ImproperlyConfigured(
-                "INVENTORY_BACKEND=unsafe oversells by design; set ALLOW_UNSAFE_BACKEND=1 to run it anyway"
-            )
-        super().__init__(options=options)
+    def read(self, product_id: int) -> Shelf:
+        return read_shelf(product_id)
 
-    def guard(self, sku: str):
-        return nullcontext(None)
-
-    def take_stock(self, *, product_id: int, quantity: int, fence: int | None) -> bool:
-        stock = Product.objects.values_list("stock", flat=True).get(pk=product_id)
-        if stock < quantity:
-            return False
-        Product.objects.filter(pk=product_id).update(stock=stock - quantity)
-        return True
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        return checked_write(shelf, quantity=quantity, token=None, fenced=False)

@@ -10,24 +10,19 @@ import signal
 import sys
 import threading
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
-import redis
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from inventory import backends
-from inventory.nodes import NodeError, started_while_needed
+from inventory.backends import STRATEGIES, ServiceError, services_running, strategy_class
+from inventory.nodes import NodeError
 from loadtests.burst import (
     FLOOR, SCENARIOS, BurstError, BurstPlan, Progress, collect_static, database_url, default_locust_processes,
-    is_control, run_row, strategy_class,
+    run_row,
 )
 from loadtests.figures import median_run
-
-from .redlock_nodes import project_nodes
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
@@ -65,10 +60,6 @@ def run_cells(run: dict) -> list:
         fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1), fixed((timing.get("db_ms") or {}).get("p99"), 1),
         run["peak_db_connections"], "yes" if run["invariants_ok"] else "NO",
     ]
-
-
-def strategy_names() -> list[str]:
-    return list(getattr(backends, "STRATEGIES", None) or backends.ALIASES)
 
 
 def with_floor_ratio(run: dict, floor: dict | None) -> dict:
@@ -114,13 +105,12 @@ class Command(BaseCommand):
                json_path: str, **options):
         if scenario not in SCENARIOS:
             raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
-        known = strategy_names()
         if backends.strip() == "all":
-            backends = ",".join(name for name in known if not is_control(name))
+            backends = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
         names = [name.strip() for name in backends.split(",") if name.strip()]
-        unknown = [name for name in names if name not in known]
+        unknown = [name for name in names if name not in STRATEGIES]
         if not names or unknown:
-            raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(known)}")
+            raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
         if len(set(names)) != len(names):
             raise CommandError(f"--backends names a backend twice: {backends}")
         if timeout is None:
@@ -143,16 +133,18 @@ class Command(BaseCommand):
             locust_processes=locust_processes, timeout_s=timeout,
         )
         started_at = timezone.now()
-        if any(is_control(name) for name in names):
+        controls = [name for name in names if strategy_class(name).control]
+        if controls:
             self.stderr.write(
-                "warning: a control strategy takes no (cross-process) lock and oversells by design; "
-                "ALLOW_UNSAFE_BACKEND=1 is set for its gunicorn only"
+                f"warning: {', '.join(controls)} oversell(s) by design (controls); "
+                "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
             )
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with ExitStack() as services:
-                self.start_services(names, services)
+            with services_running(names) as started:
+                if started:
+                    self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
                 self.stdout.write(
                     f"{scenario}: {requests} purchases per row, {plan.sale_stock} units, {pods} pod(s) × {workers} "
@@ -169,7 +161,7 @@ class Command(BaseCommand):
                             run["round"] = round_number
                         runs.append(run)
                         self.stdout.write(table_row(run_cells(run)))
-        except (NodeError, BurstError) as exc:
+        except (ServiceError, NodeError, BurstError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
@@ -240,37 +232,6 @@ class Command(BaseCommand):
             )
         return per_worker
 
-    def start_services(self, names: list[str], stack: ExitStack) -> None:
-        """Start what the strategies need and is not running (stopped again at the end);
-        fail on what is not running and cannot be started."""
-        seen = set()
-        for name in names:
-            strategy = strategy_class(name)
-            if not hasattr(strategy, "services"):
-                self.start_legacy_services(name, stack)
-                continue
-            for service in strategy.services(settings.INVENTORY):
-                if service.description in seen:
-                    continue
-                seen.add(service.description)
-                if service.running():
-                    continue
-                if not service.startable:
-                    raise CommandError(f"{name}: {service.description} is not running: start it")
-                service.start()
-                stack.callback(service.stop)
-                self.stderr.write(f"started {service.description}; it is stopped at the end")
-
-    def start_legacy_services(self, name: str, stack: ExitStack) -> None:
-        """Before strategies declared their services (issue 7): the Redis check and the Redlock nodes."""
-        if name == "redis":
-            self.check_redis(settings.INVENTORY["REDIS_URL"])
-        if name == "redlock":
-            wanted = set(settings.INVENTORY["REDLOCK_URLS"])
-            started = stack.enter_context(started_while_needed(node for node in project_nodes() if node.url in wanted))
-            if started:
-                self.stderr.write(f"started {len(started)} Redlock node(s); they are stopped at the end")
-
     @staticmethod
     def stop_on_sigterm():
         """Treat SIGTERM like Ctrl-C, so the finally blocks stop gunicorn and Locust; the old handler."""
@@ -281,15 +242,6 @@ class Command(BaseCommand):
             raise KeyboardInterrupt
 
         return signal.signal(signal.SIGTERM, interrupt)
-
-    def check_redis(self, url: str) -> None:
-        try:
-            with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
-                client.ping()
-        except redis.RedisError as exc:
-            raise CommandError(
-                f"Redis at {url} does not answer ({exc}): start it (Debian: apt-get install redis-server)"
-            ) from exc
 
     def progress_line(self):
         """A callback that shows one updating line on a terminal, a plain line a second otherwise."""

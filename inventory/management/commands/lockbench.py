@@ -33,6 +33,7 @@ from hiredis import pack_command
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from inventory.etcd_bench import etcd_rows
 from inventory.locks import RedisLock, Redlock
 from inventory.locks._core import Script
 from inventory.nodes import NodeError, RedisNodes
@@ -192,6 +193,7 @@ class Command(BaseCommand):
                 with node.client() as client:
                     client.flushall()
             rows = self._uncontended(nodes, seconds, rounds) + self._contended(nodes, seconds)
+            rows += etcd_rows(seconds, base_port + 5)  # its own 3-member cluster on base_port+5..+10
         finally:
             nodes.stop()
         path = Path(options["json"])

@@ -7,9 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from psycopg import sql
 
+from inventory.backends.redlock import project_nodes
 from inventory.nodes import NodeError
-
-from .redlock_nodes import project_nodes
 
 
 def ensure_database() -> bool:

@@ -1,16 +1,10 @@
 """Start, stop or report the private Redis nodes that the ``redlock`` backend uses."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.nodes import NodeError, RedisNodes
-
-
-def project_nodes() -> RedisNodes:
-    return RedisNodes(
-        base_port=settings.REDLOCK_BASE_PORT, count=settings.REDLOCK_NODE_COUNT, run_dir=settings.RUN_DIR / "redlock"
-    )
+from inventory.backends.redlock import project_nodes
+from inventory.nodes import NodeError
 
 
 class Command(BaseCommand):

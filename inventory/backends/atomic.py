@@ -1,0 +1,55 @@
+"""``atomic``: no guard and no read; the decision is pushed into SQL.
+
+``UPDATE product SET stock = stock - q ... WHERE stock >= q AND <sale is on>`` is atomic by
+itself in PostgreSQL (the row is locked for the statement and re-checked after a wait), and the
+customer's units are an upsert that adds nothing past the limit. It is the honest baseline for
+one counter: it cannot oversell and never conflicts. What it cannot do is guard a section of
+several steps (check a payment, reserve elsewhere) that must see one consistent state.
+"""
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..models import Product
+from .base import Grant, Outcome, Strategy
+from .section import Attempt, Refusal, allocate, create_order, decide, find_order, held_units, read_shelf
+
+
+def take_in_one_statement(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str,
+                          grant: Grant) -> Attempt:
+    """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
+    now = timezone.now()
+    with transaction.atomic():
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        if replay is not None:
+            return Attempt(order=replay, replayed=True)
+        cap = Product.objects.values_list("per_customer_limit", flat=True).get(pk=product_id)
+        if not allocate(product_id=product_id, customer=customer, quantity=quantity, cap=cap, within_cap_only=True):
+            return Attempt(refusal=Refusal(Outcome.LIMIT_REACHED))
+        on_sale = (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
+            Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
+        )
+        taken = Product.objects.filter(on_sale, pk=product_id, stock__gte=quantity).update(
+            stock=F("stock") - quantity, version=F("version") + 1
+        )
+        if taken:
+            return Attempt(order=create_order(
+                strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+            ))
+        # Nothing taken: undo the units, then say why from the row as it is now.
+        transaction.set_rollback(True)
+    shelf = read_shelf(product_id)
+    refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=now)
+    return Attempt(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))
+
+
+class AtomicUpdateStrategy(Strategy):
+    name = "atomic"
+    guard_label = "none (one conditional UPDATE)"
+    check_label = "WHERE stock >= q"
+
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+        return take_in_one_statement(self, product_id=product_id, customer=customer, quantity=quantity, key=key,
+                                     grant=grant)

@@ -1,0 +1,154 @@
+"""``redis-stock``: the seckill design. The sale's stock lives in a Redis counter.
+
+One Lua script checks that the sale is on, the shopper's units against the limit and the
+counter, and takes both at once; only a shopper it let through touches PostgreSQL, where the
+order is written with the same conditional UPDATE as ``atomic`` (so the database stays the
+record and still refuses to go below zero). If the database write fails, the units go back to
+Redis (compensation), so a failed order never strands stock.
+
+The counter is loaded from the database on first use (and again after ``reset_sale`` or
+``restock`` drop it), and ``manage.py reconcile`` puts it back in step with the database: the
+source article's "end-of-day batch job". What can still go wrong: Redis and the database
+drift (a Redis restart forgets the counter and reloads it; a crash between the script and the
+compensation strands units until ``reconcile``); the database's check refuses what Redis let
+through, so drift costs refusals, never oversell.
+"""
+from __future__ import annotations
+
+import logging
+
+import redis
+from django.utils import timezone
+
+from ..models import Allocation, Product
+from .atomic import take_in_one_statement
+from .base import Grant, Outcome, Strategy
+from .redis import RedisService
+from .section import Attempt, Refusal, find_order
+
+logger = logging.getLogger(__name__)
+
+# KEYS[1] sale hash {stock, limit, starts_ms, ends_ms}; KEYS[2] hash customer -> units held.
+# ARGV[1] customer, ARGV[2] quantity, ARGV[3] now in ms.
+# Returns {code, stock}: -1 not loaded, 0 not on sale, 1 limit reached, 2 sold out, 3 taken.
+TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'starts_ms', 'ends_ms')
+local stock, limit = tonumber(sale[1]), tonumber(sale[2])
+local now, q = tonumber(ARGV[3]), tonumber(ARGV[2])
+if (sale[3] ~= '' and now < tonumber(sale[3])) or (sale[4] ~= '' and now >= tonumber(sale[4])) then
+  return {0, stock}
+end
+if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') + q > limit then return {1, stock} end
+if stock < q then return {2, stock} end
+redis.call('HINCRBY', KEYS[2], ARGV[1], q)
+return {3, redis.call('HINCRBY', KEYS[1], 'stock', -q)}
+"""
+# Compensation: give back what TAKE took. KEYS as TAKE; ARGV[1] customer, ARGV[2] quantity.
+GIVE_BACK = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'stock', ARGV[2]) end
+if redis.call('HINCRBY', KEYS[2], ARGV[1], -tonumber(ARGV[2])) <= 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
+return 1
+"""
+# Load the sale if absent (two pods may race to load it: the first wins), with every
+# customer's units. KEYS[1] sale hash, KEYS[2] units hash; ARGV[1..4] stock, limit, starts_ms,
+# ends_ms ('' when open-ended); then customer, units pairs.
+LOAD = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2])
+for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'limit', ARGV[2], 'starts_ms', ARGV[3], 'ends_ms', ARGV[4])
+return 1
+"""
+
+
+def sale_key(sku: str) -> str:
+    return f"flashsale:stock:{{{sku}}}:sale"
+
+
+def units_key(sku: str) -> str:
+    return f"flashsale:stock:{{{sku}}}:units"
+
+
+def _ms(moment) -> str:
+    return "" if moment is None else str(int(moment.timestamp() * 1000))
+
+
+def load_sale(client: redis.Redis, product: Product, *, replace: bool = False) -> bool:
+    """Put the product's stock, limit, window and customers' units into Redis, from the database.
+
+    Only if absent, unless ``replace`` (what ``reconcile`` does). True when it loaded.
+    """
+    keys = [sale_key(product.sku), units_key(product.sku)]
+    held = Allocation.objects.filter(product_id=product.pk).values_list("customer", "units")
+    args = [product.stock, product.per_customer_limit, _ms(product.sale_starts_at), _ms(product.sale_ends_at)]
+    args += [value for pair in held for value in pair]
+    with client.pipeline() as pipe:  # MULTI: no purchase runs between the drop and the load
+        if replace:
+            pipe.delete(keys[0])
+        pipe.eval(LOAD, 2, *keys, *args)
+        return bool(pipe.execute()[-1])
+
+
+def forget_sale(client: redis.Redis, sku: str, *, units_too: bool) -> None:
+    """Drop the counter so the next purchase loads it from the database (after restock/reset)."""
+    client.delete(sale_key(sku), *([units_key(sku)] if units_too else []))
+
+
+class RedisStockStrategy(Strategy):
+    name = "redis-stock"
+    guard_label = "none (Lua decrement of a Redis counter)"
+    check_label = "database keeps the record (UPDATE … WHERE stock >= q)"
+
+    def __init__(self, *, config: dict) -> None:
+        super().__init__(config=config)
+        self.client = redis.Redis.from_url(config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.take = self.client.register_script(TAKE)
+        self.give_back = self.client.register_script(GIVE_BACK)
+
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        if replay is not None:
+            return Attempt(order=replay, replayed=True)
+        product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
+            pk=product_id
+        )
+        keys = [sale_key(product.sku), units_key(product.sku)]
+        now_ms = _ms(timezone.now())
+        try:
+            code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
+            if code == -1:
+                load_sale(self.client, product)
+                code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
+        except redis.RedisError as exc:
+            logger.warning("redis-stock: Redis unavailable (%s)", exc)
+            return Attempt(refusal=Refusal(Outcome.BUSY))
+        if code != 3:
+            return Attempt(refusal={
+                0: Refusal(Outcome.NOT_ON_SALE), 1: Refusal(Outcome.LIMIT_REACHED),
+                2: Refusal(Outcome.SOLD_OUT, units_left=max(int(stock), 0)),
+            }[code])
+        try:
+            attempt = take_in_one_statement(
+                self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+            )
+        except BaseException:
+            self._compensate(keys, customer, quantity)
+            raise
+        if attempt.order is None or attempt.replayed:
+            self._compensate(keys, customer, quantity)  # refused, or a twin's order came back
+        return attempt
+
+    def _compensate(self, keys: list[str], customer: str, quantity: int) -> None:
+        try:
+            self.give_back(keys=keys, args=[customer, quantity])
+        except redis.RedisError:
+            logger.exception("redis-stock: could not give %s unit(s) back to %s; run manage.py reconcile",
+                             quantity, keys[0])
+
+    @classmethod
+    def services(cls, config: dict) -> list[RedisService]:
+        return [RedisService(config["REDIS_URL"])]
+
+    def close(self) -> None:
+        self.client.close()

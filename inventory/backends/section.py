@@ -1,0 +1,155 @@
+"""The critical section every strategy runs: read the row, decide, write, record the order.
+
+The rules are :func:`decide`, written once. A strategy changes only how the row is read
+(plain, or ``FOR UPDATE``) and how the write is checked (:func:`checked_write`):
+
+* **version check**: the write lands only if the row is still at the version that was read, so
+  a write based on a read that is no longer current changes nothing;
+* **fence check**: the write lands only if the writer's token is newer than the last token that
+  wrote the row, so a delayed write from an older lock grant changes nothing after a newer one.
+
+The fenced write requires both, and sets the row's fence to the token: the fence only grows.
+Together they refuse (1) a holder whose read is no longer current (A reads, B reads, A writes,
+B writes: B refused) and (2) an older token's write after a newer one has written (A reads,
+pauses past its lease, B reads and writes, A writes: A refused). A write from an older token
+whose read is still current is refused too (its token is not newer than a row fence that a
+newer grant has set), unless no newer grant has written yet, in which case nothing is lost.
+Any check of this kind alone prevents oversell; the lock then saves the conflicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..models import Allocation, Order, Product
+from .base import Grant, Outcome, Strategy
+
+SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
+
+
+@dataclass(frozen=True)
+class Shelf:
+    """What one read of the product row saw."""
+
+    product_id: int
+    stock: int
+    version: int
+    fence: int
+    per_customer_limit: int
+    sale_starts_at: datetime | None
+    sale_ends_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    outcome: Outcome
+    units_left: int | None = None  # with SOLD_OUT: how many are still on the shelf
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one run of the section did: exactly one field is set."""
+
+    order: Order | None = None  # confirmed (a new order, or the one an idempotency key names)
+    refusal: Refusal | None = None
+    conflict: Shelf | None = None  # the storage check refused the write based on this read
+    replayed: bool = False  # with ``order``: an earlier order with the same idempotency key
+
+
+def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:
+    rows = Product.objects.filter(pk=product_id)
+    if for_update:
+        rows = rows.select_for_update()
+    return Shelf(*rows.values_list(*SHELF_FIELDS).get())
+
+
+def shelf_for_sku(sku: str) -> Shelf | None:
+    row = Product.objects.filter(sku=sku).values_list(*SHELF_FIELDS).first()
+    return None if row is None else Shelf(*row)
+
+
+def decide(shelf: Shelf, *, quantity: int, held: int, now: datetime) -> Refusal | None:
+    """The sale's rules, for every strategy: None when ``quantity`` units may be sold.
+
+    ``held`` is what the customer already holds of this product (units across their orders).
+    """
+    if (shelf.sale_starts_at and now < shelf.sale_starts_at) or (shelf.sale_ends_at and now >= shelf.sale_ends_at):
+        return Refusal(Outcome.NOT_ON_SALE)
+    if held + quantity > shelf.per_customer_limit:
+        return Refusal(Outcome.LIMIT_REACHED)
+    if shelf.stock < quantity:
+        return Refusal(Outcome.SOLD_OUT, units_left=max(shelf.stock, 0))
+    return None
+
+
+def checked_write(shelf: Shelf, *, quantity: int, token: int | None, fenced: bool) -> bool:
+    """Write ``shelf.stock - quantity``; False when the storage check refused it.
+
+    ``fenced``: only while the row is at ``shelf.version`` and, with a ``token``, only if the
+    token is newer than the row's fence (which becomes the token). Unfenced: unconditionally,
+    which is a lost update whenever two sections overlap.
+    """
+    rows = Product.objects.filter(pk=shelf.product_id)
+    changes = {"stock": shelf.stock - quantity, "version": F("version") + 1}
+    if fenced:
+        rows = rows.filter(version=shelf.version)
+        if token is not None:
+            rows = rows.filter(fence__lt=token)
+            changes["fence"] = token
+    return rows.update(**changes) == 1
+
+
+def held_units(product_id: int, customer: str) -> int:
+    return Allocation.objects.filter(product_id=product_id, customer=customer).values_list("units", flat=True).first() or 0
+
+
+ALLOCATE = """
+INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES (%s, %s, %s, %s)
+ON CONFLICT (product_id, customer)
+DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap
+"""
+# The same, but adding nothing (and returning no row) when the total would pass the cap.
+ALLOCATE_WITHIN_CAP = ALLOCATE + " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
+
+
+def allocate(*, product_id: int, customer: str, quantity: int, cap: int, within_cap_only: bool = False) -> bool:
+    """Add ``quantity`` to the customer's units of the product (the CHECK refuses more than ``cap``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(ALLOCATE_WITHIN_CAP if within_cap_only else ALLOCATE, [product_id, customer, quantity, cap])
+        return cursor.fetchone() is not None if within_cap_only else True
+
+
+def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
+    if not key:
+        return None
+    return Order.objects.filter(product_id=product_id, customer=customer, idempotency_key=key).first()
+
+
+def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Order:
+    return Order.objects.create(
+        product_id=product_id, customer=customer, quantity=quantity, backend=strategy.name,
+        fence=grant.token, idempotency_key=key,
+    )
+
+
+def attempt_section(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str,
+                    grant: Grant) -> Attempt:
+    """One run of read → decide → write → record, in one transaction."""
+    with transaction.atomic():
+        shelf = strategy.read(product_id)
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        if replay is not None:
+            return Attempt(order=replay, replayed=True)
+        refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=timezone.now())
+        if refusal is not None:
+            return Attempt(refusal=refusal)
+        if not strategy.write(shelf, quantity=quantity, grant=grant):
+            return Attempt(conflict=shelf)
+        allocate(product_id=product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
+        order = create_order(strategy, product_id=product_id, customer=customer, quantity=quantity, key=key,
+                             grant=grant)
+    return Attempt(order=order)

@@ -1,0 +1,70 @@
+"""``manage.py reconcile``: put the ``redis-stock`` counters back in step with the database.
+
+The database is the record. For every product whose sale is loaded in Redis, the counter is
+compared with the database's stock and each customer's units with their allocation; any drift
+is reported and repaired by reloading the sale from the database (atomically, in one script).
+Run it when no sale is in flight: a purchase between its Redis decrement and its database
+commit looks like drift of one unit, and reconciling then refuses that purchase's database
+write (the database's check), never oversells.
+"""
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from inventory.backends.redis_stock import load_sale, sale_key, units_key
+from inventory.models import Allocation, Product
+
+
+class Command(BaseCommand):
+    help = "Compare the redis-stock counters with the database and repair any drift from the database."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--sku", default="", help="only this product (default: every product loaded in Redis)")
+        parser.add_argument("--dry-run", action="store_true", help="report drift, change nothing")
+
+    def handle(self, *args, sku: str, dry_run: bool, **options):
+        products = Product.objects.all()
+        if sku:
+            products = products.filter(sku=sku)
+            if not products.exists():
+                raise CommandError(f"no product with sku {sku!r}: see manage.py seed or the admin")
+        url = settings.INVENTORY["REDIS_URL"]
+        try:
+            with redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2) as client:
+                checked, drifted = self.reconcile(client, products, dry_run=dry_run)
+        except redis.RedisError as exc:
+            raise CommandError(f"Redis at {url} does not answer ({exc}): start it, then run reconcile again") from exc
+        verb = "would repair" if dry_run else "repaired"
+        self.stdout.write(f"checked {checked} sale(s) loaded in Redis; {verb} {drifted}; no drift in the rest")
+
+    def reconcile(self, client: redis.Redis, products, *, dry_run: bool) -> tuple[int, int]:
+        checked = drifted = 0
+        for product in products:
+            loaded = client.hget(sale_key(product.sku), "stock")
+            if loaded is None:
+                continue  # not loaded: the next purchase loads it from the database
+            checked += 1
+            drift = self.drift(client, product, int(loaded))
+            if not drift:
+                continue
+            drifted += 1
+            for line in drift:
+                self.stdout.write(f"{product.sku}: {line}")
+            if not dry_run:
+                load_sale(client, product, replace=True)
+        return checked, drifted
+
+    @staticmethod
+    def drift(client: redis.Redis, product: Product, counter: int) -> list[str]:
+        lines = []
+        if counter != product.stock:
+            lines.append(f"counter {counter}, database stock {product.stock} (drift {counter - product.stock:+d})")
+        in_redis = {k.decode(): int(v) for k, v in client.hgetall(units_key(product.sku)).items()}
+        in_db = dict(Allocation.objects.filter(product=product).values_list("customer", "units"))
+        for customer in sorted(set(in_redis) | set(in_db)):
+            if in_redis.get(customer, 0) != in_db.get(customer, 0):
+                lines.append(f"customer {customer}: {in_redis.get(customer, 0)} unit(s) in Redis, "
+                             f"{in_db.get(customer, 0)} in the database")
+        return lines

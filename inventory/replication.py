@@ -1,0 +1,261 @@
+"""A private Redis master and replica that a demo or a fault run can fail over, losing what had not replicated.
+
+Redis replication is asynchronous: a master acknowledges a write before any replica has it. To
+lose a write on purpose, and every time, the replica does not connect to the master directly but
+through a :class:`Relay` (``link``) on 127.0.0.1. :meth:`ReplicatedPair.hold_replication` makes
+the relay keep the master's replication stream instead of forwarding it (a slow or partitioned
+link), and :meth:`ReplicatedPair.fail_over` kills the master, drops what the relay held, and
+promotes the replica with ``REPLICAOF NO ONE`` (by hand: what Sentinel would do once the master
+has been down for ``down-after-milliseconds``). Writes acknowledged while the stream was held are
+gone; writes before it are on the replica (the pair waits for the initial sync at start).
+
+Clients that should follow the failover connect to ``front``, a second relay that forwards new
+connections to the current primary and, on failover, closes the old ones and points at the
+replica, as a virtual IP or a Sentinel-aware client would.
+
+Both nodes are :class:`inventory.nodes.RedisNode` processes (no persistence, pid and log files in
+``run_dir``); the replica is made one at runtime with ``REPLICAOF`` rather than a command-line
+flag. No Django import.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from .nodes import NodeError, RedisNode
+
+HOST = "127.0.0.1"
+
+
+class Relay:
+    """A TCP relay on ``HOST:port`` (0 picks a free port) to ``HOST:target_port``, run by daemon threads.
+
+    Bytes from the target to the client pass through ``hold()``: while held, they are kept and not
+    forwarded; ``release()`` forwards them; ``cut()`` drops them and closes every connection.
+    """
+
+    def __init__(self, *, target_port: int, port: int = 0) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server((HOST, port))
+        self.port = self._listener.getsockname()[1]
+        self._open = threading.Event()
+        self._open.set()
+        self._cut = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name=f"relay:{self.port}", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # the listener was closed
+            try:
+                upstream = socket.create_connection((HOST, self.target_port), timeout=1.0)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()  # the target is down: the client sees its connection closed at once
+                continue
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_target: bool) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if from_target:
+                    self._open.wait()
+                    if self._cut:
+                        break
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._drop(source, sink)
+
+    def _drop(self, *socks: socket.socket) -> None:
+        with self._lock:
+            for sock in socks:
+                if sock in self._sockets:
+                    self._sockets.remove(sock)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes the other pump, blocked in recv
+                except OSError:
+                    pass
+                sock.close()
+
+    def hold(self) -> None:
+        self._cut = False
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def cut(self) -> None:
+        """Drop whatever is held and close every connection; new connections are accepted again."""
+        self._cut = True
+        self._open.set()
+        with self._lock:
+            socks = list(self._sockets)
+        self._drop(*socks)
+        self._cut = False
+
+    def retarget(self, target_port: int) -> None:
+        """New connections go to ``target_port``; the current ones are closed, so clients reconnect there."""
+        self.target_port = target_port
+        self.cut()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread; close() alone would not
+        except OSError:
+            pass
+        self._listener.close()
+        self.cut()
+
+
+def replication_info(client: redis.Redis) -> dict:
+    return client.info("replication")
+
+
+class ReplicatedPair:
+    """A master on ``base_port`` and its replica on ``base_port + 1``, linked through a holdable relay.
+
+    Clients reach the current primary through ``front`` (on ``front_port``; 0 picks a free one).
+    It fits the strategies' ``Service`` shape (``description``, ``running()``, ``start()``,
+    ``stop()``, ``startable``); the relays run in the process that started the pair.
+
+    >>> pair = ReplicatedPair(base_port=7800, run_dir=".run/pair")
+    >>> pair.start()                  # both up, replica in sync, pair.front.url reaches the master
+    >>> pair.hold_replication()       # writes from now on stay on the master
+    >>> pair.fail_over()              # master killed, held stream dropped, replica promoted
+    >>> pair.stop()
+    """
+
+    startable = True
+
+    def __init__(self, *, base_port: int, run_dir: Path | str, front_port: int = 0,
+                 sync_timeout_s: float = 10.0) -> None:
+        run_dir = Path(run_dir)
+        self.front_port = front_port
+        self.master = RedisNode(port=base_port, run_dir=run_dir)
+        self.replica = RedisNode(port=base_port + 1, run_dir=run_dir)
+        self.sync_timeout_s = sync_timeout_s
+        self.link: Relay | None = None
+        self.front: Relay | None = None
+        self.primary: RedisNode = self.master
+
+    def start(self) -> None:
+        """Start both nodes empty, make the replica follow the master and wait until it is in sync."""
+        for node in (self.master, self.replica):
+            node.stop()  # a node of ours left behind by an interrupted run: start it afresh
+            if node.ping():
+                raise NodeError(f"port {node.port} is taken by a redis-server this pair did not start")
+        self.master.start()
+        self.replica.start()
+        with self.master.client() as master:
+            # Send the initial snapshot at once rather than after the default 5 s batching delay.
+            master.config_set("repl-diskless-sync-delay", 0)
+        self.link = Relay(target_port=self.master.port)
+        self.front = Relay(target_port=self.master.port, port=self.front_port)
+        self.primary = self.master
+        with self.replica.client() as replica:
+            replica.replicaof(HOST, self.link.port)
+        self.wait_in_sync()
+
+    @property
+    def description(self) -> str:
+        return (f"Redis master {HOST}:{self.master.port} + replica {HOST}:{self.replica.port}"
+                + (f", clients through {HOST}:{self.front.port}" if self.front is not None else ""))
+
+    def running(self) -> bool:
+        """The relays are up and the current primary answers."""
+        return self.front is not None and self.primary.ping()
+
+    def wait_in_sync(self) -> None:
+        """Wait until the replica has processed everything the master has written."""
+        deadline = time.monotonic() + self.sync_timeout_s
+        with self.master.client() as master, self.replica.client() as replica:
+            while time.monotonic() < deadline:
+                info = replication_info(replica)
+                if (info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")
+                        and info.get("master_repl_offset", -1) >= replication_info(master)["master_repl_offset"]):
+                    return
+                time.sleep(0.02)
+        raise NodeError(f"replica {self.replica.port} did not sync with master {self.master.port} "
+                        f"within {self.sync_timeout_s}s; see {self.replica.logfile}")
+
+    def offsets(self) -> tuple[int, int]:
+        """(bytes of replication stream the master has written, bytes the replica has processed)."""
+        with self.master.client() as master, self.replica.client() as replica:
+            return replication_info(master)["master_repl_offset"], replication_info(replica)["master_repl_offset"]
+
+    def hold_replication(self) -> None:
+        """From now on the master's writes reach the replica only after :meth:`release_replication`."""
+        self._relays()[0].hold()
+
+    def release_replication(self) -> None:
+        self._relays()[0].release()
+
+    def fail_over(self) -> None:
+        """Kill the master (SIGKILL), drop the held stream, promote the replica, point ``front`` at it."""
+        front = self._relays()[1]
+        self.kill_master()
+        self.promote()
+        front.retarget(self.replica.port)
+
+    def kill_master(self) -> None:
+        self.master.kill()
+
+    def promote(self) -> None:
+        """``REPLICAOF NO ONE`` on the replica: it becomes a writable master with what it had."""
+        self._relays()[0].cut()
+        with self.replica.client() as replica:
+            replica.replicaof("NO", "ONE")
+        self.primary = self.replica
+
+    def stop(self) -> None:
+        for relay in (self.link, self.front):
+            if relay is not None:
+                relay.close()
+        self.link = self.front = None
+        for node in (self.master, self.replica):
+            node.stop()
+
+    def _relays(self) -> tuple[Relay, Relay]:
+        if self.link is None or self.front is None:
+            raise NodeError("the pair is not started")
+        return self.link, self.front
+
+    def __enter__(self) -> "ReplicatedPair":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,120 @@
+"""The sold-out mark: once a product is sold out, saying so costs one Redis round trip, no SQL.
+
+Every pod sees the mark (it lives in the shop's Redis, ``REDIS_URL``). It carries the sale's
+*generation*, a counter that ``restock`` and ``reset_sale`` raise after they commit; a mark
+counts only while its generation is the current one, so a restock clears every mark at once
+and a "sold out" after a restock has returned is impossible. A purchase reads the generation
+before it reads the shelf, and marks with that generation, so a restock racing the purchase
+invalidates the mark it leaves.
+
+Idempotency survives the shortcut: a confirmed order with an ``Idempotency-Key`` is noted next
+to the mark, so a retry of it gets its order back rather than "sold out". The database stays
+the record: if Redis forgets the note, the retry is told "sold out" but never gets a second
+order. If Redis does not answer, purchases take the ordinary path through the database.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.core.signals import setting_changed
+
+logger = logging.getLogger(__name__)
+
+#: How long an idempotency note is kept (a client retrying later than this is not retrying).
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+_local = threading.local()
+_lock = threading.Lock()
+_client: redis.Redis | None = None
+
+
+def client() -> redis.Redis:
+    global _client
+    if _client is None:
+        with _lock:
+            if _client is None:
+                _client = redis.Redis.from_url(
+                    settings.INVENTORY["REDIS_URL"], socket_timeout=0.5, socket_connect_timeout=0.5
+                )
+    return _client
+
+
+def _forget_client(*, setting: str, **kwargs) -> None:
+    global _client
+    if setting == "INVENTORY":
+        _client = None
+
+
+setting_changed.connect(_forget_client)
+
+
+def generation_key(sku: str) -> str:
+    return f"flashsale:generation:{{{sku}}}"
+
+
+def _keys(sku: str) -> tuple[str, str]:
+    return generation_key(sku), f"flashsale:soldout:{{{sku}}}"
+
+
+def _note_key(sku: str, customer: str, key: str) -> str:
+    return f"flashsale:idem:{{{sku}}}:{customer}:{key}"
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one read of the mark saw."""
+
+    generation: int
+    sold_out: bool  # a mark of the current generation: answer "sold out" without SQL
+    limit: int = 0  # the per-customer limit the mark was made under (quantities above it are bad input)
+    ends_at: float | None = None  # the sale's end (epoch seconds): after it, "not on sale", so no shortcut
+    order_id: int | None = None  # the order this idempotency key already has
+
+
+def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
+    """One MGET: the generation, the mark, and the key's note. None when Redis does not answer."""
+    gen_key, mark_key = _keys(sku)
+    keys = [gen_key, mark_key] + ([_note_key(sku, customer, key)] if key else [])
+    try:
+        values = client().mget(keys)
+    except redis.RedisError as exc:
+        logger.warning("sold-out mark unavailable: %s", exc)
+        return None
+    generation = int(values[0] or 0)
+    order_id = int(values[2]) if key and values[2] else None
+    if not values[1]:
+        return Look(generation, False, order_id=order_id)
+    mark_generation, limit, ends_at = values[1].decode().split(":")
+    return Look(generation, int(mark_generation) == generation, int(limit), float(ends_at) if ends_at else None,
+                order_id=order_id)
+
+
+def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:
+    """The shelf held 0 units at a read made after ``generation`` was current: mark it sold out."""
+    value = f"{generation}:{limit}:{ends_at.timestamp() if ends_at else ''}"
+    try:
+        client().set(_keys(sku)[1], value)
+    except redis.RedisError as exc:
+        logger.warning("could not mark %s sold out: %s", sku, exc)
+
+
+def note_order(sku: str, *, customer: str, key: str, order_id: int) -> None:
+    if key:
+        try:
+            client().set(_note_key(sku, customer, key), order_id, ex=IDEMPOTENCY_TTL_S)
+        except redis.RedisError as exc:
+            logger.warning("could not note idempotency key for %s: %s", sku, exc)
+
+
+def sale_changed(sku: str) -> None:
+    """After a restock or reset has committed: every mark of ``sku`` stops counting."""
+    try:
+        client().incr(_keys(sku)[0])
+    except redis.RedisError:
+        # The mark may now say "sold out" for up to as long as Redis stays unreachable from here.
+        logger.exception("could not clear the sold-out mark of %s", sku)

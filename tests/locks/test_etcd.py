@@ -1,0 +1,251 @@
+"""EtcdLock against a private 3-member etcd cluster (real etcd processes, fsync on), with members
+killed and paused, and a holder frozen past its session lease.
+
+The cluster (slot ports +120..+122, peers +130..+132) is new for the module and removed at the
+end; before and after each test every member is resumed, restarted and healthy again.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from inventory.etcd_cluster import EtcdCluster
+from inventory.locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
+from inventory.locks.etcd import WATCH_RECHECK_S, EtcdClient, EtcdLock
+from tests import slots
+
+CLIENT_PORTS = [slots.PORT_BASE + 120 + i for i in range(3)]
+RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-etcd-{slots.SLOT}"
+CALL_TIMEOUT_MS = 300
+# Room for a loaded two-core machine on top of the bounds the lock promises.
+SLACK_S = 0.5
+FORK = multiprocessing.get_context("fork")
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster():
+    cluster = EtcdCluster(client_ports=CLIENT_PORTS, run_dir=RUN_DIR)
+    cluster.wipe()
+    cluster.start()
+    yield cluster
+    cluster.wipe()
+
+
+@pytest.fixture
+def cluster(etcd_cluster):
+    etcd_cluster.reset()
+    yield etcd_cluster
+    etcd_cluster.reset()
+
+
+@pytest.fixture
+def client(cluster):
+    client = EtcdClient(cluster.endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
+    yield client
+    client.close()
+
+
+def keys_under(client: EtcdClient, name: str) -> list[bytes]:
+    return [meta["key"] for _, meta in client.call(lambda gw: gw.get_prefix(f"{name}/"))]
+
+
+def test_acquire_release_leaves_no_key_and_fences_strictly_increase(client, name):
+    fences = []
+    for _ in range(20):
+        lock = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+        lease = lock.acquire()
+        assert keys_under(client, name) == [lease.token.encode()]
+        assert lease.remaining_ms() > 4_000
+        lock.release()
+        fences.append(lease.fence)
+    assert keys_under(client, name) == []
+    assert all(a < b for a, b in zip(fences, fences[1:])), fences
+    with pytest.raises(NotOwned):
+        lock.release()
+
+
+def test_busy_lock_refuses_within_the_timeout_and_leaves_only_the_holders_key(client, name):
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000) as held:
+        started = time.monotonic()
+        with pytest.raises(NotAcquired) as refused:
+            EtcdLock(client, name, ttl_ms=5_000, timeout_ms=300).acquire()
+        assert not isinstance(refused.value, QuorumUnavailable)
+        assert 0.3 <= time.monotonic() - started < 0.3 + SLACK_S
+        assert keys_under(client, name) == [held.token.encode()]
+
+
+def test_waiter_is_woken_by_the_watch_well_before_a_recheck(client, name):
+    holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    first = holder.acquire()
+    granted: dict[str, float | int] = {}
+
+    def wait() -> None:
+        with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000) as lease:
+            granted["at"], granted["fence"] = time.monotonic(), lease.fence
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.5)  # the waiter is in its watch by now
+    assert "at" not in granted
+    released = time.monotonic()
+    holder.release()
+    waiter.join()
+    handoff_s = granted["at"] - released
+    # A poller would wake up to WATCH_RECHECK_S late; the watch hands over in a few commits.
+    assert handoff_s < WATCH_RECHECK_S / 4, handoff_s
+    assert granted["fence"] > first.fence
+
+
+def _increment_under_lock(endpoints: list[str], name: str, counter, times: int, fences) -> None:
+    client = EtcdClient(endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
+    for _ in range(times):
+        with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=20_000) as lease:
+            value = counter.value
+            time.sleep(0.001)
+            counter.value = value + 1
+            fences.append(lease.fence)
+    client.close()
+
+
+def test_processes_never_overlap_and_each_has_its_own_session(cluster, name):
+    counter = FORK.Value("i", 0, lock=False)
+    fences = FORK.Manager().list()
+    workers = [
+        FORK.Process(target=_increment_under_lock, args=(cluster.endpoints, name, counter, 15, fences))
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert counter.value == 60  # a lost update would show as fewer
+    assert len(set(fences)) == 60
+    assert list(fences) == sorted(fences), "grants follow create order, so fences rise in grant order"
+
+
+def test_a_member_killed_mid_run_still_grants(cluster, client, name):
+    leader = cluster.leader()
+    assert leader is not None
+    fences, errors = [], []
+    stop = threading.Event()
+
+    def cycle() -> None:
+        while not stop.is_set():
+            try:
+                with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000) as lease:
+                    fences.append((time.monotonic(), lease.fence))
+            except LockError as exc:  # not acquired, or lost: either would be a failure to fail over
+                errors.append(exc)
+
+    worker = threading.Thread(target=cycle)
+    worker.start()
+    time.sleep(0.3)
+    killed_at = time.monotonic()
+    leader.kill()  # the worst member to lose: an election follows
+    time.sleep(3.0)
+    stop.set()
+    worker.join()
+    assert errors == []
+    after = [fence for at, fence in fences if at > killed_at + 0.1]
+    assert len(after) > 10, f"only {len(after)} grants after the leader died"
+    assert all(a < b for (_, a), (_, b) in zip(fences, fences[1:]))
+
+
+def test_majority_killed_fails_fast_with_quorum_unavailable(cluster, client, name):
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        pass  # warm the session and connections
+    cluster[0].kill()
+    cluster[1].kill()
+    started = time.monotonic()
+    with pytest.raises(QuorumUnavailable) as refused:
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000).acquire()
+    # Two members refuse at once; the third (no quorum) costs one call timeout.
+    assert time.monotonic() - started < CALL_TIMEOUT_MS / 1000 + SLACK_S
+    assert all(endpoint in str(refused.value) for endpoint in cluster.endpoints)
+
+
+def test_majority_paused_fails_within_the_acquire_timeout(cluster, client, name):
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        pass
+    cluster[0].pause()
+    cluster[1].pause()
+    started = time.monotonic()
+    with pytest.raises(QuorumUnavailable):
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000).acquire()
+    assert time.monotonic() - started < 1.0 + CALL_TIMEOUT_MS / 1000 + SLACK_S
+    cluster.reset()  # resumed, and a leader again
+    # The refused put may commit once the members are back; it goes with its retired session's lease.
+    deadline = time.monotonic() + 8.0  # the lease (5 s) was last renewed before the pause
+    while keys_under(client, name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert keys_under(client, name) == [], "the refused acquire left a key behind"
+
+
+class FencedRegister:
+    """Storage that checks fences like the product row: a write lands only with a newer fence."""
+
+    def __init__(self) -> None:
+        self.fence = FORK.Value("q", 0)
+        self.value = FORK.Value("q", 0)
+
+    def write(self, value: int, fence: int) -> bool:
+        with self.fence.get_lock():
+            if fence <= self.fence.value:
+                return False
+            self.fence.value, self.value.value = fence, value
+            return True
+
+
+def _hold_then_write_late(endpoints: list[str], name: str, register: FencedRegister, pipe) -> None:
+    client = EtcdClient(endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
+    lock = EtcdLock(client, name, ttl_ms=2_000, timeout_ms=1_000)
+    lease = lock.acquire()
+    pipe.send(lease.fence)
+    pipe.recv()  # the parent freezes this process here, then wakes it
+    wrote = register.write(1, lease.fence)
+    try:
+        lock.release()
+        released = "released"
+    except NotOwned:
+        released = "not owned"
+    pipe.send((wrote, released))
+
+
+def test_lease_expiry_while_the_holder_is_frozen_lets_the_next_in_and_the_late_write_is_refused(cluster, client, name):
+    register = FencedRegister()
+    here, there = FORK.Pipe()
+    holder = FORK.Process(target=_hold_then_write_late, args=(cluster.endpoints, name, register, there))
+    holder.start()
+    try:
+        late_fence = here.recv()
+        os.kill(holder.pid, signal.SIGSTOP)  # the holder and its keepalive thread freeze
+        started = time.monotonic()
+        with EtcdLock(client, name, ttl_ms=2_000, timeout_ms=6_000) as lease:
+            waited = time.monotonic() - started
+            assert lease.fence > late_fence
+            assert register.write(2, lease.fence)
+        assert 1.0 < waited < 4.0, f"granted after {waited:.1f}s; the frozen holder's lease TTL is 2 s"
+        os.kill(holder.pid, signal.SIGCONT)
+        here.send("go on")
+        wrote, released = here.recv()
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(10)
+    assert (wrote, released) == (False, "not owned")
+    assert register.value.value == 2
+
+
+def test_a_single_try_on_a_held_lock_is_refused_at_once_and_leaves_no_key(client, name):
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000) as held:
+        started = time.monotonic()
+        with pytest.raises(NotAcquired):
+            EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
+        assert time.monotonic() - started < SLACK_S
+        assert keys_under(client, name) == [held.token.encode()]

@@ -1,0 +1,147 @@
+"""The ``etcd`` strategy against a real 3-member etcd cluster and real PostgreSQL.
+
+The cluster listens on the slot's ports +126..+128 (peers +136..+138), the suite's ETCD_ENDPOINTS:
+started here unless it runs (a session fixture may run it for every strategy's tests), and then
+stopped at the end of the module; before and after each test every member is up and healthy.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from inventory.backends.etcd import EtcdLockStrategy, project_cluster
+from inventory.models import Order, Product
+from inventory.services import audit, purchase
+from tests import slots
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ENDPOINTS = [f"http://127.0.0.1:{slots.PORT_BASE + 126 + i}" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster():
+    cluster = project_cluster({"ETCD_ENDPOINTS": ENDPOINTS})
+    started = not cluster.running()
+    cluster.start()
+    yield cluster
+    if started:
+        cluster.stop()
+
+
+@pytest.fixture
+def config(settings, etcd_cluster):
+    etcd_cluster.reset()
+    yield {**settings.INVENTORY, "ETCD_ENDPOINTS": ENDPOINTS, "LOCK_TTL_MS": 2_000, "ACQUIRE_TIMEOUT_MS": 5_000}
+    etcd_cluster.reset()
+
+
+def test_the_strategy_describes_its_cluster(config, etcd_cluster):
+    [service] = EtcdLockStrategy.services(config)
+    assert service.endpoints == ENDPOINTS and service.startable and service.running()
+    assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
+    assert EtcdLockStrategy.checks(config) == []
+    assert [m.id for m in EtcdLockStrategy.checks({**config, "ETCD_ENDPOINTS": ENDPOINTS[:2]})] == ["inventory.W004"]
+
+
+def test_threads_buying_at_once_sell_exactly_the_stock(config, make_product):
+    make_product(sku="hot", stock=12, limit=1)
+    strategy = EtcdLockStrategy(config=config)
+    outcomes: Counter[str] = Counter()
+    guard = threading.Lock()
+
+    def shopper(index: int) -> None:
+        try:
+            for k in range(4):
+                result = purchase(sku="hot", customer=f"t{index}-c{k}", quantity=1, backend=strategy)
+                with guard:
+                    outcomes[result.outcome.value] += 1
+                    outcomes["conflicts"] += result.conflicts
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=shopper, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    strategy.close()
+    assert outcomes["confirmed"] == 12 and outcomes["sold_out"] == 12, outcomes
+    assert outcomes["conflicts"] == 0, "the lock serialises the sections: the storage check never fires"
+    report = audit(sku="hot")
+    assert report.ok and Product.objects.get(sku="hot").stock == 0
+
+
+class FreezingAfterRead(EtcdLockStrategy):
+    """The first section reads, then the whole process "freezes": its session stops being renewed
+    (as under SIGSTOP or a stop-the-world pause) for longer than the session lease."""
+
+    pause_s = 3.5  # the lease is 2 s (etcd's minimum with the cluster's default election timeout)
+
+    def read(self, product_id):
+        shelf = super().read(product_id)
+        if self.pause_s:
+            pause, self.pause_s = self.pause_s, 0.0
+            self.client.freeze_sessions()
+            self.paused.set()
+            time.sleep(pause)
+        return shelf
+
+
+def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_product):
+    make_product(stock=1)
+    holder = FreezingAfterRead(config=config)
+    holder.paused = threading.Event()
+    results = {}
+
+    def shopper_a():
+        try:
+            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, backend=holder)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=shopper_a)
+    thread.start()
+    assert holder.paused.wait(5)
+    other = EtcdLockStrategy(config=config)
+    started = time.monotonic()
+    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, backend=other)
+    waited = time.monotonic() - started
+    thread.join(10)
+    holder.close()
+    other.close()
+    assert results["b"].confirmed, "B got the lock once A's session lease ran out"
+    assert 1.0 < waited < 4.0, waited
+    assert results["a"].outcome.value == "busy" and results["a"].conflicts == 1
+    assert audit(sku="phone-x").ok and Order.objects.count() == 1
+
+
+def test_majority_down_answers_busy_within_the_timeout_and_changes_nothing(config, etcd_cluster, make_product):
+    make_product(stock=5)
+    strategy = EtcdLockStrategy(config=config)
+    assert purchase(sku="phone-x", customer="warm", quantity=1, backend=strategy).confirmed
+    etcd_cluster[0].kill()
+    etcd_cluster[2].kill()
+    started = time.monotonic()
+    result = purchase(sku="phone-x", customer="late", quantity=1, backend=strategy)
+    strategy.close()
+    assert result.outcome.value == "busy"
+    assert time.monotonic() - started < config["ACQUIRE_TIMEOUT_MS"] / 1000
+    assert Product.objects.get(sku="phone-x").stock == 4 and Order.objects.count() == 1
+
+
+def test_simulate_pause_with_etcd_holds_every_step(config, settings):
+    settings.INVENTORY = config
+    out = StringIO()
+    call_command("simulate_pause", backend="etcd", stdout=out)
+    text = out.getvalue()
+    assert "FAIL" not in text and "every step held (etcd)" in text
+    assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text
+    product = Product.objects.get(sku="simulate-pause")
+    assert product.stock == product.initial_stock - 1 and product.fence > 0

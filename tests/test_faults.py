@@ -1,0 +1,193 @@
+"""inventory.faults against real processes: private redis-server nodes, a master + replica, a child process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+
+from inventory.backends import Outcome, load_backend
+from inventory.faults import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from inventory.locks import QuorumUnavailable, Redlock
+from inventory.models import Product
+from inventory.nodes import RedisNodes
+from inventory.replication import ReplicatedPair
+from inventory.services import audit, purchase
+from tests import slots
+
+BASE_PORT = slots.PORT_BASE + 320  # five nodes, then a master + replica, all this module's own
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    nodes = RedisNodes(base_port=BASE_PORT, count=5, run_dir=tmp_path)
+    nodes.start()
+    yield nodes
+    nodes.stop()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    with ReplicatedPair(base_port=BASE_PORT + 5, run_dir=tmp_path) as pair:
+        yield pair
+
+
+def redlock(nodes: RedisNodes, name: str) -> Redlock:
+    return Redlock([node.client() for node in nodes], name, ttl_ms=2000, timeout_ms=0)
+
+
+def test_kill_minority_leaves_a_quorum_and_recovery_restarts_the_nodes_empty(nodes):
+    fault = make_fault("kill-minority", redlock_nodes=nodes)
+    nodes[0].client().set("kept-in-memory", 1)
+    assert (fault.name, fault.strategies, fault.hold_s) == ("kill-minority", frozenset({"redlock"}), 2.0)
+    assert fault.description == "2 of 5 Redlock nodes (a minority) are killed, then restarted empty"
+    before = time.monotonic()
+    fault.inject()
+    assert [node.ping() for node in nodes] == [False, False, True, True, True]
+    assert redlock(nodes, "during").acquire().fence >= 1
+    fault.recover()
+    after = time.monotonic()
+    assert all(node.ping() for node in nodes)
+    assert nodes[0].client().get("kept-in-memory") is None
+    assert before <= fault.injected_at < fault.recovered_at <= after
+    assert [fault.phase(t) for t in (before - 1, fault.injected_at, fault.recovered_at - 1e-6, after)] == [
+        "before", "during", "during", "after"]
+    start_s, end_s = fault.window(before)
+    assert 0 <= start_s < end_s
+
+
+def test_kill_majority_stops_every_grant_until_recovery(nodes):
+    fault = make_fault("kill-majority", redlock_nodes=nodes, hold_s=0)
+    fault.inject()
+    assert sum(node.ping() for node in nodes) == 2
+    with pytest.raises(QuorumUnavailable):
+        redlock(nodes, "during").acquire()
+    fault.recover()
+    assert redlock(nodes, "after").acquire().fence >= 1
+
+
+def test_restart_redis_forgets_the_node_s_keys(nodes):
+    node = nodes[4]
+    node.client().set("lock", "token")
+    fault = make_fault("restart-redis", redis_node=node, hold_s=0.1)
+    fault.inject()
+    assert not node.ping()
+    fault.recover()
+    assert node.ping() and node.client().get("lock") is None
+    assert nodes[3].ping()  # only the node it was given
+
+
+def test_failover_loses_the_writes_of_the_lag_and_the_front_reaches_the_promoted_replica(pair):
+    front = redis.Redis.from_url(pair.front.url, socket_timeout=1.0)
+    front.set("before", 1)
+    pair.wait_in_sync()
+    fault = make_fault("failover", pair=pair, lag_s=0.5)
+    master = pair.master.client(socket_timeout=1.0)
+    acknowledged = []
+    writer = threading.Timer(0.1, lambda: acknowledged.append(master.set("during-lag", 1)))
+    writer.start()
+    fault.inject()
+    writer.join()
+    assert acknowledged == [True]  # the master confirmed the write during the lag
+    master_offset, replica_offset = fault.replication_lag
+    assert master_offset > replica_offset
+    assert not pair.master.ping()
+    with pytest.raises(redis.ConnectionError):
+        front.get("before")  # no primary behind the front until recovery
+    fault.recover()
+    front = redis.Redis.from_url(pair.front.url, socket_timeout=1.0)
+    assert front.info("replication")["role"] == "master"
+    assert front.get("before") == b"1" and front.get("during-lag") is None
+    front.set("after", 1)  # the promoted replica takes writes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purchases_through_the_redis_strategy_across_a_failover_never_oversell(pair, make_product, settings):
+    """The shop's own path through the fault: a failover loses lock grants and fence increments; the
+    promoted counter is behind the row's fence, so the storage check refuses until it passes it."""
+    make_product("failover-x", stock=50)
+    strategy = load_backend("redis", config={**settings.INVENTORY, "REDIS_URL": pair.front.url,
+                                             "ACQUIRE_TIMEOUT_MS": 100})
+
+    def buy(customer: str) -> Outcome:
+        return purchase(sku="failover-x", customer=customer, quantity=1, backend=strategy).outcome
+
+    try:
+        assert [buy(f"before-{i}") for i in range(3)] == [Outcome.CONFIRMED] * 3
+        pair.wait_in_sync()
+        pair.hold_replication()  # the next sales' fence increments stay on the master
+        assert [buy(f"lag-{i}") for i in range(3)] == [Outcome.CONFIRMED] * 3
+        fence_at_failover = Product.objects.get(sku="failover-x").fence
+        fault = make_fault("failover", pair=pair, lag_s=0)
+        fault.inject()
+        assert buy("during") is Outcome.BUSY  # no primary: busy, never an error
+        fault.recover()
+        after = []
+        while Outcome.CONFIRMED not in after and len(after) < 10:
+            after.append(buy(f"after-{len(after)}"))
+        # Refused while the promoted counter (3) was not above the row's fence (6), then selling again.
+        assert after[-1] is Outcome.CONFIRMED and set(after[:-1]) <= {Outcome.BUSY} and len(after) <= 4
+        report = audit(sku="failover-x")
+        assert (report.ordered, report.oversold, report.lost) == (7, 0, 0)
+        assert Product.objects.get(sku="failover-x").fence > fence_at_failover
+    finally:
+        strategy.close()
+
+
+def test_pause_worker_stops_the_given_child_past_the_lease_and_resumes_it():
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+                               "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 5
+        while not child_pids(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (worker,) = child_pids(parent.pid)
+        fault = make_fault("pause-worker", workers=lambda: child_pids(parent.pid), lease_ttl_ms=400)
+        assert fault.hold_s == pytest.approx(0.6)
+        fault.inject()
+        assert fault.pid == worker and process_state(worker) == "T"
+        fault.recover()
+        assert process_state(worker) in {"S", "R"}
+    finally:
+        for pid in child_pids(parent.pid):
+            subprocess.run(["kill", str(pid)])
+        parent.kill()
+        parent.wait()
+
+
+def test_close_recovers_a_fault_left_injected(nodes):
+    fault = make_fault("kill-minority", redlock_nodes=nodes)
+    fault.inject()
+    fault.close()
+    assert all(node.ping() for node in nodes) and fault.phase(time.monotonic()) == "after"
+    fault.close()  # nothing left to do
+
+
+@pytest.mark.parametrize("name, parts, message", [
+    ("kill-everything", {}, "unknown fault 'kill-everything': choose one of " + ", ".join(FAULT_NAMES)),
+    ("kill-minority", {}, "kill-minority needs the Redlock nodes"),
+    ("restart-redis", {}, "restart-redis needs a private Redis node"),
+    ("failover", {}, "failover needs a started master"),
+    ("pause-worker", {"workers": list}, "pause-worker needs the lock's lease"),
+    ("pause-worker", {"workers": list, "lease_ttl_ms": 1000, "hold_s": 1.0}, "does not outlast the 1000 ms lease"),
+    ("kill-etcd-member", {}, "kill-etcd-member needs the etcd cluster"),
+])
+def test_a_fault_missing_its_part_is_refused_with_what_to_give(name, parts, message):
+    with pytest.raises(FaultError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_fault(name, **parts)
+
+
+def test_calls_out_of_order_are_refused(nodes):
+    fault = make_fault("restart-redis", redis_node=nodes[0], hold_s=0)
+    with pytest.raises(FaultError, match="recover\\(\\) before inject\\(\\)"):
+        fault.recover()
+    fault.inject()
+    with pytest.raises(FaultError, match="already injected"):
+        fault.inject()
+    fault.recover()
+    with pytest.raises(FaultError, match="already recovered"):
+        fault.recover()

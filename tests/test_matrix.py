@@ -1,0 +1,230 @@
+"""The guard × storage-check matrix, played step by step against real PostgreSQL and Redis.
+
+Each actor is a thread with its own database connection; the test tells it what to do next,
+so the interleavings are exact, not left to the scheduler.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import pytest
+from django.db import connection, transaction
+
+from inventory.backends import load_backend
+from inventory.backends.redis import RedisLockStrategy
+from inventory.backends.redlock import RedlockStrategy
+from inventory.backends.section import checked_write, read_shelf
+from inventory.models import Order, Product
+from inventory.services import audit, purchase
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Actor:
+    """A thread with its own database connection that runs one step at a time, when told."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._steps: queue.Queue = queue.Queue()
+        self._results: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while (step := self._steps.get()) is not None:
+                try:
+                    self._results.put((True, step()))
+                except BaseException as exc:  # handed back to the test
+                    self._results.put((False, exc))
+        finally:
+            connection.close()
+
+    def do(self, step: Callable):
+        self._steps.put(step)
+        ok, value = self._results.get(timeout=30)
+        if not ok:
+            raise value
+        return value
+
+    def start(self, step: Callable) -> Callable[[], object]:
+        """Run ``step`` without waiting; call the returned function to wait for its result."""
+        self._steps.put(step)
+
+        def result():
+            ok, value = self._results.get(timeout=30)
+            if not ok:
+                raise value
+            return value
+
+        return result
+
+    def stop(self) -> None:
+        self._steps.put(None)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def actors():
+    made = [Actor("A"), Actor("B")]
+    yield made
+    for actor in made:
+        actor.stop()
+
+
+def write_in_transaction(shelf, *, token, fenced):
+    def step():
+        with transaction.atomic():
+            return checked_write(shelf, quantity=1, token=token, fenced=fenced)
+    return step
+
+
+class TestTheStorageCheck:
+    """The two interleavings the fenced write must refuse, and the one it may let through."""
+
+    def test_a_reads_b_reads_a_writes_b_writes(self, actors, make_product):
+        a, b = actors
+        product = make_product(stock=1)
+        shelf_a = a.do(lambda: read_shelf(product.pk))
+        shelf_b = b.do(lambda: read_shelf(product.pk))
+        assert a.do(write_in_transaction(shelf_a, token=1, fenced=True))
+        # B's token is newer, but its read is no longer current: refused.
+        assert not b.do(write_in_transaction(shelf_b, token=2, fenced=True))
+        product.refresh_from_db()
+        assert (product.stock, product.fence, product.version) == (0, 1, 1)
+
+    def test_the_same_interleaving_unchecked_is_a_lost_update(self, actors, make_product):
+        a, b = actors
+        product = make_product(stock=1)
+        shelf_a = a.do(lambda: read_shelf(product.pk))
+        shelf_b = b.do(lambda: read_shelf(product.pk))
+        assert a.do(write_in_transaction(shelf_a, token=1, fenced=False))
+        assert b.do(write_in_transaction(shelf_b, token=2, fenced=False))
+        product.refresh_from_db()
+        assert product.stock == 0  # two units sold, one left the shelf
+
+    def test_a_reads_pauses_b_reads_and_writes_a_writes(self, actors, make_product):
+        a, b = actors
+        product = make_product(stock=5)
+        shelf_a = a.do(lambda: read_shelf(product.pk))  # token 1, then A pauses
+        shelf_b = b.do(lambda: read_shelf(product.pk))
+        assert b.do(write_in_transaction(shelf_b, token=2, fenced=True))
+        assert not a.do(write_in_transaction(shelf_a, token=1, fenced=True))
+        # Even re-reading, an older token cannot write after a newer one: the fence only grows.
+        fresh = a.do(lambda: read_shelf(product.pk))
+        assert not a.do(write_in_transaction(fresh, token=1, fenced=True))
+        product.refresh_from_db()
+        assert (product.stock, product.fence) == (4, 2)
+
+    def test_an_older_token_whose_read_is_current_may_write(self, actors, make_product):
+        a, b = actors
+        product = make_product(stock=5)
+        shelf_a = a.do(lambda: read_shelf(product.pk))  # token 1; token 2 is granted but writes nothing
+        b.do(lambda: read_shelf(product.pk))
+        assert a.do(write_in_transaction(shelf_a, token=1, fenced=True))
+        product.refresh_from_db()
+        assert (product.stock, product.fence) == (4, 1)
+
+    def test_concurrent_writers_of_one_version_land_once(self, actors, make_product):
+        """Both writers in open transactions: the second waits for the first's row lock, then
+        finds the version moved (PostgreSQL re-checks the WHERE on the new row) and writes nothing."""
+        a, b = actors
+        product = make_product(stock=5)
+        shelf = read_shelf(product.pk)
+        a.do(lambda: connection.set_autocommit(False))
+        assert a.do(lambda: checked_write(shelf, quantity=1, token=1, fenced=True))
+        waiting = b.start(write_in_transaction(shelf, token=2, fenced=True))
+        time.sleep(0.2)  # B is blocked on A's row lock
+        a.do(lambda: (connection.commit(), connection.set_autocommit(True)))
+        assert waiting() is False
+        product.refresh_from_db()
+        assert (product.stock, product.fence) == (4, 1)
+
+
+class PausingAfterRead:
+    """Mixin: the first section of this strategy object pauses after its read (a GC pause)."""
+
+    pause_s = 0.0
+
+    def read(self, product_id):
+        shelf = super().read(product_id)
+        if self.pause_s:
+            pause, self.pause_s = self.pause_s, 0.0
+            self.paused.set()
+            time.sleep(pause)
+        return shelf
+
+
+class PausingRedis(PausingAfterRead, RedisLockStrategy):
+    pass
+
+
+class PausingRedlock(PausingAfterRead, RedlockStrategy):
+    pass
+
+
+@pytest.mark.parametrize("lock", ["redis", "redlock"])
+@pytest.mark.parametrize("fenced", [True, False])
+def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_backend, make_product):
+    """The guard with and without the storage check, when the guard fails (Kleppmann 2016).
+
+    A takes the lock (TTL 300 ms), reads stock 1 and pauses for 600 ms; B takes the expired lock,
+    buys the unit and commits; A wakes and writes. Unfenced, A's write lands: two orders for one
+    unit. Fenced, A is refused and told busy.
+    """
+    use_backend(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=2000, OPTIONS={"FENCED": fenced})
+    make_product(stock=1)
+    config = settings.INVENTORY
+    holder = (PausingRedis if lock == "redis" else PausingRedlock)(config=config)
+    holder.pause_s, holder.paused = 0.6, threading.Event()
+    results = {}
+
+    def shopper_a():
+        try:
+            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, backend=holder)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=shopper_a)
+    thread.start()
+    assert holder.paused.wait(5)
+    other = load_backend(lock, config=config)
+    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, backend=other)
+    thread.join(10)
+    holder.close()
+    other.close()
+
+    assert results["b"].confirmed, "B got the lock once A's lease ran out"
+    report = audit(sku="phone-x")
+    if fenced:
+        assert results["a"].outcome.value == "busy" and results["a"].conflicts == 1
+        assert report.ok and Order.objects.count() == 1
+    else:
+        assert results["a"].confirmed
+        assert (report.ordered, report.sold, report.oversold) == (2, 1, 1)
+        assert not report.ok
+
+
+def test_optimistic_conflicts_are_retried_and_counted(actors, use_backend, make_product):
+    """No guard: a section whose read went stale is refused by the version check and runs again."""
+    use_backend("optimistic")
+    make_product(stock=5, limit=1)
+    strategy = load_backend("optimistic")
+    original_read = strategy.read
+    interfered = []
+
+    def read_then_someone_buys(product_id):
+        shelf = original_read(product_id)
+        if not interfered:  # another shopper commits between this read and this write
+            interfered.append(actors[1].do(lambda: purchase(sku="phone-x", customer="other", quantity=1)))
+        return shelf
+
+    strategy.read = read_then_someone_buys
+    result = purchase(sku="phone-x", customer="me", quantity=1, backend=strategy)
+    assert result.confirmed and (result.conflicts, result.retries) == (1, 1)
+    assert interfered[0].confirmed
+    assert Product.objects.get(sku="phone-x").stock == 3
+    assert audit(sku="phone-x").ok

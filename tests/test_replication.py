@@ -1,0 +1,69 @@
+"""inventory.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+import redis
+
+from inventory.nodes import NodeError, RedisNode
+from inventory.replication import ReplicatedPair
+from tests import slots
+
+BASE_PORT = slots.PORT_BASE + 330  # this module's own master + replica, and a foreign node after them
+
+
+@pytest.fixture
+def pair(tmp_path):
+    with ReplicatedPair(base_port=BASE_PORT, run_dir=tmp_path / "pair") as pair:
+        yield pair
+
+
+def test_a_held_stream_reaches_the_replica_only_when_released(pair):
+    master, replica = pair.master.client(), pair.replica.client()
+    pair.hold_replication()
+    master.set("k", 1)
+    assert replica.get("k") is None
+    master_offset, replica_offset = pair.offsets()
+    assert master_offset > replica_offset
+    pair.release_replication()
+    pair.wait_in_sync()
+    assert replica.get("k") == b"1"
+
+
+def test_fail_over_drops_the_held_writes_and_the_front_follows_the_primary(pair):
+    front = redis.Redis.from_url(pair.front.url, socket_timeout=1.0)
+    front.set("replicated", 1)
+    pair.wait_in_sync()
+    pair.hold_replication()
+    front.set("held", 1)
+    assert front.info("server")["tcp_port"] == pair.master.port
+    pair.fail_over()
+    assert not pair.master.ping() and pair.primary is pair.replica
+    front = redis.Redis.from_url(pair.front.url, socket_timeout=1.0)
+    assert front.info("server")["tcp_port"] == pair.replica.port
+    assert (front.get("replicated"), front.get("held")) == (b"1", None)
+    assert pair.running()
+
+
+def test_a_port_held_by_a_server_the_pair_did_not_start_is_refused(tmp_path):
+    foreign = RedisNode(port=BASE_PORT + 3, run_dir=tmp_path / "foreign")
+    foreign.start()
+    try:
+        pair = ReplicatedPair(base_port=BASE_PORT + 2, run_dir=tmp_path / "pair")
+        with pytest.raises(NodeError, match=f"port {BASE_PORT + 3} is taken by a redis-server this pair did not"):
+            pair.start()
+        pair.stop()
+        assert foreign.ping()
+    finally:
+        foreign.stop()
+
+
+def test_stop_closes_the_relays_and_the_nodes(tmp_path):
+    pair = ReplicatedPair(base_port=BASE_PORT, run_dir=tmp_path / "pair")
+    pair.start()
+    front_port = pair.front.port
+    pair.stop()
+    assert not pair.master.ping() and not pair.replica.ping()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", front_port), timeout=1.0)

@@ -28,7 +28,7 @@ SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
 COLUMNS = [
-    ("backend", 8), ("requests", 8), ("2xx", 5), ("409", 5), ("503", 4), ("5xx", 3), ("net", 3), ("stock", 5),
+    ("backend", 11), ("requests", 8), ("2xx", 5), ("409", 5), ("503", 4), ("5xx", 3), ("net", 3), ("stock", 5),
     ("orders", 6), ("oversold", 8), ("undersold", 9), ("window s", 8), ("drain s", 7), ("sold out s", 10),
     ("rps", 6), ("×floor", 6), ("p50 ms", 6), ("p99 ms", 6), ("lock p99", 8), ("db p99", 6), ("conns", 5), ("ok", 3),
 ]

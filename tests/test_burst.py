@@ -109,6 +109,16 @@ def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_flash_is_a_closed_loop_on_the_given_stock(tmp_path):
+    document, printed, error = burst(tmp_path, scenario="flash", backends="db", requests=300, stock=5, users=20)
+
+    assert error is None, f"{error}\n{printed}"
+    db = rows(document)["db"]
+    assert (db["scenario"], db["stock_initial"], db["stock_final"], db["orders"]) == ("flash", 5, 0, 5)
+    assert db["status_counts"] == {"201": 5, "409": 295} and db["invariants_ok"] is True
+
+
+@pytest.mark.django_db(transaction=True)
 def test_repeat_reports_the_median_and_range(tmp_path):
     document, printed, error = burst(tmp_path, backends="db", requests=100, stock=5, repeat=2)
 

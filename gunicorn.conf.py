@@ -12,10 +12,18 @@ bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", "4"))
 worker_class = "gthread"
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
-backlog = 2048
+# Each worker process gets a bounded pool of at most one connection per thread (a thread holds one
+# at a time), so one instance never holds more than workers × threads PostgreSQL connections.
+os.environ.setdefault("DATABASE_POOL_MAX_SIZE", str(threads))
+# A flash sale opens thousands of connections at once and keeps them open through the countdown:
+# the listen queue (also bounded by the kernel's net.core.somaxconn), the idle keep-alive
+# connections a worker may hold (gthread closes any beyond worker_connections - threads) and how
+# long an idle one is kept all have to cover the shoppers waiting for the opening.
+backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = 5
-keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "warning")

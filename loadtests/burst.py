@@ -1,32 +1,37 @@
-"""The burst runner behind ``manage.py flashsale``: one backend's flash sale, start to audit.
+"""The burst runner behind ``manage.py flashsale``: one row of a comparison, start to audit.
 
-For a backend, :func:`run_burst` resets the sale, starts gunicorn with that backend on a free
-127.0.0.1 port, runs Locust headless (``loadtests/locustfile.py``) until exactly ``requests``
-purchase POSTs have been answered, stops both (process groups, also on error or Ctrl-C),
-audits the database and stores a :class:`~inventory.models.BurstRun`.
+:func:`run_row` resets the sale, starts ``plan.pods`` independent gunicorn instances ("pods",
+each on its own free 127.0.0.1 port with its own workers and connection pools), starts
+``plan.locust_processes`` Locust processes that each prepare their own share of the shoppers
+(``loadtests/locustfile.py``), opens the sale for all of them at one wall-clock moment, samples
+stock, progress and PostgreSQL connections while it runs, stops every process it started (also on
+error or Ctrl-C), merges the processes' summaries (``loadtests/figures.py``), audits the database
+and stores a :class:`~inventory.models.BurstRun`.
 
-gunicorn gets the database, Redis and Redlock settings of *this* process explicitly in its
+The floor row (``backend="floor"``) runs the same shoppers against ``/api/products/<sku>/floor``,
+the purchase request path without storage: it sells nothing and is not audited.
+
+gunicorn gets the database, Redis and lock settings of *this* process explicitly in its
 environment, so the burst hits the same database whether the command runs from a shell or
 inside a pytest-django test (whose database is ``test_<name>``).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 from urllib.parse import quote, urlencode
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -35,10 +40,23 @@ from inventory.backends import strategy_class
 from inventory.models import BurstRun, Product
 from inventory.services import audit, reset_sale
 
+from .figures import merge, timeline
+from .judge import judge
+from .processes import Child, ChildError, free_port, stop_all, wait_until_answers
+
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+FLOOR = "floor"
+SCENARIOS = ("spike", "deep", "flash")
 SAMPLE_INTERVAL_S = 0.25
-READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+CONNECTION_SAMPLE_INTERVAL_S = 0.05
+#: Shoppers one Locust process releases within the arrival target on this machine (measured).
+SHOPPERS_PER_PROCESS = 2500
+#: The pods run at a lower CPU priority than the Locust processes: on one machine they share the
+#: cores, and a server that takes the CPU from its own load generator slows the spike it is measured
+#: by. On separate machines (as in production) the two never compete; this approximates that.
+POD_NICE = 5
+#: Seconds a shopper's preparation may take at most, on top of a fixed allowance.
+PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
 
 
 class BurstError(RuntimeError):
@@ -49,11 +67,32 @@ class BurstError(RuntimeError):
 class BurstPlan:
     requests: int
     stock: int
+    scenario: str = "spike"
     sku: str = "flash-burst"
-    users: int = 100
+    pods: int = 1
+    users: int = 100  # closed-loop concurrency (deep, flash), across all Locust processes
     workers: int = 4
     threads: int = 4
+    pool_max_size: int = 4  # connections per gunicorn worker process
+    pool_timeout_s: float = 1.0
+    locust_processes: int = 1
+    max_retries: int = 3
+    countdown_s: float = 1.0
     timeout_s: float = 180.0
+
+    @property
+    def sale_stock(self) -> int:
+        """Units on sale: ``deep`` puts one on the shelf per purchase, so every purchase reaches the strategy."""
+        return self.requests if self.scenario == "deep" else self.stock
+
+    @property
+    def prepare_timeout_s(self) -> float:
+        return PREPARE_ALLOWANCE_S + PREPARE_PER_SHOPPER_S * self.requests
+
+
+def default_locust_processes(*, scenario: str, requests: int) -> int:
+    """Enough processes for the spike to leave within its target; one for the closed loops."""
+    return max(1, math.ceil(requests / SHOPPERS_PER_PROCESS)) if scenario == "spike" else 1
 
 
 @dataclass
@@ -62,11 +101,16 @@ class Progress:
 
     backend: str
     requests: int
+    phase: str = "starting"  # starting, preparing, countdown, burst
+    prepared: int = 0
     sent: int = 0
+    answered: int = 0
     stock: int | None = None
-    elapsed_s: float = 0.0
-    finished: bool = False  # the last sample: Locust has exited
-    timeline: list[list] = field(default_factory=list)
+    opens_in_s: float = 0.0
+    elapsed_s: float = 0.0  # since the opening
+    finished: bool = False  # the last sample: every Locust process has exited
+    opened_at: float | None = None  # wall clock of the opening
+    samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)
 
 
 def database_url() -> str:
@@ -85,94 +129,36 @@ def database_url() -> str:
     return f"{url}?{urlencode(options)}" if options else url
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path) -> dict[str, str]:
+    """One pod's environment: this process's services, the strategy, the sizing of its workers."""
     inventory = settings.INVENTORY
-    env = {k: v for k, v in os.environ.items() if k != "ALLOW_UNSAFE_BACKEND"}
+    env = {k: v for k, v in os.environ.items() if k not in {"ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}}
+    env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
     env.update(
         DJANGO_SETTINGS_MODULE="shop.settings",
         DATABASE_URL=database_url(),
+        DATABASE_POOL_MAX_SIZE=str(plan.pool_max_size),
+        DATABASE_POOL_TIMEOUT=str(plan.pool_timeout_s),
         REDIS_URL=inventory["REDIS_URL"],
         REDLOCK_URLS=",".join(inventory["REDLOCK_URLS"]),
         REDLOCK_BASE_PORT=str(settings.REDLOCK_BASE_PORT),
         LOCK_TTL_MS=str(inventory["LOCK_TTL_MS"]),
         ACQUIRE_TIMEOUT_MS=str(inventory["ACQUIRE_TIMEOUT_MS"]),
-        INVENTORY_BACKEND=backend,
+        # The floor touches no strategy; any valid one lets the shop start.
+        INVENTORY_BACKEND="db" if backend == FLOOR else backend,
         GUNICORN_BIND=f"127.0.0.1:{port}",
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),
+        # Every prepared shopper's connection stays open through preparation and countdown.
+        GUNICORN_KEEPALIVE=str(int(plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s)),
+        GUNICORN_WORKER_CONNECTIONS=str(plan.requests + plan.threads + 16),
+        GUNICORN_BACKLOG=str(max(2048, plan.requests)),
         # The server's own count of purchase POSTs, to check Locust's against.
         GUNICORN_ACCESSLOG=str(access_log),
     )
-    env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
-    env.update(strategy_class(backend).server_env(inventory))
+    if backend != FLOOR:
+        env.update(strategy_class(backend).server_env(inventory))
     return env
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if the runner dies, even by SIGKILL (Linux only)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-class Child:
-    """A subprocess in its own process group, logging to a file; stopped group-wide."""
-
-    def __init__(self, name: str, args: list[str], *, env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")
-        self.process = subprocess.Popen(
-            args,
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(line.strip() for line in text[-lines:])
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the whole group, wait, then SIGKILL what is left. Safe to call twice."""
-        try:
-            if self.running():
-                self._signal_group(sig)
-                try:
-                    self.process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    pass
-            # Leftovers in the group (gunicorn workers of a killed arbiter) die too.
-            self._signal_group(signal.SIGKILL)
-            self.process.wait(STOP_TIMEOUT_S)
-        finally:
-            self._log.close()
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def collect_static() -> None:
@@ -181,7 +167,9 @@ def collect_static() -> None:
     gunicorn runs with DEBUG off, where the manifest storage refuses to render a page whose
     stylesheet was never collected (every product page would be a 500).
     """
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DJANGO_DEBUG": "0", "DATABASE_URL": database_url()}
+    env = {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DJANGO_DEBUG": "0", "DATABASE_URL": database_url(),
+    }
     result = subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
         cwd=settings.BASE_DIR, env=env, capture_output=True, text=True,
@@ -189,21 +177,6 @@ def collect_static() -> None:
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise BurstError(f"collectstatic failed: {lines[-1] if lines else result.returncode}")
-
-
-def wait_until_answers(server: Child, url: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not server.running():
-            raise BurstError(f"gunicorn exited with code {server.process.returncode}: {server.log_tail()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)
-    raise BurstError(f"gunicorn did not answer {url} within {READY_TIMEOUT_S:.0f}s; see {server.log_path}")
 
 
 def prepare_product(*, sku: str, stock: int) -> Product:
@@ -223,119 +196,277 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def run_burst(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], None] | None = None) -> dict:
-    """Run one backend's burst and return its row (the JSON keys, plus ``problems``)."""
-    prepare_product(sku=plan.sku, stock=plan.stock)
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` whole shares that differ by at most one and add up exactly."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class ConnectionSampler(threading.Thread):
+    """The most connections to the run's database seen at once (``pg_stat_activity``, every 50 ms),
+    the runner's own included, the sampler's not."""
+
+    QUERY = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="pg-connection-sampler", daemon=True)
+        self.url = url
+        self.peak = 0
+        self.error: str | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                while True:
+                    self.peak = max(self.peak, conn.execute(self.QUERY).fetchone()[0])
+                    if self._stop_event.wait(CONNECTION_SAMPLE_INTERVAL_S):
+                        return
+        except psycopg.Error as exc:
+            self.error = str(exc).strip()
+
+    def stop(self) -> int | None:
+        self._stop_event.set()
+        self.join(5)
+        return None if self.error else self.peak
+
+
+class Row:
+    """The processes and files of one row while it runs."""
+
+    def __init__(self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.run_dir = run_dir
+        self.scratch = scratch
+        self.pods: list[Child] = []
+        self.ports: list[int] = []
+        self.locusts: list[Child] = []
+        self.start_file = scratch / "start.json"
+
+    def access_log(self, pod: int) -> Path:
+        return self.run_dir / f"{self.backend}-pod{pod}-access.log"
+
+    def start_pods(self) -> None:
+        for pod in range(self.plan.pods):
+            port = free_port()
+            self.access_log(pod).unlink(missing_ok=True)
+            self.pods.append(Child(
+                f"gunicorn pod {pod}",
+                [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+                cwd=settings.BASE_DIR,
+                env=server_environment(
+                    backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod)
+                ),
+                log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
+                nice=POD_NICE,
+            ))
+            self.ports.append(port)
+        for pod, port in zip(self.pods, self.ports):
+            wait_until_answers(pod, f"http://127.0.0.1:{port}/api/products/{self.plan.sku}")
+
+    def start_locusts(self) -> None:
+        plan = self.plan
+        closed = plan.scenario != "spike"
+        hosts = ",".join(f"http://127.0.0.1:{port}" for port in self.ports)
+        purchases = shares(plan.requests, plan.locust_processes)
+        users = shares(plan.users, plan.locust_processes) if closed else purchases
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+        env["PYTHONPATH"] = str(settings.BASE_DIR)
+        run_for = int(plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s)
+        offset = 0
+        for index, (share, user_count) in enumerate(zip(purchases, users)):
+            user_count = max(1, min(user_count, share))
+            self.locusts.append(Child(
+                f"locust {index}",
+                [
+                    sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+                    "--loglevel", "WARNING", "--host", hosts.split(",")[0], "--hosts", hosts,
+                    "-u", str(user_count), "-r", str(user_count), "-t", f"{run_for}s",
+                    "--scenario", "closed" if closed else "spike", "--purchases", str(share),
+                    "--user-offset", str(offset), "--sku", plan.sku, "--max-retries", str(plan.max_retries),
+                    "--path", "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase"),
+                    "--start-file", str(self.start_file),
+                    "--summary-json", str(self.summary_path(index)), "--progress-file", str(self.progress_path(index)),
+                ],
+                cwd=settings.BASE_DIR,
+                env=env,
+                log_path=self.run_dir / f"{self.backend}-locust{index}.log",
+            ))
+            offset += user_count
+
+    def summary_path(self, index: int) -> Path:
+        return self.scratch / f"summary-{index}.json"
+
+    def progress_path(self, index: int) -> Path:
+        return self.scratch / f"progress-{index}.json"
+
+    def progress_reports(self) -> list[dict]:
+        return [read_json(self.progress_path(i)) or {} for i in range(len(self.locusts))]
+
+    def stop(self) -> None:
+        stop_all([*self.locusts, *self.pods])
+
+    def server_purchases(self) -> int:
+        """Purchase POSTs that reached the pods, from their access logs (complete once they stopped)."""
+        endpoint = "floor" if self.backend == FLOOR else "purchase"
+        needle = f'"POST /api/products/{self.plan.sku}/{endpoint} '
+        total = 0
+        for pod in range(len(self.pods)):
+            try:
+                with open(self.access_log(pod), errors="replace") as lines:
+                    total += sum(needle in line for line in lines)
+            except OSError:
+                pass
+        return total
+
+
+def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], None] | None = None) -> dict:
+    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys)."""
+    prepare_product(sku=plan.sku, stock=plan.sale_stock)
     started_at = timezone.now()
     run_dir = Path(settings.RUN_DIR) / "burst"
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
     progress = Progress(backend=backend, requests=plan.requests)
-    server = locust = None
-    access_log = run_dir / f"{backend}-access.log"
-    access_log.unlink(missing_ok=True)
+    sampler = ConnectionSampler(database_url())
+    sampler.start()
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch:
-        summary_path = Path(scratch) / "summary.json"
-        progress_path = Path(scratch) / "progress.json"
+        row = Row(backend=backend, plan=plan, run_dir=run_dir, scratch=Path(scratch))
         try:
-            server = Child(
-                "gunicorn",
-                [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-                env=server_environment(backend=backend, port=port, plan=plan, access_log=access_log),
-                log_path=run_dir / f"{backend}-gunicorn.log",
-            )
-            wait_until_answers(server, f"{base_url}/api/products/{plan.sku}")
-            locust = Child(
-                "locust",
-                [
-                    sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-                    "--loglevel", "WARNING", "--host", base_url,
-                    "-u", str(plan.users), "-r", str(plan.users), "-t", f"{int(plan.timeout_s)}s",
-                    "--purchases", str(plan.requests), "--sku", plan.sku,
-                    "--summary-json", str(summary_path), "--progress-file", str(progress_path),
-                ],
-                env={k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")},
-                log_path=run_dir / f"{backend}-locust.log",
-            )
-            began = time.monotonic()
-            while True:
-                progress.finished = not locust.running()
-                progress.elapsed_s = time.monotonic() - began
-                progress.sent = (read_json(progress_path) or {}).get("sent", progress.sent)
-                progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
-                progress.timeline.append([round(progress.elapsed_s, 2), progress.stock, progress.sent])
-                if on_progress:
-                    on_progress(progress)
-                if progress.finished:
-                    break
-                if progress.elapsed_s > plan.timeout_s + 30:
-                    raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {locust.log_path}")
-                time.sleep(SAMPLE_INTERVAL_S)
-            summary = read_json(summary_path)
-            if summary is None:
-                raise BurstError(f"locust exited with code {locust.process.returncode} and no summary: {locust.log_tail()}")
+            if on_progress:
+                on_progress(progress)
+            row.start_pods()
+            row.start_locusts()
+            drive(row, progress, on_progress)
+            summaries = [read_json(row.summary_path(i)) for i in range(len(row.locusts))]
+        except ChildError as exc:
+            raise BurstError(str(exc)) from exc
         finally:
-            for child in (locust, server):
-                if child is not None:
-                    child.stop()
-    summary["server_purchases"] = count_purchases(access_log, sku=plan.sku)
-    return record(backend=backend, plan=plan, summary=summary, progress=progress, started_at=started_at)
+            row.stop()
+            peak_connections = sampler.stop()
+        missing = [locust for locust, summary in zip(row.locusts, summaries) if summary is None]
+        if missing:
+            raise BurstError(
+                f"{missing[0].name} exited with code {missing[0].process.returncode} and no summary: "
+                f"{missing[0].log_tail()}"
+            )
+        figures = merge(summaries)
+        figures["server_purchases"] = row.server_purchases()
+        figures["timeline"] = timeline(
+            progress.samples, opened_at=progress.opened_at or 0.0,
+            sent_times=figures["sent_times"], answer_times=figures["answer_times"],
+        )
+    return record(
+        backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections,
+    )
 
 
-def count_purchases(access_log: Path, *, sku: str) -> int:
-    """Purchase POSTs that reached gunicorn, from its access log (complete once it has stopped)."""
-    needle = f'"POST /api/products/{sku}/purchase '
-    try:
-        with open(access_log, errors="replace") as lines:
-            return sum(needle in line for line in lines)
-    except OSError:
-        return 0
+def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
+    """Follow the Locust processes: preparation, the opening they are all told, the burst, their exit."""
+    plan = row.plan
+    began = time.monotonic()
+    open_at = None  # wall clock
+    while True:
+        reports = row.progress_reports()
+        progress.finished = not any(locust.running() for locust in row.locusts)
+        progress.prepared = sum(report.get("prepared", 0) for report in reports)
+        progress.sent = sum(report.get("sent", 0) for report in reports)
+        progress.answered = sum(report.get("answered", 0) for report in reports)
+        if open_at is None:
+            if reports and all(report.get("phase") == "ready" for report in reports):
+                open_at = progress.opened_at = time.time() + plan.countdown_s
+                write_json(row.start_file, {"open_at": open_at})
+            elif progress.finished or any(not locust.running() for locust in row.locusts):
+                return  # a process gave up while preparing; its summary (or its absence) says why
+            elif time.monotonic() - began > plan.prepare_timeout_s:
+                raise BurstError(
+                    f"preparing {plan.requests} shoppers took over {plan.prepare_timeout_s:.0f}s "
+                    f"({progress.prepared} ready); see {row.locusts[0].log_path}"
+                )
+            progress.phase = "preparing"
+        if open_at is not None:
+            now = time.time()
+            progress.opens_in_s = max(0.0, open_at - now)
+            progress.phase = "countdown" if now < open_at else "burst"
+            if now >= open_at:
+                progress.elapsed_s = now - open_at
+                progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
+                progress.samples.append((now, progress.elapsed_s, progress.stock))
+                if progress.elapsed_s > plan.timeout_s + 30:
+                    raise BurstError(
+                        f"locust still running after {progress.elapsed_s:.0f}s; see {row.locusts[0].log_path}"
+                    )
+        if on_progress:
+            on_progress(progress)
+        if progress.finished:
+            return
+        time.sleep(min(SAMPLE_INTERVAL_S, progress.opens_in_s or SAMPLE_INTERVAL_S))
 
 
-def record(*, backend: str, plan: BurstPlan, summary: dict, progress: Progress, started_at) -> dict:
-    """Audit the database, judge the invariants, store the BurstRun, return the row."""
-    status_counts = summary["status_counts"]
-    report = audit(sku=plan.sku, told_sold_out=summary.get("outcomes", {}).get("sold_out", status_counts.get("409", 0)))
-    # A 503 with Retry-After is the shop's "busy, try again" (allowed); any other 5xx, or a
-    # request that got no HTTP answer at all ("0"), is an error.
-    errors_5xx = sum(n for status, n in status_counts.items() if int(status) >= 500 or int(status) == 0)
-    errors_5xx -= summary["busy"]
-    problems = report.problems
-    if errors_5xx:
-        problems.append(f"{errors_5xx} server errors")
-    if summary["page_failures"]:
-        problems.append(f"{summary['page_failures']} product pages failed")
-    if summary["sent"] != plan.requests or summary["answered"] != plan.requests:
-        problems.append(f"sent {summary['sent']} purchase requests, {summary['answered']} answered, not {plan.requests}")
-    if summary["server_purchases"] != summary["sent"]:
-        problems.append(f"gunicorn logged {summary['server_purchases']} purchase requests, Locust sent {summary['sent']}")
-    if min((point[1] for point in progress.timeline if point[1] is not None), default=0) < 0:
-        problems.append("stock went below 0 during the burst")
+def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None) -> dict:
+    """Audit the database (not for the floor), judge the invariants, store the BurstRun, return the row."""
+    # The floor sells nothing: there is nothing to audit.
+    report = None if backend == FLOOR else audit(sku=plan.sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
+    busy = figures["busy"]
+    errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
+    problems = judge(
+        backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx,
+    )
+    counts = figures["status_counts"]
     row = {
         "backend": backend,
-        "requests": summary["sent"],
-        "stock_initial": report.initial,
-        "stock_final": report.stock,
-        "orders": report.orders,
-        "oversold": report.oversold,
-        "undersold": report.undersold,
-        "status_counts": status_counts,
+        "scenario": plan.scenario,
+        "pods": plan.pods,
+        "requests": figures["sent"],
+        "stock_initial": report.initial if report else plan.sale_stock,
+        "stock_final": report.stock if report else plan.sale_stock,
+        "orders": report.orders if report else 0,
+        "oversold": report.oversold if report else 0,
+        "undersold": report.undersold if report else 0,
+        "lost": report.lost if report else 0,
+        "status_counts": counts,
         "errors_5xx": errors_5xx,
-        "rps": summary["rps"],
-        "p50_ms": summary["p50_ms"],
-        "p95_ms": summary["p95_ms"],
-        "p99_ms": summary["p99_ms"],
+        "rps": figures["rps"],
+        "p50_ms": figures["p50_ms"],
+        "p95_ms": figures["p95_ms"],
+        "p99_ms": figures["p99_ms"],
+        "duration_s": figures["duration_s"],
         "invariants_ok": not problems,
-        "lost": report.lost,
-        "duration_s": summary["duration_s"],
-        "server_purchases": summary["server_purchases"],
         "problems": problems,
+        "server_purchases": figures["server_purchases"],
+        "conflicts": figures["conflicts"],
+        "retries": figures["retries"],
+        "constraint_hits": figures["constraint_hits"],
+        "client_retries": figures["client_retries"],
+        "busy": busy,
+        "arrival_window_s": figures["arrival_window_s"],
+        "drain_s": figures["drain_s"],
+        "sold_out_after_s": figures["sold_out_after_s"] if backend != FLOOR else None,
+        "transport_errors": figures["transport_errors"],
+        "peak_db_connections": peak_db_connections,
+        "floor_ratio": None,
+        "server_timing": figures["server_timing"],
+        "timeline": figures["timeline"],
+        "latency_histogram_ms": figures["latency_histogram_ms"],
+        "sizing": {
+            "locust_processes": plan.locust_processes, "workers": plan.workers, "threads": plan.threads,
+            "pool_max_size": plan.pool_max_size, "pool_timeout_s": plan.pool_timeout_s,
+            "users": plan.requests if plan.scenario == "spike" else plan.users,
+        },
     }
-    BurstRun.objects.create(
-        started_at=started_at,
-        sku=plan.sku,
-        timeline=progress.timeline,
-        **{k: v for k, v in row.items() if k not in {"lost", "problems", "server_purchases"}},
-    )
+    if report is not None:
+        BurstRun.objects.create(
+            started_at=started_at, sku=plan.sku, timeline=figures["timeline"],
+            **{k: row[k] for k in (
+                "backend", "requests", "stock_initial", "stock_final", "orders", "oversold", "undersold",
+                "status_counts", "errors_5xx", "rps", "p50_ms", "p95_ms", "p99_ms", "duration_s", "invariants_ok",
+            )},
+        )
     return row

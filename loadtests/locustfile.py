@@ -1,118 +1,157 @@
-"""The flash-sale burst: every iteration of a Locust user is a new shopper.
+"""The flash sale's shoppers: prepared before the sale opens, released together at the opening.
 
-A shopper starts with no cookies, loads the product page (which sets the ``csrftoken`` cookie
-and the session that identifies the shopper), then posts one purchase with the CSRF header.
+Each Locust process sends its own share of the sale: exactly ``--purchases`` purchases. Before
+the timed part every shopper is prepared: a product page load over the user's connection sets
+the ``csrftoken`` cookie and the signed session cookie that identifies the shopper. Prepared
+users then wait at a gate. The gate opens at the wall-clock time the runner writes to
+``--start-file`` (so several processes open together), or at once without one. Then each
+user posts the purchases of its shoppers, one after the other:
 
-Locust has no "stop after N requests" switch, so this file counts purchase POSTs itself and
-never sends more than ``--purchases``: a shopper claims a purchase slot *before* loading the
-page (no gevent switch between the check and the increment, so the claim is atomic within
-this process), gives the slot back if the page fails, and the runner quits once every
-claimed purchase has been answered. That only holds in one Locust process: distributed mode
-(``--processes``, master/workers) is refused.
+- ``--scenario spike``: one user per shopper (``-u`` = ``--purchases``); at the opening one loop
+  writes every prepared purchase, each to its own connection that stayed open through the
+  countdown, and each user then reads its answer;
+- ``--scenario closed``: ``-u`` users share the shoppers and post back to back (fixed concurrency).
 
-Run it alone::
+Users are spread over ``--hosts`` (one base URL per gunicorn "pod") round robin, starting at
+``--user-offset`` so that several processes spread evenly too. Every purchase carries a random
+``Idempotency-Key``; a 503 with ``Retry-After`` is retried with the same key up to
+``--max-retries`` times after waiting as told. A retried purchase is still *one* purchase: it is
+counted once in ``sent``/``answered``/``status_counts`` (with its final answer) and its resends in
+``client_retries``, so gunicorn logs ``sent + client_retries`` POSTs. A purchase that gets no
+HTTP answer (refused, reset, timed out) is a ``transport_error`` and is not retried.
 
-    locust -f loadtests/locustfile.py --headless -u 200 -r 200 --host http://127.0.0.1:8000 \\
-        --purchases 5000 --sku flash-burst --summary-json /tmp/summary.json
+Run alone (one process, one pod)::
 
-``manage.py flashsale`` drives it that way and reads the summary (purchase requests sent,
-HTTP status counts, latency percentiles and rate of the purchase POSTs only) and the progress
-file it rewrites every 0.2 s while the burst runs.
+    locust -f loadtests/locustfile.py --headless -u 500 -r 500 --host http://127.0.0.1:8000 \\
+        --purchases 500 --sku flash-burst --summary-json /tmp/summary.json
+
+``manage.py flashsale`` drives it and merges the processes' summaries (``loadtests/figures.py``).
+The progress file is rewritten every 0.1 s: ``{phase, prepared, sent, answered, limit}``.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
+import secrets
+import sys
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import gevent
-from locust import FastHttpUser, constant, events, task
+import gevent.socket
+from gevent.event import Event
+from geventhttpclient.header import Headers
+from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
+from locust import User, constant, events, task
 from locust.exception import StopUser
-from locust.runners import LocalRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `loadtests.figures` when run alone
+from loadtests.figures import TIMING_KEYS, parse_server_timing  # noqa: E402
 
 PAGE_NAME = "product page"
 PURCHASE_NAME = "purchase"
-PROGRESS_INTERVAL_S = 0.2
+PROGRESS_INTERVAL_S = 0.1
+START_POLL_S = 0.01
+PAGE_ATTEMPTS = 3
+CONNECT_TIMEOUT_S = 10.0
+#: How long one answer may take: a spike queues thousands of requests behind a few threads.
+NETWORK_TIMEOUT_S = 60.0
+#: The longest Retry-After this client honours; a larger one is waited for this long.
+MAX_RETRY_WAIT_S = 5.0
+#: The last counter fields of a response body that the burst adds up.
+BODY_COUNTS = ("conflicts", "retries", "constraint_hits")
 
 
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
+class Sale:
+    """This process's share of the sale: its shoppers, the gate, and what came back."""
 
-
-class Burst:
-    """The purchase budget and what came back, for this Locust process."""
-
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, users: int) -> None:
         self.limit = limit
-        self.claimed = 0  # shoppers holding a purchase slot (page loading, or POST sent)
-        self.sent = 0  # purchase POSTs sent
-        self.answered = 0  # purchase POSTs finished (answer or transport error)
-        self.status_counts: Counter[str] = Counter()  # "201", "409", "503", ... "0" = no HTTP answer
-        self.busy = 0  # 503s that are the shop's deliberate "busy, retry" answer
-        self.page_failures = 0
+        self.users = users
+        self.next_user = 0  # Shopper instances take their index from here
+        self.prepared = 0
+        self.page_failures = 0  # shoppers whose product page failed every attempt
+        self.gate = Event()
+        self.phase = "preparing"
+        self.sent = 0  # purchases sent (a retried purchase counts once)
+        self.answered = 0  # purchases with a final answer (or a transport error)
+        self.status_counts: Counter[str] = Counter()  # final answers; "0" = no HTTP answer
+        self.busy = 0  # final 503 + Retry-After answers (retries exhausted)
+        self.client_retries = 0
+        self.transport_errors = 0
+        self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
+        self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer
         self.latencies_ms: list[float] = []
+        self.sent_times: list[float] = []  # wall clock of each purchase's first send
+        self.answer_times: list[float] = []  # wall clock of each purchase's final answer
+        self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
+        self.last_sent_at: float | None = None
         self.last_answered_at: float | None = None
+        self.last_confirmed_at: float | None = None
         self.quitting = False
+        self.errors: list[str] = []  # exceptions in this file's own code: the run is void
+        self.opening: list[tuple[Shopper, bytes]] = []  # spike: the purchases to write at the opening
 
-    def claim(self) -> bool:
-        # No gevent switch in here, so two users cannot both take the last slot.
-        if self.claimed >= self.limit:
-            return False
-        self.claimed += 1
-        return True
-
-    def give_back(self) -> None:
-        self.claimed -= 1
+    def shoppers_of(self, user_index: int) -> int:
+        """How many of the share's shoppers user ``user_index`` (0-based) prepares and buys for."""
+        return len(range(user_index, self.limit, self.users))
 
     @property
     def finished(self) -> bool:
-        return self.answered >= self.limit
+        return self.answered + self.page_failures >= self.limit
+
+    def quit_when_finished(self, environment) -> None:
+        if self.finished and not self.quitting:
+            self.quitting = True
+            gevent.spawn(environment.runner.quit)
 
     def progress(self) -> dict:
-        return {"sent": self.sent, "answered": self.answered, "limit": self.limit}
+        return {
+            "phase": self.phase, "prepared": self.prepared, "page_failures": self.page_failures,
+            "sent": self.sent, "answered": self.answered, "limit": self.limit,
+        }
 
     def summary(self) -> dict:
-        latencies = sorted(self.latencies_ms)
-        window = (
-            self.last_answered_at - self.first_sent_at
-            if self.first_sent_at is not None and self.last_answered_at is not None
-            else 0.0
-        )
         return {
             **self.progress(),
+            **{name: self.counts[name] for name in BODY_COUNTS},
             "status_counts": dict(sorted(self.status_counts.items())),
+            "outcomes": dict(sorted(self.outcomes.items())),
             "busy": self.busy,
-            "page_failures": self.page_failures,
-            "duration_s": round(window, 3),
-            "rps": round(self.answered / window, 1) if window > 0 else 0.0,
-            "p50_ms": round(percentile(latencies, 0.50), 1),
-            "p95_ms": round(percentile(latencies, 0.95), 1),
-            "p99_ms": round(percentile(latencies, 0.99), 1),
+            "client_retries": self.client_retries,
+            "transport_errors": self.transport_errors,
+            "errors": self.errors,
+            "first_sent_at": self.first_sent_at,
+            "last_sent_at": self.last_sent_at,
+            "last_answered_at": self.last_answered_at,
+            "last_confirmed_at": self.last_confirmed_at,
+            "latencies_ms": [round(value, 2) for value in self.latencies_ms],
+            "sent_times": [round(value, 4) for value in self.sent_times],
+            "answer_times": [round(value, 4) for value in self.answer_times],
+            "server_timing": self.timing,
         }
 
 
-burst: Burst | None = None
+sale: Sale | None = None
 
 
 @events.init_command_line_parser.add_listener
 def add_arguments(parser) -> None:
     group = parser.add_argument_group("flash-sale burst")
-    group.add_argument("--purchases", type=int, default=5000, help="purchase requests to send, then quit")
+    group.add_argument("--purchases", type=int, default=500, help="this process's purchases: exactly this many")
+    group.add_argument("--scenario", choices=["spike", "closed"], default="spike")
+    group.add_argument("--hosts", default="", help="comma-separated base URLs (pods); default --host")
+    group.add_argument("--user-offset", type=int, default=0, help="global index of this process's first user")
     group.add_argument("--sku", default="flash-burst", help="the product on sale")
+    group.add_argument("--path", default="/api/products/{sku}/purchase", help="where purchases are posted")
     group.add_argument("--quantity", type=int, default=1, help="units per purchase")
+    group.add_argument("--max-retries", type=int, default=3, help="resends of a purchase answered 503 + Retry-After")
+    group.add_argument("--start-file", default="", help="open the gate at the wall-clock time written here")
     group.add_argument("--summary-json", default="", help="write the purchase figures here at the end")
-    group.add_argument("--progress-file", default="", help="rewrite {sent, answered, limit} here while running")
-    group.add_argument(
-        "--max-page-failures", type=int, default=100, help="give up after this many failed product pages (the shop is down)"
-    )
+    group.add_argument("--progress-file", default="", help="rewrite the progress here while running")
 
 
 def write_json(path: str, data: dict) -> None:
@@ -122,22 +161,52 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def read_open_at(path: str) -> float | None:
+    try:
+        return float(json.loads(Path(path).read_text())["open_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @events.init.add_listener
 def on_init(environment, **kwargs) -> None:
-    global burst
-    runner = environment.runner
-    if runner is not None and not isinstance(runner, LocalRunner):
-        raise SystemExit("loadtests/locustfile.py counts purchases in one process: run without --processes/--master/--worker")
+    global sale
     options = environment.parsed_options
-    if options.purchases < 0:
-        raise SystemExit("--purchases must be 0 or more")
-    burst = Burst(options.purchases)
+    if options is None:
+        return
+    if options.purchases < 1:
+        raise SystemExit("--purchases must be 1 or more")
+    users = options.num_users or 1
+    if options.scenario == "spike" and users != options.purchases:
+        raise SystemExit(f"--scenario spike sends every purchase at once: use -u {options.purchases}")
+    sale = Sale(options.purchases, min(users, options.purchases))
+
+
+def open_gate(environment) -> None:
+    """Wait until every shopper of this process is prepared, then open at the agreed time."""
+    options = environment.parsed_options
+    while sale.prepared + sale.page_failures < sale.limit:
+        gevent.sleep(START_POLL_S)
+    sale.phase = "ready"
+    open_at = None
+    while options.start_file and open_at is None:
+        open_at = read_open_at(options.start_file)
+        gevent.sleep(START_POLL_S)
+    if open_at is not None:
+        gevent.sleep(max(0.0, open_at - time.time()))
+    sale.phase = "open"
+    # The spike's purchases are written here, one after the other without yielding to gevent's
+    # hub (a small write to an idle connection does not block), so no answer that comes back
+    # meanwhile is parsed between two sends. Each shopper then reads its own answer.
+    for shopper, request in sale.opening:
+        shopper.first_send = shopper.send_now(request)
+    sale.gate.set()
 
 
 def report_progress(environment) -> None:
     path = environment.parsed_options.progress_file
     while True:
-        write_json(path, burst.progress())
+        write_json(path, sale.progress())
         gevent.sleep(PROGRESS_INTERVAL_S)
 
 
@@ -145,82 +214,209 @@ def report_progress(environment) -> None:
 def on_test_start(environment, **kwargs) -> None:
     if environment.parsed_options.progress_file:
         gevent.spawn(report_progress, environment)
-    if burst.limit == 0:
-        gevent.spawn(environment.runner.quit)
+    gevent.spawn(open_gate, environment)
+
+
+@events.user_error.add_listener
+def on_user_error(user_instance, exception, tb, **kwargs) -> None:
+    """A bug in a shopper's code (not an answer of the shop): stop, so the runner says so at once
+    instead of Locust re-running the task and preparing shoppers anew."""
+    sale.errors.append(f"{type(exception).__name__}: {exception}")
+    if not sale.quitting:
+        sale.quitting = True
+        gevent.spawn(user_instance.environment.runner.quit)
 
 
 @events.test_stop.add_listener
 def on_test_stop(environment, **kwargs) -> None:
     options = environment.parsed_options
+    sale.phase = "done"
     if options.progress_file:
-        write_json(options.progress_file, burst.progress())
+        write_json(options.progress_file, sale.progress())
     if options.summary_json:
-        write_json(options.summary_json, burst.summary())
+        write_json(options.summary_json, sale.summary())
 
 
-class Shopper(FastHttpUser):
+class Connection:
+    """One keep-alive HTTP/1.1 connection to a pod that writes prebuilt requests.
+
+    Locust's FastHttpSession spends about 0.3 ms of client CPU building each request; at the
+    opening that is 0.8–2.4 s for 5,000 shoppers on two shared cores (measured), longer than the
+    spike itself. A prepared shopper's purchase is built during preparation instead, so the
+    opening only writes bytes. Answers are parsed by geventhttpclient's HTTP parser.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        url = urlsplit(base_url)
+        self.address = (url.hostname, url.port or 80)
+        self.host_header = url.netloc
+        self.sock = None
+
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host_header}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if method == "POST":
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+    def send(self, request: bytes) -> None:
+        """Write ``request`` (connecting first if needed); returns once the kernel has all of it."""
+        if self.sock is None:
+            self.sock = gevent.socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
+            self.sock.settimeout(NETWORK_TIMEOUT_S)
+        self.sock.sendall(request)
+
+    def receive(self, method: str) -> tuple[int, Headers, bytes]:
+        """The answer to the request just sent: (status, headers, body)."""
+        response = HTTPSocketResponse(self.sock, method=method)
+        body = response.read()
+        if response.should_close():
+            self.close()
+        return response.status_code, response.info(), body
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+class Shopper(User):
+    """Prepares its share of the shoppers over its own connection, waits at the gate, buys for each."""
+
     wait_time = constant(0)
-    # One connection per user, kept alive across shoppers; fresh cookies make each a new shopper.
-    concurrency = 1
-    network_timeout = 30.0
-    connection_timeout = 10.0
+
+    def __init__(self, environment) -> None:
+        super().__init__(environment)
+        options = environment.parsed_options
+        self.index = sale.next_user
+        sale.next_user += 1
+        hosts = [host for host in options.hosts.split(",") if host] or [environment.host]
+        self.connection = Connection(hosts[(options.user_offset + self.index) % len(hosts)])
+        self.first_send: float | BaseException | None = None  # set by open_gate in the spike
+
+    def on_stop(self) -> None:
+        self.connection.close()
 
     @task
-    def buy_once(self) -> None:
-        if not burst.claim():
-            raise StopUser()
-        self.client.cookiejar.clear()
-        sku = self.environment.parsed_options.sku
-        token = self.load_page(sku)
-        if token is None:
-            burst.give_back()
-            burst.page_failures += 1
-            if burst.page_failures >= self.environment.parsed_options.max_page_failures and not burst.quitting:
-                burst.quitting = True  # the shop is not serving its pages: stop rather than spin
-                gevent.spawn(self.environment.runner.quit)
-            gevent.sleep(0.05)
-            return
-        self.purchase(sku, token)
-
-    def load_page(self, sku: str) -> str | None:
-        """GET the product page; the CSRF token from the cookie it set, or None."""
-        with self.client.get(f"/products/{sku}/", name=PAGE_NAME, catch_response=True) as response:
-            if response.status_code != 200:
-                response.failure(f"product page answered {response.status_code}")
-                return None
-            token = next((c.value for c in self.client.cookiejar if c.name == "csrftoken"), None)
-            if token is None:
-                response.failure("product page set no csrftoken cookie")
-            return token
-
-    def purchase(self, sku: str, token: str) -> None:
+    def shop(self) -> None:
         options = self.environment.parsed_options
-        burst.sent += 1
+        shoppers = [self.prepare(options) for _ in range(sale.shoppers_of(self.index))]
+        if options.scenario == "spike" and shoppers[0] is not None:
+            sale.opening.append((self, shoppers[0]))
+        sale.gate.wait()
+        for purchase in shoppers:
+            if purchase is not None:
+                self.purchase(options, purchase, sent=self.first_send)
+                self.first_send = None
+        sale.quit_when_finished(self.environment)
+        raise StopUser()
+
+    def send_now(self, request: bytes) -> float | OSError:
+        """Write ``request``: the wall-clock time it was fully handed to the kernel, or the error."""
+        try:
+            self.connection.send(request)
+        except OSError as exc:
+            self.connection.close()
+            return exc
+        return time.time()
+
+    def exchange(
+        self, name: str, method: str, request: bytes, sent: float | BaseException | None = None
+    ) -> tuple[int, Headers | None, bytes, float]:
+        """Send (unless ``sent`` says it was sent, or failed to be), read the answer, report it to
+        Locust: (status or 0, headers, body, seconds sent at)."""
         started = time.perf_counter()
-        if burst.first_sent_at is None:
-            burst.first_sent_at = started
-        with self.client.post(
-            f"/api/products/{sku}/purchase",
-            name=PURCHASE_NAME,
-            data=json.dumps({"quantity": options.quantity}),
-            headers={"Content-Type": "application/json", "X-CSRFToken": token},
-            catch_response=True,
-        ) as response:
-            finished = time.perf_counter()
-            status = response.status_code or 0
-            burst.answered += 1
-            burst.last_answered_at = finished
-            burst.latencies_ms.append((finished - started) * 1000)
-            burst.status_counts[str(status)] += 1
-            # 201 confirmed and 409 sold out / limit are the expected answers of a sale;
-            # a 503 with Retry-After is the shop saying "busy", which is allowed, though rare.
-            if status == 503 and response.headers.get("Retry-After"):
-                burst.busy += 1
-                response.success()
-            elif status in (201, 409):
-                response.success()
-            else:
-                response.failure(f"purchase answered {status}")
-        if burst.finished and not burst.quitting:
-            burst.quitting = True
-            gevent.spawn(self.environment.runner.quit)
+        sent_at = None
+        try:
+            if sent is None:
+                sent = self.send_now(request)
+            if isinstance(sent, BaseException):
+                raise sent
+            sent_at = sent
+            status, headers, body = self.connection.receive(method)
+            error = None if status in (200, 201, 409, 503) else f"answered {status}"
+        except (OSError, HTTPParseError) as exc:
+            self.connection.close()
+            status, headers, body, error = 0, None, b"", exc
+        self.environment.events.request.fire(
+            request_type=method, name=name, response_time=(time.perf_counter() - started) * 1000,
+            response_length=len(body), exception=error, context={},
+        )
+        return status, headers, body, sent_at if sent_at is not None else time.time()
+
+    def prepare(self, options) -> bytes | None:
+        """A new shopper: its purchase request, cookies and CSRF token included, or None if its page kept failing."""
+        page = self.connection.request("GET", f"/products/{options.sku}/", {"Accept": "text/html"})
+        for attempt in range(PAGE_ATTEMPTS):
+            status, headers, _, _ = self.exchange(PAGE_NAME, "GET", page)
+            pairs = (cookie.split(";", 1)[0].strip() for cookie in (headers.getlist("set-cookie") if headers else []))
+            cookies = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+            if status == 200 and "csrftoken" in cookies:
+                sale.prepared += 1
+                return self.connection.request("POST", options.path.format(sku=options.sku), {
+                    "Content-Type": "application/json",
+                    "X-CSRFToken": cookies["csrftoken"],
+                    "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items()),
+                    "Idempotency-Key": secrets.token_urlsafe(16),
+                }, json.dumps({"quantity": options.quantity}).encode())
+            gevent.sleep(0.1 * (attempt + 1))
+        sale.page_failures += 1
+        return None
+
+    def purchase(self, options, request: bytes, *, sent: float | BaseException | None = None) -> None:
+        """Send one purchase (or read the answer to one ``sent`` at the opening); resend it (same
+        Idempotency-Key) after a 503 + Retry-After, at most --max-retries times."""
+        sale.sent += 1
+        started = None
+        for attempt in range(options.max_retries + 1):
+            already = sent if attempt == 0 else None
+            status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
+            if started is None:
+                started = sent_at
+                sale.first_sent_at = sale.first_sent_at or sent_at
+                sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
+            retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
+            if retry_after is None or attempt == options.max_retries:
+                break
+            sale.client_retries += 1
+            gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
+        self.record(status, headers, body, busy=retry_after is not None, started=started)
+
+    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float) -> None:
+        finished = time.time()
+        sale.answered += 1
+        sale.last_answered_at = finished
+        sale.latencies_ms.append((finished - started) * 1000)
+        sale.sent_times.append(started)
+        sale.answer_times.append(finished)
+        sale.status_counts[str(status)] += 1
+        if status == 0:
+            sale.transport_errors += 1
+        if busy:
+            sale.busy += 1
+        if status == 201:
+            sale.last_confirmed_at = finished
+        for name, value in parse_server_timing(headers.get("Server-Timing") if headers else None).items():
+            if name in sale.timing:
+                sale.timing[name].append(value)
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            payload = {}
+        if not isinstance(payload, dict):
+            payload = {}
+        if isinstance(payload.get("outcome"), str):
+            sale.outcomes[payload["outcome"]] += 1
+        for name in BODY_COUNTS:
+            value = payload.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                sale.counts[name] += value
+        sale.quit_when_finished(self.environment)
+
+
+def retry_after_s(header: str | None) -> float | None:
+    """Seconds from a ``Retry-After: <seconds>`` header, or None when absent or not a number."""
+    try:
+        return max(0.0, float(header)) if header else None
+    except ValueError:
+        return None

@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "shop.middleware.PoolExhaustedMiddleware",
 ]
 
 ROOT_URLCONF = "shop.urls"
@@ -94,13 +95,29 @@ TEMPLATES = [
     },
 ]
 
+# DATABASE_POOL_MAX_SIZE > 0 (gunicorn.conf.py sets it) gives each process a bounded psycopg pool:
+# at most that many connections, and a request that waits DATABASE_POOL_TIMEOUT seconds for one
+# gets 503 + Retry-After (shop/middleware.py) instead of queueing until PostgreSQL refuses it.
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+        # A pooled connection goes back to the pool at the end of each request instead.
+        conn_max_age=0 if DATABASE_POOL_MAX_SIZE else env_int("DATABASE_CONN_MAX_AGE", 60),
+        # Pooled, the check is a round trip on every checkout: a quarter of a sold-out answer's time
+        # under the spike (py-spy). Without it a connection that broke fails its one request and the
+        # pool discards it.
+        conn_health_checks=not DATABASE_POOL_MAX_SIZE,
     )
 }
+if DATABASE_POOL_MAX_SIZE:
+    try:
+        _pool_timeout = float(os.environ.get("DATABASE_POOL_TIMEOUT") or 1.0)
+    except ValueError:
+        raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT: expected seconds, e.g. 1.0") from None
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 0, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": _pool_timeout,
+    }
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL: row locks and CHECK constraints rely on it")
 

@@ -3,7 +3,7 @@ from django.urls import path
 
 from inventory.admin import dashboard_report_view, dashboard_stock_view, dashboard_view
 
-from . import views
+from . import floor, views
 
 handler400 = "shop.views.bad_request"
 handler404 = "shop.views.not_found"
@@ -14,6 +14,8 @@ urlpatterns = [
     path("products/<slug:sku>/buy", views.buy, name="buy"),
     path("api/products/<slug:sku>", views.api_product, name="api-product"),
     path("api/products/<slug:sku>/purchase", views.api_purchase, name="api-purchase"),
+    # The burst's floor row: the purchase request path without storage (shop/floor.py).
+    path("api/products/<slug:sku>/floor", floor.api_floor, name="api-floor"),
     # The sale dashboard lives inside the admin, behind its staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="admin-dashboard"),
     path("admin/dashboard/stock.json", admin.site.admin_view(dashboard_stock_view), name="admin-dashboard-stock"),

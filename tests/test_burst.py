@@ -1,4 +1,4 @@
-"""The burst itself: ``manage.py flashsale`` against real gunicorn, Locust, PostgreSQL and Redis.
+"""The burst itself: ``manage.py flashsale`` against real gunicorn pods, Locust, PostgreSQL and Redis.
 
 Each test starts gunicorn on the test database, so the rows must be committed:
 ``transaction=True``. The suite's Redlock nodes (ports 7579+) are the ones the command uses.
@@ -12,15 +12,22 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
-from inventory.services import audit
 
 pytestmark = pytest.mark.slow
 
 SKU = "flash-burst"
+#: Every key of a run in the burst JSON (INTERFACES.md), present on every row.
+RUN_KEYS = {
+    "backend", "scenario", "pods", "requests", "stock_initial", "stock_final", "orders", "oversold", "undersold",
+    "lost", "status_counts", "errors_5xx", "rps", "p50_ms", "p95_ms", "p99_ms", "duration_s", "invariants_ok",
+    "problems", "server_purchases", "conflicts", "retries", "constraint_hits", "arrival_window_s", "drain_s",
+    "sold_out_after_s", "transport_errors", "peak_db_connections", "floor_ratio", "server_timing", "timeline",
+    "latency_histogram_ms",
+}
 
 
 def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
-    """Run the command; return its JSON run, what it printed and its error (if it failed)."""
+    """Run the command; return its JSON document, what it printed and its error (if it failed)."""
     path = tmp_path / "burst.json"
     out = StringIO()
     error = None
@@ -28,60 +35,110 @@ def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
         call_command("flashsale", sku=SKU, json_path=str(path), stdout=out, stderr=StringIO(), **options)
     except CommandError as exc:
         error = exc
-    runs = json.loads(path.read_text())["runs"]
-    assert len(runs) == 1
-    return runs[0], out.getvalue(), error
+    return json.loads(path.read_text()), out.getvalue(), error
+
+
+def rows(document: dict) -> dict[str, dict]:
+    return {run["backend"]: run for run in document["runs"]}
+
+
+def assert_floor_row(floor: dict, *, requests: int) -> None:
+    assert floor["floor_ratio"] is None and floor["sold_out_after_s"] is None
+    assert floor["status_counts"] == {"200": requests}
+    assert floor["server_purchases"] == requests and floor["invariants_ok"] is True
+    assert floor["server_timing"]["total_ms"]["p50"] >= 0 and floor["server_timing"]["lock_wait_ms"] is None
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("backend", ["db", "redis", "redlock"])
-def test_burst_of_5000_sells_exactly_the_stock(backend, request, tmp_path):
-    if backend == "redlock":
-        request.getfixturevalue("fresh_redlock_nodes")
-    if backend == "redis":
-        request.getfixturevalue("redis_client")
-
-    run, printed, error = burst(tmp_path, backends=backend, requests=5000, stock=100)
+def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
+    document, printed, error = burst(
+        tmp_path, scenario="spike", backends="db", requests=600, stock=20, pods=2, locust_processes=2,
+    )
 
     assert error is None, f"{error}\n{printed}"
-    assert run["backend"] == backend
-    assert run["requests"] == run["server_purchases"] == 5000  # Locust's count and gunicorn's access log
-    assert sum(run["status_counts"].values()) == 5000
-    assert run["status_counts"]["201"] == 100
-    assert run["stock_initial"] == 100 and run["stock_final"] == 0
-    assert run["orders"] == 100
-    assert run["oversold"] == 0 and run["undersold"] == 0
-    assert run["errors_5xx"] == 0
-    assert run["invariants_ok"] is True
-    assert run["rps"] > 0 and 0 < run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"]
-
-    product = Product.objects.get(sku=SKU)
-    assert (product.initial_stock, product.stock) == (100, 0)
-    orders = Order.objects.filter(product=product)
-    assert orders.count() == 100
-    assert set(orders.values_list("backend", flat=True)) == {backend}
-    report = audit(sku=SKU, told_sold_out=run["status_counts"].get("409", 0))
-    assert report.ok and report.oversold == 0 and report.lost == 0 and report.over_limit_customers == 0
-
-    stored = BurstRun.objects.get()
-    assert (stored.backend, stored.requests, stored.orders, stored.invariants_ok) == (backend, 5000, 100, True)
-    assert stored.timeline and all(stock >= 0 for _, stock, _ in stored.timeline)
-    assert stored.timeline[-1][1:] == [0, 5000]
-    assert f"{backend}: 5000/5000 purchase requests sent" in printed
+    assert document["command"] and document["started_at"] and document["runs"][0]["backend"] == "floor"
+    by_backend = rows(document)
+    assert set(by_backend) == {"floor", "db"}
+    for run in by_backend.values():
+        assert RUN_KEYS <= set(run), RUN_KEYS - set(run)
+        assert (run["scenario"], run["pods"], run["requests"]) == ("spike", 2, 600)
+        assert run["transport_errors"] == run["errors_5xx"] == 0
+        assert 0 <= run["arrival_window_s"] <= 1.0 and run["drain_s"] >= run["arrival_window_s"]
+        assert run["peak_db_connections"] >= 1
+        assert all(len(point) == 4 for point in run["timeline"])
+        assert run["timeline"][-1][2:] == [600, 600]  # purchases sent and answered, over both processes
+        assert sum(count for _, count in run["latency_histogram_ms"]) == 600
+    assert_floor_row(by_backend["floor"], requests=600)
+    db = by_backend["db"]
+    assert db["requests"] == db["server_purchases"] == 600  # both Locust processes' shares; both pods' logs
+    assert db["status_counts"]["201"] == 20 and sum(db["status_counts"].values()) == 600
+    assert (db["stock_initial"], db["stock_final"], db["orders"], db["oversold"], db["undersold"]) == (20, 0, 20, 0, 0)
+    assert db["invariants_ok"] is True
+    assert 0 < db["sold_out_after_s"] <= db["drain_s"]
+    assert db["floor_ratio"] == pytest.approx(db["rps"] / by_backend["floor"]["rps"], rel=0.01)
+    assert all(stock >= 0 for _, stock, _, _ in db["timeline"])
+    assert Order.objects.filter(product__sku=SKU).count() == 20
+    assert list(BurstRun.objects.values_list("backend", flat=True)) == ["db"]  # the floor is not audited
+    assert "db: 600/600 purchases sent" in printed
 
 
 @pytest.mark.django_db(transaction=True)
-def test_unsafe_burst_oversells_and_the_audit_catches_it(tmp_path):
-    run, printed, error = burst(tmp_path, backends="unsafe", requests=2000, stock=100)
+@pytest.mark.parametrize("backend", ["redis", "redlock"])
+def test_spike_sells_exactly_the_stock(backend, request, tmp_path):
+    request.getfixturevalue("fresh_redlock_nodes" if backend == "redlock" else "redis_client")
+    document, printed, error = burst(tmp_path, backends=backend, requests=500, stock=20)
+
+    assert error is None, f"{error}\n{printed}"
+    run = rows(document)[backend]
+    assert run["status_counts"]["201"] == run["orders"] == 20 and run["stock_final"] == 0
+    assert run["oversold"] == run["undersold"] == run["errors_5xx"] == run["transport_errors"] == 0
+    assert run["requests"] == 500 and run["server_purchases"] == 500 + run["client_retries"]
+    assert run["invariants_ok"] is True and run["floor_ratio"] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
+    document, printed, error = burst(tmp_path, scenario="deep", backends="db", requests=300, stock=5, users=20)
+
+    assert error is None, f"{error}\n{printed}"
+    db = rows(document)["db"]
+    assert db["scenario"] == "deep" and db["stock_initial"] == 300  # --stock is ignored: stock = requests
+    assert db["status_counts"] == {"201": 300} and db["orders"] == 300 and db["stock_final"] == 0
+    assert db["floor_ratio"] > 0 and db["invariants_ok"] is True
+    assert Product.objects.get(sku=SKU).stock == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flash_is_a_closed_loop_on_the_given_stock(tmp_path):
+    document, printed, error = burst(tmp_path, scenario="flash", backends="db", requests=300, stock=5, users=20)
+
+    assert error is None, f"{error}\n{printed}"
+    db = rows(document)["db"]
+    assert (db["scenario"], db["stock_initial"], db["stock_final"], db["orders"]) == ("flash", 5, 0, 5)
+    assert db["status_counts"] == {"201": 5, "409": 295} and db["invariants_ok"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_repeat_reports_the_median_and_range(tmp_path):
+    document, printed, error = burst(tmp_path, backends="db", requests=100, stock=5, repeat=2)
+
+    assert error is None, f"{error}\n{printed}"
+    assert [run["backend"] for run in document["runs"]] == ["floor", "db"]
+    for run in document["runs"]:
+        low, high = run["rps_range"]
+        assert run["repeats"] == 2 and low <= run["rps"] <= high
+    assert BurstRun.objects.count() == 2
+    assert "median of 2 runs" in printed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
+    document, printed, error = burst(tmp_path, backends="unsafe", requests=1000, stock=20)
 
     assert error is not None and "invariants broken: unsafe" in str(error)
-    assert run["invariants_ok"] is False
-    assert run["requests"] == 2000
-    assert run["oversold"] > 0
-    report = audit(sku=SKU, told_sold_out=run["status_counts"].get("409", 0))
-    assert not report.ok
-    assert report.ordered > report.sold  # more units on orders than ever left the shelf
-    assert Order.objects.filter(product__sku=SKU).count() == report.orders > 100 - report.stock
+    run = rows(document)["unsafe"]
+    assert run["invariants_ok"] is False and run["oversold"] > 0
+    assert rows(document)["floor"]["invariants_ok"] is True
     assert BurstRun.objects.get().invariants_ok is False
     assert "NO" in printed.splitlines()[-1]
 
@@ -91,11 +148,17 @@ def test_unsafe_burst_oversells_and_the_audit_catches_it(tmp_path):
     "options, message",
     [
         ({"backends": "db,mutex"}, "unknown backend mutex"),
+        ({"backends": "floor"}, "unknown backend floor"),
         ({"backends": ""}, "unknown backend (none given)"),
         ({"backends": "db,db"}, "names a backend twice"),
+        ({"scenario": "burst"}, "--scenario 'burst'"),
         ({"requests": 0}, "--requests must be 1 or more"),
         ({"stock": -1}, "--stock must be 0 or more"),
         ({"users": 0}, "--users must be 1 or more"),
+        ({"pods": 0}, "--pods must be 1 or more"),
+        ({"repeat": 0}, "--repeat must be 1 or more"),
+        ({"locust_processes": 11}, "--locust-processes 11 is more than --requests 10"),
+        ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
     ],
 )

@@ -1,117 +1,236 @@
-"""``manage.py flashsale``: fire N purchase requests at each lock backend and audit the result."""
+"""``manage.py flashsale``: one flash sale per strategy, next to a floor row, audited and compared."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
+import shlex
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psycopg
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from inventory.backends import STRATEGIES, ServiceError, services_running, strategy_class
 from inventory.nodes import NodeError
-from loadtests.burst import BurstError, BurstPlan, Progress, collect_static, run_burst
+from loadtests.burst import (
+    FLOOR, SCENARIOS, BurstError, BurstPlan, Progress, collect_static, database_url, default_locust_processes,
+    run_row,
+)
+from loadtests.figures import median_run
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+#: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
+SPARE_CONNECTIONS = 10
 COLUMNS = [
-    ("backend", 8), ("requests", 8), ("201", 5), ("409", 6), ("503", 5), ("5xx", 4), ("stock", 5),
-    ("orders", 6), ("oversold", 8), ("undersold", 9), ("rps", 7), ("p50 ms", 7), ("p95 ms", 7),
-    ("p99 ms", 7), ("ok", 3),
+    ("backend", 11), ("requests", 8), ("2xx", 5), ("409", 5), ("503", 4), ("5xx", 3), ("net", 3), ("stock", 5),
+    ("orders", 6), ("oversold", 8), ("undersold", 9), ("window s", 8), ("drain s", 7), ("sold out s", 10),
+    ("rps", 6), ("×floor", 6), ("p50 ms", 6), ("p99 ms", 6), ("lock p99", 8), ("db p99", 6), ("conns", 5), ("ok", 3),
 ]
 
 
 def table_row(values: list) -> str:
-    return "  ".join(str(value).rjust(width) if i else str(value).ljust(width) for i, ((_, width), value) in enumerate(zip(COLUMNS, values)))
+    cells = ("-" if value is None else str(value) for value in values)
+    return "  ".join(
+        cell.rjust(width) if i else cell.ljust(width) for i, ((_, width), cell) in enumerate(zip(COLUMNS, cells))
+    )
+
+
+def fixed(value, digits: int = 0):
+    return None if value is None else f"{value:.{digits}f}"
 
 
 def run_cells(run: dict) -> list:
     counts = run["status_counts"]
+    floor = run["backend"] == FLOOR
+    timing = run.get("server_timing") or {}
     return [
-        run["backend"], run["requests"], counts.get("201", 0), counts.get("409", 0), counts.get("503", 0),
-        run["errors_5xx"], run["stock_final"], run["orders"], run["oversold"], run["undersold"],
-        f"{run['rps']:.0f}", f"{run['p50_ms']:.0f}", f"{run['p95_ms']:.0f}", f"{run['p99_ms']:.0f}",
-        "yes" if run["invariants_ok"] else "NO",
+        run["backend"] + (f" #{run['round']}" if run.get("round") else ""), run["requests"],
+        sum(n for status, n in counts.items() if status.startswith("2")), counts.get("409", 0), counts.get("503", 0),
+        run["errors_5xx"], run["transport_errors"],
+        None if floor else run["stock_final"], None if floor else run["orders"],
+        None if floor else run["oversold"], None if floor else run["undersold"],
+        fixed(run["arrival_window_s"], 2), fixed(run["drain_s"], 2), fixed(run["sold_out_after_s"], 2),
+        fixed(run["rps"]), fixed(run["floor_ratio"], 2), fixed(run["p50_ms"]), fixed(run["p99_ms"]),
+        fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1), fixed((timing.get("db_ms") or {}).get("p99"), 1),
+        run["peak_db_connections"], "yes" if run["invariants_ok"] else "NO",
     ]
+
+
+def with_floor_ratio(run: dict, floor: dict | None) -> dict:
+    if run["backend"] != FLOOR and floor and floor["rps"]:
+        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
+    return run
 
 
 class Command(BaseCommand):
     help = (
-        "Flash-sale burst: for each backend, reset the sale, start gunicorn with it, send exactly "
-        "--requests purchase requests through Locust, audit the database, print a row. "
-        "Exits non-zero when any run breaks an invariant."
+        "Flash sale per strategy next to a floor row: reset the sale, start --pods gunicorn instances with the "
+        "strategy, prepare the shoppers, release their purchases (spike: all at once; deep, flash: closed loop), "
+        "audit the database, print a row. Exits non-zero when any run breaks an invariant."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--backends", default="db,redis,redlock", help=f"comma-separated: {', '.join(STRATEGIES)}")
-        parser.add_argument("--requests", type=int, default=5000, help="purchase requests per backend (default 5000)")
-        parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100)")
+        parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
+        parser.add_argument(
+            "--backends", default="db,redis,redlock",
+            help="comma-separated strategies, or all (every strategy that is not a control)",
+        )
+        parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
+        parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
         parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
-        parser.add_argument("--users", type=int, default=BurstPlan.users, help=f"concurrent Locust users (default {BurstPlan.users})")
-        parser.add_argument("--workers", type=int, default=BurstPlan.workers, help=f"gunicorn worker processes (default {BurstPlan.workers})")
-        parser.add_argument("--threads", type=int, default=BurstPlan.threads, help=f"threads per gunicorn worker (default {BurstPlan.threads})")
+        parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
+        parser.add_argument("--users", type=int, default=BurstPlan.users,
+                            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})")
+        parser.add_argument("--workers", type=int, default=BurstPlan.workers,
+                            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})")
+        parser.add_argument("--threads", type=int, default=BurstPlan.threads,
+                            help=f"threads per gunicorn worker (default {BurstPlan.threads})")
+        parser.add_argument("--locust-processes", type=int, default=None,
+                            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)")
+        parser.add_argument("--repeat", type=int, default=1, help="run every row N times; report median and range")
         parser.add_argument(
             "--timeout", type=float, default=None,
-            help="give up on one backend's burst after this many seconds (default: 180, or 50 ms a request if more)",
+            help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
         )
         parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
 
-    def handle(self, *args, backends: str, requests: int, stock: int, sku: str, users: int, workers: int,
-               threads: int, timeout: float | None, json_path: str, **options):
-        if timeout is None:
-            timeout = max(BurstPlan.timeout_s, requests * 0.05)
+    def handle(self, *args, scenario: str, backends: str, requests: int, stock: int, sku: str, pods: int, users: int,
+               workers: int, threads: int, locust_processes: int | None, repeat: int, timeout: float | None,
+               json_path: str, **options):
+        if scenario not in SCENARIOS:
+            raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
+        if backends.strip() == "all":
+            backends = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
         names = [name.strip() for name in backends.split(",") if name.strip()]
         unknown = [name for name in names if name not in STRATEGIES]
         if not names or unknown:
             raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
         if len(set(names)) != len(names):
             raise CommandError(f"--backends names a backend twice: {backends}")
+        if timeout is None:
+            timeout = max(BurstPlan.timeout_s, requests * 0.05)
+        if locust_processes is None:
+            locust_processes = default_locust_processes(scenario=scenario, requests=requests)
         for flag, value, least in (("--requests", requests, 1), ("--stock", stock, 0), ("--users", users, 1),
-                                   ("--workers", workers, 1), ("--threads", threads, 1), ("--timeout", timeout, 1)):
+                                   ("--workers", workers, 1), ("--threads", threads, 1), ("--pods", pods, 1),
+                                   ("--locust-processes", locust_processes, 1), ("--repeat", repeat, 1),
+                                   ("--timeout", timeout, 1)):
             if value < least:
                 raise CommandError(f"{flag} must be {least} or more, not {value:g}")
+        if locust_processes > requests:
+            raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
         if not SKU_PATTERN.match(sku):
             raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
-        plan = BurstPlan(requests=requests, stock=stock, sku=sku, users=users, workers=workers, threads=threads, timeout_s=timeout)
-
+        plan = BurstPlan(
+            requests=requests, stock=stock, scenario=scenario, sku=sku, pods=pods, users=users, workers=workers,
+            threads=threads, pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
+            locust_processes=locust_processes, timeout_s=timeout,
+        )
+        started_at = timezone.now()
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
                 f"warning: {', '.join(controls)} oversell(s) by design (controls); "
                 "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
             )
-        runs = []
+        runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
             with services_running(names) as started:
                 if started:
                     self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
+                self.stdout.write(
+                    f"{scenario}: {requests} purchases per row, {plan.sale_stock} units, {pods} pod(s) × {workers} "
+                    f"workers × {threads} threads, pool {plan.pool_max_size} per worker, "
+                    f"{locust_processes} Locust process(es)"
+                )
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
-                for name in names:
-                    try:
-                        run = run_burst(backend=name, plan=plan, on_progress=self.progress_line())
-                    except BurstError as exc:
-                        raise CommandError(f"{name}: {exc}") from exc
-                    except KeyboardInterrupt:
-                        raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
-                    finally:
-                        self.end_progress_line()
-                    runs.append(run)
-                    self.stdout.write(table_row(run_cells(run)))
+                for round_number in range(1, repeat + 1):
+                    floor = None
+                    for name in [FLOOR, *names]:
+                        run = with_floor_ratio(self.run_one(name, plan), floor)
+                        floor = run if name == FLOOR else floor
+                        if repeat > 1:
+                            run["round"] = round_number
+                        runs.append(run)
+                        self.stdout.write(table_row(run_cells(run)))
         except (ServiceError, NodeError, BurstError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
+        rows = runs if repeat == 1 else self.medians(runs, [FLOOR, *names])
         if json_path:
-            path = Path(json_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+            self.write_json(Path(json_path), rows, started_at)
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
+
+    def run_one(self, name: str, plan: BurstPlan) -> dict:
+        try:
+            return run_row(backend=name, plan=plan, on_progress=self.progress_line())
+        except BurstError as exc:
+            raise CommandError(f"{name}: {exc}") from exc
+        except KeyboardInterrupt:
+            raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
+        finally:
+            self.end_progress_line()
+
+    def medians(self, runs: list[dict], names: list[str]) -> list[dict]:
+        """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
+        self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
+        rows, floor = [], None
+        for name in names:
+            mine = [run for run in runs if run["backend"] == name]
+            row = median_run(mine)
+            row.pop("round", None)
+            row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
+            row["invariants_ok"] = not row["problems"]
+            row["floor_ratio"] = None
+            floor = row if name == FLOOR else floor
+            rows.append(with_floor_ratio(row, floor))
+            self.stdout.write(table_row(run_cells(row)))
+        return rows
+
+    def write_json(self, path: Path, rows: list[dict], started_at) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "command": " ".join(shlex.quote(arg) for arg in sys.argv),
+            "started_at": started_at.isoformat(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "runs": rows,
+        }
+        path.write_text(json.dumps(document, indent=2) + "\n")
+
+    @staticmethod
+    def pool_size(*, pods: int, workers: int, threads: int) -> int:
+        """Connections per gunicorn worker: one per thread, fewer if all pods' workers would not fit
+        in what PostgreSQL has free now (max_connections − reserved − in use − a spare few)."""
+        try:
+            with psycopg.connect(database_url(), autocommit=True, connect_timeout=5) as conn:
+                limit = int(conn.execute("SHOW max_connections").fetchone()[0])
+                reserved = int(conn.execute("SHOW superuser_reserved_connections").fetchone()[0])
+                in_use = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                ).fetchone()[0]
+        except psycopg.Error as exc:
+            raise CommandError(f"PostgreSQL does not answer ({str(exc).strip()}): start it") from exc
+        free = limit - reserved - in_use - SPARE_CONNECTIONS
+        per_worker = min(threads, free // (pods * workers))
+        if per_worker < 1:
+            raise CommandError(
+                f"{pods} pod(s) × {workers} workers need at least {pods * workers} connections; PostgreSQL has "
+                f"{max(free, 0)} to spare (max_connections {limit}): lower --pods or --workers, "
+                "or raise max_connections"
+            )
+        return per_worker
 
     @staticmethod
     def stop_on_sigterm():
@@ -130,11 +249,15 @@ class Command(BaseCommand):
         last = [0.0]
 
         def show(progress: Progress) -> None:
-            stock = "?" if progress.stock is None else progress.stock
-            text = (
-                f"{progress.backend}: {progress.sent}/{progress.requests} purchase requests sent, "
-                f"stock left {stock}, {progress.elapsed_s:.1f}s"
-            )
+            text = f"{progress.backend}: " + {
+                "starting": "starting the pods",
+                "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",
+                "countdown": f"{progress.prepared} shoppers ready, the sale opens in {progress.opens_in_s:.1f}s",
+                "burst": (
+                    f"{progress.sent}/{progress.requests} purchases sent, {progress.answered} answered, "
+                    f"stock left {'?' if progress.stock is None else progress.stock}, {progress.elapsed_s:.1f}s"
+                ),
+            }[progress.phase]
             if tty:
                 self.stdout.write(f"\r{text}\033[K", ending="")
                 self.stdout.flush()

@@ -1,0 +1,158 @@
+"""The burst's figures from the Locust processes' raw summaries: no Django, no I/O.
+
+Every Locust process writes one summary (its own share of the purchases, with raw latencies and
+``Server-Timing`` durations); :func:`merge` adds them up into one set of counts and computes the
+percentiles over the union, so the figures of a run do not depend on how many processes sent it.
+
+Times in a summary are wall-clock seconds (``time.time()``): the processes run on one machine
+(or on machines with synchronised clocks), so the first send of one and the last answer of
+another are comparable.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import Counter
+
+#: ``Server-Timing`` metric name → the key under ``server_timing`` in the burst JSON.
+TIMING_KEYS = {"lock": "lock_wait_ms", "hold": "lock_hold_ms", "db": "db_ms", "total": "total_ms"}
+
+#: Counters that merge by addition.
+COUNTS = (
+    "limit", "prepared", "sent", "answered", "busy", "client_retries", "transport_errors", "page_failures",
+    "conflicts", "retries", "constraint_hits",
+)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def parse_server_timing(header: str | None) -> dict[str, float]:
+    """``"lock;dur=1.5, db;dur=3"`` → ``{"lock": 1.5, "db": 3.0}``; metrics without a number are left out."""
+    durations = {}
+    for metric in (header or "").split(","):
+        name, *params = (part.strip() for part in metric.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "dur" and name:
+                try:
+                    durations[name] = float(value.strip().strip('"'))
+                except ValueError:
+                    pass
+    return durations
+
+
+def log_buckets(largest: float) -> list[float]:
+    """Upper bounds 1, 2, 5, 10, 20, 50, ... ms, up to the first bound ≥ ``largest``."""
+    bounds, decade = [], 1.0
+    while True:
+        for step in (1, 2, 5):
+            bounds.append(step * decade)
+            if bounds[-1] >= largest:
+                return bounds
+        decade *= 10
+
+
+def latency_histogram(values_ms: list[float]) -> list[list[float]]:
+    """``[[upper bound ms, count], ...]`` over log-spaced buckets (a value equal to a bound falls in it)."""
+    if not values_ms:
+        return []
+    bounds = log_buckets(max(values_ms))
+    counts = Counter()
+    for value in values_ms:
+        counts[next(bound for bound in bounds if value <= bound)] += 1
+    return [[bound, counts[bound]] for bound in bounds]
+
+
+def spread(values: list[float]) -> dict | None:
+    """``{"p50": x, "p99": x}`` in ms with 0.01 resolution, or None when no response carried the metric."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"p50": round(percentile(ordered, 0.50), 2), "p99": round(percentile(ordered, 0.99), 2)}
+
+
+def _elapsed(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(max(0.0, end - start), 3)
+
+
+def timeline(samples: list[tuple[float, float, int | None]], *, opened_at: float, sent_times: list[float],
+             answer_times: list[float]) -> list[list]:
+    """``[[seconds since the opening, stock left, purchases sent, purchases answered], ...]``.
+
+    ``samples`` are the runner's (wall clock, seconds since the opening, stock) readings; the two
+    counts at each reading come from the clients' own send and answer times (ascending), so they
+    are exact however late a Locust process wrote its progress file.
+    """
+    return [
+        [round(since, 2), stock, bisect.bisect_right(sent_times, at), bisect.bisect_right(answer_times, at)]
+        for at, since, stock in samples
+        if at >= opened_at
+    ]
+
+
+def merge(summaries: list[dict]) -> dict:
+    """One run's client figures from the summaries of all its Locust processes.
+
+    - ``arrival_window_s``: first to last purchase POST handed to its socket, across processes.
+    - ``drain_s``: first POST sent to last final answer received (the time the shop took to answer all).
+    - ``sold_out_after_s``: first POST sent to the last confirmed (201) answer; None when nothing was confirmed.
+    - ``rps``: purchases answered per second of ``drain_s``.
+    """
+    merged = {key: sum(s.get(key, 0) for s in summaries) for key in COUNTS}
+    status_counts, outcomes = Counter(), Counter()
+    latencies: list[float] = []
+    timings = {name: [] for name in TIMING_KEYS}
+    for summary in summaries:
+        status_counts.update(summary.get("status_counts", {}))
+        outcomes.update(summary.get("outcomes", {}))
+        latencies.extend(summary.get("latencies_ms", []))
+        for name in TIMING_KEYS:
+            timings[name].extend(summary.get("server_timing", {}).get(name, []))
+    merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
+    merged["sent_times"] = sorted(t for summary in summaries for t in summary.get("sent_times", []))
+    merged["answer_times"] = sorted(t for summary in summaries for t in summary.get("answer_times", []))
+    def times(key: str) -> list[float]:
+        return [s[key] for s in summaries if s.get(key) is not None]
+
+    first_sent = min(times("first_sent_at"), default=None)
+    last_sent = max(times("last_sent_at"), default=None)
+    last_answered = max(times("last_answered_at"), default=None)
+    last_confirmed = max(times("last_confirmed_at"), default=None)
+    drain = _elapsed(first_sent, last_answered)
+    ordered = sorted(latencies)
+    merged.update(
+        status_counts=dict(sorted(status_counts.items())),
+        outcomes=dict(sorted(outcomes.items())),
+        first_sent_at=first_sent,
+        arrival_window_s=_elapsed(first_sent, last_sent),
+        drain_s=drain,
+        sold_out_after_s=_elapsed(first_sent, last_confirmed),
+        duration_s=drain or 0.0,
+        rps=round(merged["answered"] / drain, 1) if drain else 0.0,
+        p50_ms=round(percentile(ordered, 0.50), 1),
+        p95_ms=round(percentile(ordered, 0.95), 1),
+        p99_ms=round(percentile(ordered, 0.99), 1),
+        server_timing={TIMING_KEYS[name]: spread(values) for name, values in timings.items()},
+        latency_histogram_ms=latency_histogram(latencies),
+    )
+    return merged
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median ``rps`` (the lower middle one for an even count), carrying
+    ``rps`` = the median, ``rps_range`` = [min, max] and ``repeats``."""
+    ordered = sorted(runs, key=lambda run: run["rps"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen.update(
+        rps=round(statistics.median(run["rps"] for run in runs), 1),
+        rps_range=[ordered[0]["rps"], ordered[-1]["rps"]],
+        repeats=len(runs),
+    )
+    return chosen

@@ -1,0 +1,41 @@
+"""Whether one row of the burst held: the database's audit and the client's and server's counts.
+
+Each problem is one sentence; a row with none has ``invariants_ok``. No Django import: the audit
+comes in as an ``inventory.services.AuditReport`` (or None for the floor).
+"""
+from __future__ import annotations
+
+#: The spike's target: every purchase sent within this many seconds of the first (client clock).
+SPIKE_ARRIVAL_LIMIT_S = 1.0
+
+
+def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list[str]:
+    """The problems of one row; ``report`` is None for the floor, which sells nothing and is not audited."""
+    problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
+    if report is not None:
+        problems += report.problems
+        if figures["constraint_hits"]:
+            problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
+        if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:
+            problems.append("stock went below 0 during the burst")
+    if errors_5xx:
+        problems.append(f"{errors_5xx} server errors")
+    if figures["transport_errors"]:
+        problems.append(f"{figures['transport_errors']} purchases got no HTTP answer (refused, reset or timed out)")
+    if figures["page_failures"]:
+        problems.append(f"{figures['page_failures']} shoppers could not load the product page")
+    if figures["sent"] != plan.requests or figures["answered"] != plan.requests:
+        problems.append(f"sent {figures['sent']} purchases, {figures['answered']} answered, not {plan.requests}")
+    posts = figures["sent"] + figures["client_retries"]
+    if figures["server_purchases"] != posts:
+        problems.append(
+            f"the pods logged {figures['server_purchases']} purchase POSTs, Locust sent {posts} "
+            f"({figures['sent']} purchases + {figures['client_retries']} retries)"
+        )
+    window = figures["arrival_window_s"]
+    if plan.scenario == "spike" and window is not None and window > SPIKE_ARRIVAL_LIMIT_S:
+        problems.append(
+            f"the spike took {window:.2f}s to send (over {SPIKE_ARRIVAL_LIMIT_S:.1f}s): "
+            "not a spike; use more --locust-processes or fewer --requests"
+        )
+    return problems

@@ -1,0 +1,82 @@
+"""Connection exhaustion fails fast: more concurrent buyers than pooled connections get 503 + Retry-After.
+
+A real gunicorn (one worker, 8 threads, a pool of 2 connections, 0.5 s pool timeout) runs the
+``db`` strategy against the test database. The test holds the product's row lock from its own
+connection, so the two buyers that get a pooled connection block on it while holding that
+connection (the ``db`` strategy's known cost); the other six wait for the pool, time out and must
+be told "busy, retry", not a 500. Then the lock is released and the audit must balance.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from django.conf import settings
+
+from inventory.models import Order, Product
+from loadtests.burst import BurstPlan, database_url, server_environment
+from loadtests.processes import Child, free_port, wait_until_answers
+
+pytestmark = pytest.mark.slow
+
+SKU = "pool-phone"
+BUYERS = 8
+POOL = 2
+# Any 32 letters are a valid CSRF secret; sending the same in the header passes the check.
+CSRF = "a" * 32
+
+
+def buy(base: str) -> tuple[int, str | None, dict]:
+    request = urllib.request.Request(
+        f"{base}/api/products/{SKU}/purchase", data=b'{"quantity": 1}', method="POST",
+        headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers.get("Retry-After"), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, exc.headers.get("Retry-After"), json.loads(body) if body.startswith(b"{") else {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_more_buyers_than_connections_get_503_not_500(make_product, tmp_path):
+    make_product(SKU, stock=10)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    plan = BurstPlan(requests=BUYERS, stock=10, workers=1, threads=BUYERS, pool_max_size=POOL, pool_timeout_s=0.5)
+    server = Child(
+        "gunicorn", [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"], cwd=settings.BASE_DIR,
+        env=server_environment(backend="db", port=port, plan=plan, access_log=tmp_path / "access.log"),
+        log_path=tmp_path / "gunicorn.log",
+    )
+    try:
+        wait_until_answers(server, f"{base}/api/products/{SKU}")
+        with psycopg.connect(database_url()) as holder:
+            holder.execute("SELECT id FROM inventory_product WHERE sku = %s FOR UPDATE", [SKU])
+            with ThreadPoolExecutor(BUYERS) as threads:
+                answers = [threads.submit(buy, base) for _ in range(BUYERS)]
+                time.sleep(2.0)  # four pool timeouts: every buyer without a connection has been answered
+                assert Order.objects.filter(product__sku=SKU).count() == 0  # the row lock held everyone off
+                holder.commit()
+                answers = [answer.result() for answer in answers]
+    finally:
+        server.stop()
+
+    statuses = sorted(status for status, _, _ in answers)
+    assert set(statuses) <= {201, 503}, statuses
+    busy = [(retry_after, body) for status, retry_after, body in answers if status == 503]
+    assert len(busy) >= BUYERS - POOL - 1, statuses  # one late starter may still find a free connection
+    assert all(retry_after == "1" and body["outcome"] == "busy" for retry_after, body in busy)
+    assert "no database connection" in (tmp_path / "gunicorn.log").read_text()
+    confirmed = statuses.count(201)
+    assert confirmed >= POOL
+    product = Product.objects.get(sku=SKU)
+    assert product.stock == 10 - confirmed
+    assert Order.objects.filter(product=product).count() == confirmed

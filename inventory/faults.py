@@ -29,6 +29,21 @@ from .replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
 
+#: The strategies each fault means something for: the lock service it breaks, or (pause-worker) a
+#: lease that runs out while its holder is frozen. ``flashsale --fault`` refuses other pairings.
+FAULT_STRATEGIES = {
+    "kill-minority": frozenset({"redlock"}),
+    "kill-majority": frozenset({"redlock"}),
+    "restart-redis": frozenset({"redis"}),
+    "failover": frozenset({"redis"}),
+    "pause-worker": frozenset({"redis", "redlock", "etcd"}),
+    "kill-etcd-member": frozenset({"etcd"}),
+}
+
+#: Faults that make a second holder write from a stale read: without the storage check
+#: (``INVENTORY_FENCED=0``) they are expected to oversell.
+OVERSELL_UNFENCED = frozenset({"pause-worker", "failover"})
+
 
 class FaultError(ValueError):
     """A fault was asked for something it cannot do: unknown name, missing part, wrong order of calls."""
@@ -133,7 +148,7 @@ class Failover(Fault):
 
     name = "failover"
     description = "the Redis master dies before its last writes replicate; the replica is promoted"
-    strategies = frozenset({"redis"})
+    strategies = FAULT_STRATEGIES["failover"]
 
     def __init__(self, *, pair: ReplicatedPair, hold_s: float, lag_s: float) -> None:
         super().__init__(hold_s=hold_s)
@@ -167,6 +182,7 @@ class PauseWorker(Fault):
 
     name = "pause-worker"
     description = "a gunicorn worker is frozen (SIGSTOP) past the lock's lease, then resumed (SIGCONT)"
+    strategies = FAULT_STRATEGIES["pause-worker"]
 
     def __init__(self, *, workers: Callable[[], Sequence[int]], hold_s: float) -> None:
         super().__init__(hold_s=hold_s)
@@ -248,14 +264,14 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
         which = "a minority" if name == "kill-minority" else "a majority"
         return KillProcesses(
-            name=name, strategies=frozenset({"redlock"}), hold_s=2.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
             description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
             members=lambda: list(nodes)[:count],
         )
     if name == "restart-redis":
         node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
         return KillProcesses(
-            name=name, strategies=frozenset({"redis"}), hold_s=1.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=1.0 if hold_s is None else hold_s,
             description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
             members=lambda: [node],
         )
@@ -277,7 +293,7 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             return [leader if leader is not None else cluster[0]]
 
         return KillProcesses(
-            name=name, strategies=frozenset({"etcd"}), hold_s=2.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
             description="the etcd leader (else member 0) is killed, then restarted with its data",
             members=victim,
         )

@@ -86,6 +86,8 @@ class Sale:
         self.latencies_ms: list[float] = []
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
+        # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None]
+        self.purchases: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
         self.last_sent_at: float | None = None
@@ -131,6 +133,7 @@ class Sale:
             "latencies_ms": [round(value, 2) for value in self.latencies_ms],
             "sent_times": [round(value, 4) for value in self.sent_times],
             "answer_times": [round(value, 4) for value in self.answer_times],
+            "purchases": self.purchases,
             "server_timing": self.timing,
         }
 
@@ -396,9 +399,11 @@ class Shopper(User):
             sale.busy += 1
         if status == 201:
             sale.last_confirmed_at = finished
-        for name, value in parse_server_timing(headers.get("Server-Timing") if headers else None).items():
+        timing = parse_server_timing(headers.get("Server-Timing") if headers else None)
+        for name, value in timing.items():
             if name in sale.timing:
                 sale.timing[name].append(value)
+        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock")])
         try:
             payload = json.loads(body or b"{}")
         except ValueError:

@@ -456,6 +456,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "backend": backend,
         "scenario": plan.scenario,
         "fault": figures.get("fault"),
+        "fault_description": figures.get("fault_description"),
         "fenced": plan.fenced,
         "pods": plan.pods,
         "requests": figures["sent"],

@@ -226,6 +226,8 @@ class Command(BaseCommand):
                                    f"use --backends from {','.join(fenced)}")
         if fault is None:
             return
+        if fault not in FAULT_NAMES:
+            raise CommandError(f"unknown fault {fault!r}: use one of {', '.join(FAULT_NAMES)}")
         if scenario != "deep":
             raise CommandError(f"--fault runs in the deep scenario (every purchase through the lock): "
                                f"use --scenario deep, not {scenario}")

@@ -86,7 +86,8 @@ class Sale:
         self.latencies_ms: list[float] = []
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
-        # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None]
+        # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
+        # resends after a 503 + Retry-After]
         self.purchases: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
@@ -383,9 +384,10 @@ class Shopper(User):
                 break
             sale.client_retries += 1
             gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
-        self.record(status, headers, body, busy=retry_after is not None, started=started)
+        self.record(status, headers, body, busy=retry_after is not None, started=started, resends=attempt)
 
-    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float) -> None:
+    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float,
+               resends: int) -> None:
         finished = time.time()
         sale.answered += 1
         sale.last_answered_at = finished
@@ -403,7 +405,7 @@ class Shopper(User):
         for name, value in timing.items():
             if name in sale.timing:
                 sale.timing[name].append(value)
-        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock")])
+        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), resends])
         try:
             payload = json.loads(body or b"{}")
         except ValueError:

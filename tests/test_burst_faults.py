@@ -16,11 +16,30 @@ from django.core.management import CommandError, call_command
 from inventory.models import BurstRun, Order, Product
 from inventory.nodes import RedisNode
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
-
-pytestmark = pytest.mark.slow
+from loadtests.figures import fault_phases, resumed_after
 
 SKU = "flash-burst"
 REQUESTS = 600
+
+
+def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_recovery():
+    # [sent, answered, status, lock ms, resends] on the wall clock; the sale opened at 100.0.
+    purchases = [[100.1, 100.2, 201, 1.0, 0], [101.0, 103.5, 201, 900.0, 1], [101.5, 101.6, 503, 5.0, 3],
+                 [102.0, 102.1, 201, 2.0, 0], [102.1, 102.4, 503, 1.0, 0], [102.2, 102.6, 201, 3.0, 0]]
+
+    phases = fault_phases(purchases, opened_at=100.0, injected_at=101.0, recovered_at=102.0)
+
+    assert [(p["name"], p["start_s"], p["end_s"]) for p in phases] == [
+        ("before", 0.0, 1.0), ("during", 1.0, 2.0), ("after", 2.0, 3.5)]
+    assert [p["status_counts"] for p in phases] == [{"201": 1}, {"201": 1, "503": 1}, {"201": 2, "503": 1}]
+    assert [p["client_retries"] for p in phases] == [0, 4, 0]
+    assert phases[1]["p99_ms"] == pytest.approx(2500.0)
+    # The purchase sent during the fault and confirmed at 103.5 is not the first one after 102.0.
+    assert resumed_after(purchases, recovered_at=102.0) == pytest.approx(0.1)
+    assert resumed_after(purchases, recovered_at=None) is None
+    assert resumed_after(purchases, recovered_at=103.6) is None
+    assert [p["name"] for p in fault_phases(purchases, opened_at=100.0, injected_at=None, recovered_at=None)] \
+        == ["before"]
 
 
 def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
@@ -45,6 +64,7 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == REQUESTS
     assert run["phases"][0]["status_counts"].get("201", 0) >= REQUESTS // 3 - 100  # injected after a third
     assert all(phase["p99_ms"] > 0 for phase in run["phases"] if phase["status_counts"])
+    assert sum(phase["client_retries"] for phase in run["phases"]) == run["client_retries"]
     assert 0 <= run["resumed_after_s"] <= RESUME_LIMIT_S
     assert run["max_lock_wait_ms"] is not None
     assert run["max_lock_wait_ms"] <= settings.INVENTORY["ACQUIRE_TIMEOUT_MS"] + 1000
@@ -58,6 +78,7 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     assert BurstRun.objects.get(backend=backend).invariants_ok is True
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_path):
     document, printed, error = fault_run(tmp_path, backends="redlock", fault="kill-minority")
@@ -70,6 +91,7 @@ def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_p
     assert all(node.ping() for node in fresh_redlock_nodes)  # the killed two were restarted
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_client, tmp_path):
     private = RedisNode(port=settings.REDLOCK_BASE_PORT + PRIVATE_PORT_OFFSET, run_dir=tmp_path)

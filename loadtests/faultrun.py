@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Self
 
 import psycopg
 from django.conf import settings
@@ -67,7 +68,7 @@ class FaultRun:
         self.probe: SectionProbe | None = None
         self.timer: FaultTimer | None = None
 
-    def __enter__(self) -> "FaultRun":
+    def __enter__(self) -> Self:
         try:
             self.fault = self._make()
         except BaseException:

@@ -151,12 +151,13 @@ def fault_phases(purchases: list[list], *, opened_at: float, injected_at: float 
                  recovered_at: float | None) -> list[dict]:
     """The purchases split by send time into ``before`` / ``during`` / ``after`` a fault's window.
 
-    ``purchases`` are ``[sent, answered, status, lock ms, resends]`` (wall clock, as the Locust
-    processes record them); ``injected_at`` / ``recovered_at`` are wall clock too (None: not
-    reached). Each phase has ``start_s`` / ``end_s`` in seconds since ``opened_at`` (the timeline's
-    clock), the final ``status_counts``, the ``p99_ms`` latency and the ``client_retries`` (503 +
-    Retry-After answers the shoppers resent) of the purchases sent in it. A phase the fault never
-    reached is left out; the last one ends at the last answer (or its own start).
+    ``purchases`` are ``[sent, answered, status, lock ms, [503 answered at, ...]]`` (wall clock, as
+    the Locust processes record them); ``injected_at`` / ``recovered_at`` are wall clock too (None:
+    not reached). Each phase has ``start_s`` / ``end_s`` in seconds since ``opened_at`` (the
+    timeline's clock), and the final ``status_counts`` and ``p99_ms`` latency of the purchases
+    *sent* in it; ``busy_answers`` counts the 503 + Retry-After answers *received* in it (resent
+    ones included, which the final status hides). A phase the fault never reached is left out; the
+    last one ends at the last answer (or its own start).
     """
     if not purchases:
         return []
@@ -176,7 +177,8 @@ def fault_phases(purchases: list[list], *, opened_at: float, injected_at: float 
             "end_s": round(max(0.0, stop - opened_at), 3),
             "status_counts": dict(sorted(Counter(str(p[2]) for p in inside).items())),
             "p99_ms": round(percentile(sorted((p[1] - p[0]) * 1000 for p in inside), 0.99), 1),
-            "client_retries": sum(p[4] for p in inside if len(p) > 4),
+            "busy_answers": sum(start <= at and (end is None or at < stop) for p in purchases
+                                for at in (p[4] if len(p) > 4 else ())),
         })
     return found
 

@@ -87,7 +87,7 @@ class Sale:
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
         # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
-        # resends after a 503 + Retry-After]
+        # wall clock of each 503 + Retry-After answer it got (resent or final)]
         self.purchases: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
@@ -372,6 +372,7 @@ class Shopper(User):
         Idempotency-Key) after a 503 + Retry-After, at most --max-retries times."""
         sale.sent += 1
         started = None
+        busy_at = []
         for attempt in range(options.max_retries + 1):
             already = sent if attempt == 0 else None
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
@@ -380,14 +381,16 @@ class Shopper(User):
                 sale.first_sent_at = sale.first_sent_at or sent_at
                 sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
+            if retry_after is not None:
+                busy_at.append(round(time.time(), 4))
             if retry_after is None or attempt == options.max_retries:
                 break
             sale.client_retries += 1
             gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
-        self.record(status, headers, body, busy=retry_after is not None, started=started, resends=attempt)
+        self.record(status, headers, body, busy=retry_after is not None, started=started, busy_at=busy_at)
 
     def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float,
-               resends: int) -> None:
+               busy_at: list[float]) -> None:
         finished = time.time()
         sale.answered += 1
         sale.last_answered_at = finished
@@ -405,7 +408,7 @@ class Shopper(User):
         for name, value in timing.items():
             if name in sale.timing:
                 sale.timing[name].append(value)
-        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), resends])
+        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at])
         try:
             payload = json.loads(body or b"{}")
         except ValueError:

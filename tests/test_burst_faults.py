@@ -24,16 +24,17 @@ REQUESTS = 600
 
 def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_recovery():
     # [sent, answered, status, lock ms, resends] on the wall clock; the sale opened at 100.0.
-    purchases = [[100.1, 100.2, 201, 1.0, 0], [101.0, 103.5, 201, 900.0, 1], [101.5, 101.6, 503, 5.0, 3],
-                 [102.0, 102.1, 201, 2.0, 0], [102.1, 102.4, 503, 1.0, 0], [102.2, 102.6, 201, 3.0, 0]]
+    purchases = [[100.1, 100.2, 201, 1.0, []], [100.9, 103.5, 201, 900.0, [101.2]], [101.5, 101.6, 503, 5.0, [101.6]],
+                 [102.0, 102.1, 201, 2.0, []], [102.1, 102.4, 503, 1.0, [102.4]], [102.2, 102.6, 201, 3.0, []]]
 
     phases = fault_phases(purchases, opened_at=100.0, injected_at=101.0, recovered_at=102.0)
 
     assert [(p["name"], p["start_s"], p["end_s"]) for p in phases] == [
         ("before", 0.0, 1.0), ("during", 1.0, 2.0), ("after", 2.0, 3.5)]
-    assert [p["status_counts"] for p in phases] == [{"201": 1}, {"201": 1, "503": 1}, {"201": 2, "503": 1}]
-    assert [p["client_retries"] for p in phases] == [0, 4, 0]
-    assert phases[1]["p99_ms"] == pytest.approx(2500.0)
+    assert [p["status_counts"] for p in phases] == [{"201": 2}, {"503": 1}, {"201": 2, "503": 1}]
+    # By answer time: the purchase sent before the fault was answered 503 during it.
+    assert [p["busy_answers"] for p in phases] == [0, 2, 1]
+    assert phases[0]["p99_ms"] == pytest.approx(2600.0)
     # The purchase sent during the fault and confirmed at 103.5 is not the first one after 102.0.
     assert resumed_after(purchases, recovered_at=102.0) == pytest.approx(0.1)
     assert resumed_after(purchases, recovered_at=None) is None
@@ -64,7 +65,8 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == REQUESTS
     assert run["phases"][0]["status_counts"].get("201", 0) >= REQUESTS // 3 - 100  # injected after a third
     assert all(phase["p99_ms"] > 0 for phase in run["phases"] if phase["status_counts"])
-    assert sum(phase["client_retries"] for phase in run["phases"]) == run["client_retries"]
+    busy = run["client_retries"] + run["status_counts"].get("503", 0)
+    assert sum(phase["busy_answers"] for phase in run["phases"]) == busy
     assert 0 <= run["resumed_after_s"] <= RESUME_LIMIT_S
     assert run["max_lock_wait_ms"] is not None
     assert run["max_lock_wait_ms"] <= settings.INVENTORY["ACQUIRE_TIMEOUT_MS"] + 1000
@@ -111,8 +113,8 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
     "options, message",
     [
         ({"backends": "redlock", "fault": "kill-minority", "scenario": "spike"}, "use --scenario deep, not spike"),
-        ({"backends": "redis", "fault": "kill-majority"}, "--fault kill-majority does not apply to redis: "
-                                                          "use --backends redlock"),
+        ({"backends": "redis", "fault": "kill-majority"},
+         "--fault kill-majority does not apply to redis: use --backends redlock"),
         ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --backends redis"),
         ({"backends": "db", "fault": "pause-worker"}, "use --backends etcd,redis,redlock"),
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --backends etcd"),

@@ -65,13 +65,14 @@ def run_cells(run: dict) -> list:
 
 
 def phase_lines(run: dict) -> list[str]:
-    """A fault run's phases under its row: seconds since the opening, final statuses, p99 and the
-    503s the shoppers resent; then the longest lock wait and how soon sales resumed."""
+    """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
+    purchases sent in it, the 503 answers received in it; then the longest lock wait and how soon
+    sales resumed."""
     lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
     for phase in run.get("phases") or []:
         counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
         lines.append(f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
-                     f"p99 {phase['p99_ms']:.0f} ms  503s resent {phase.get('client_retries', 0)}")
+                     f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}")
     if run.get("fault"):
         resumed = run.get("resumed_after_s")
         wait = run.get("max_lock_wait_ms")

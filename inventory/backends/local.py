@@ -17,6 +17,7 @@ from .unsafe import UnsafeStrategy
 
 
 class ProcessLockStrategy(UnsafeStrategy):
+    guarded = True
     name = "local"
     guard_label = "threading.Lock (this process only)"
 

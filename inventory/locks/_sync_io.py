@@ -152,6 +152,17 @@ def _send(conn, packed: list[bytes]) -> None:
         raise RedisConnectionError(f"error writing to the node: {error}") from error
 
 
+def _writable(sock, timeout_s: float) -> bool:
+    """Whether ``sock`` becomes writable (a non-blocking connect finished) within ``timeout_s``.
+
+    ``poll``, not ``select``: a gunicorn worker holding a spike's keep-alive connections has
+    descriptors above 1024, which ``select`` refuses ("filedescriptor out of range").
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def _read(conn):
     try:
         reply = conn._parser.read_response()
@@ -170,7 +181,7 @@ def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequen
         if conn._sock is None:
             sock = _start_connect(node, conn)
             if sock is not None:
-                if not select.select([], [sock], [], node.timeout_s)[1]:
+                if not _writable(sock, node.timeout_s):
                     sock.close()
                     raise RedisTimeoutError(f"{node.name}: connect timed out")
                 _finish_connect(node, conn, sock, node.timeout_s)
@@ -209,7 +220,7 @@ def _pending_connect(node: Node, started: float):
         conn, sock, since = node.pending.pop()  # atomic: two threads never claim the same connect
     except IndexError:
         return None, None
-    if not select.select([], [sock], [], 0)[1]:
+    if not _writable(sock, 0):
         if started - since < CONNECT_BACKOFF_S:
             node.pending.append((conn, sock, since))
             return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")

@@ -29,6 +29,21 @@ from .replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
 
+#: The strategies each fault means something for: the lock service it breaks, or (pause-worker) a
+#: lease that runs out while its holder is frozen. ``flashsale --fault`` refuses other pairings.
+FAULT_STRATEGIES = {
+    "kill-minority": frozenset({"redlock"}),
+    "kill-majority": frozenset({"redlock"}),
+    "restart-redis": frozenset({"redis"}),
+    "failover": frozenset({"redis"}),
+    "pause-worker": frozenset({"redis", "redlock", "etcd"}),
+    "kill-etcd-member": frozenset({"etcd"}),
+}
+
+#: Faults that make a second holder write from a stale read: without the storage check
+#: (``INVENTORY_FENCED=0``) they are expected to oversell.
+OVERSELL_UNFENCED = frozenset({"pause-worker", "failover"})
+
 
 class FaultError(ValueError):
     """A fault was asked for something it cannot do: unknown name, missing part, wrong order of calls."""
@@ -133,7 +148,7 @@ class Failover(Fault):
 
     name = "failover"
     description = "the Redis master dies before its last writes replicate; the replica is promoted"
-    strategies = frozenset({"redis"})
+    strategies = FAULT_STRATEGIES["failover"]
 
     def __init__(self, *, pair: ReplicatedPair, hold_s: float, lag_s: float) -> None:
         super().__init__(hold_s=hold_s)
@@ -163,25 +178,48 @@ class PauseWorker(Fault):
     ``workers`` returns the pids the caller started (see :func:`child_pids`); the first is stopped.
     While stopped, the worker keeps whatever lease it held; after it, its late writes meet the
     storage check.
+
+    A pause shows something only when it freezes a holder inside its section. ``holding`` (pids →
+    those inside it now) makes inject aim: it stops a worker ``holding`` names (else the first),
+    asks again once it is stopped, and if it is not inside, resumes it and tries again, for at
+    most ``search_s``; then the last one stays stopped. ``holder`` says whether it was inside.
     """
 
     name = "pause-worker"
     description = "a gunicorn worker is frozen (SIGSTOP) past the lock's lease, then resumed (SIGCONT)"
+    strategies = FAULT_STRATEGIES["pause-worker"]
 
-    def __init__(self, *, workers: Callable[[], Sequence[int]], hold_s: float) -> None:
+    def __init__(self, *, workers: Callable[[], Sequence[int]], hold_s: float,
+                 holding: Callable[[Sequence[int]], set[int]] | None = None, search_s: float = 2.0) -> None:
         super().__init__(hold_s=hold_s)
         self._workers = workers
+        self._holding = holding
+        self.search_s = search_s
         self.pid: int | None = None
+        self.holder: bool | None = None  # None: not asked (no ``holding``)
 
     def _inject(self) -> None:
-        pids = list(self._workers())
-        if not pids:
-            raise FaultError("pause-worker: no worker process to pause")
-        self.pid = pids[0]
-        os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + self.search_s
+        while True:
+            pids = list(self._workers())
+            if not pids:
+                raise FaultError("pause-worker: no worker process to pause")
+            inside = self._holding(pids) if self._holding else set()
+            self.pid = next((pid for pid in pids if pid in inside), pids[0])
+            self._stop(self.pid)
+            if self._holding is None:
+                return
+            self.holder = self.pid in self._holding([self.pid])
+            if self.holder or time.monotonic() > deadline:
+                return
+            os.kill(self.pid, signal.SIGCONT)
+
+    @staticmethod
+    def _stop(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
         # The signal is delivered asynchronously: return once the worker really is stopped.
         deadline = time.monotonic() + 1.0
-        while process_state(self.pid) not in ("T", "") and time.monotonic() < deadline:
+        while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def _recover(self) -> None:
@@ -222,7 +260,7 @@ FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "p
 def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node: RedisNode | None = None,
                pair: ReplicatedPair | None = None, workers: Callable[[], Sequence[int]] | None = None,
                lease_ttl_ms: int | None = None, etcd_cluster=None, hold_s: float | None = None,
-               lag_s: float = 0.2) -> Fault:
+               lag_s: float = 0.2, holding: Callable[[Sequence[int]], set[int]] | None = None) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
     * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
@@ -232,7 +270,8 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
     * ``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
       start empty. Default hold 1 s.
     * ``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s.
-    * ``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease.
+    * ``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease. With
+      ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
     * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
     """
@@ -248,14 +287,14 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
         which = "a minority" if name == "kill-minority" else "a majority"
         return KillProcesses(
-            name=name, strategies=frozenset({"redlock"}), hold_s=2.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
             description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
             members=lambda: list(nodes)[:count],
         )
     if name == "restart-redis":
         node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
         return KillProcesses(
-            name=name, strategies=frozenset({"redis"}), hold_s=1.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=1.0 if hold_s is None else hold_s,
             description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
             members=lambda: [node],
         )
@@ -268,7 +307,7 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
         hold_s = ttl_ms * 1.5 / 1000.0 if hold_s is None else hold_s
         if hold_s * 1000.0 <= ttl_ms:
             raise FaultError(f"pause-worker: hold_s {hold_s} s does not outlast the {ttl_ms} ms lease")
-        return PauseWorker(workers=workers, hold_s=hold_s)
+        return PauseWorker(workers=workers, hold_s=hold_s, holding=holding)
     if name == "kill-etcd-member":
         cluster = need(etcd_cluster, "the etcd cluster (etcd_cluster=EtcdCluster)")
 
@@ -277,7 +316,7 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             return [leader if leader is not None else cluster[0]]
 
         return KillProcesses(
-            name=name, strategies=frozenset({"etcd"}), hold_s=2.0 if hold_s is None else hold_s,
+            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
             description="the etcd leader (else member 0) is killed, then restarted with its data",
             members=victim,
         )

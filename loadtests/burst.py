@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -40,6 +41,7 @@ from inventory.backends import strategy_class
 from inventory.models import BurstRun, Product
 from inventory.services import audit, reset_sale
 
+from .faultrun import FaultRun
 from .figures import merge, timeline
 from .judge import judge
 from .processes import Child, ChildError, free_port, stop_all, wait_until_answers
@@ -79,6 +81,8 @@ class BurstPlan:
     max_retries: int = 3
     countdown_s: float = 1.0
     timeout_s: float = 180.0
+    fault: str | None = None  # a name of inventory.faults.FAULT_NAMES, injected into every row
+    fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
 
     @property
     def sale_stock(self) -> int:
@@ -129,8 +133,10 @@ def database_url() -> str:
     return f"{url}?{urlencode(options)}" if options else url
 
 
-def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path) -> dict[str, str]:
-    """One pod's environment: this process's services, the strategy, the sizing of its workers."""
+def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path,
+                       overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """One pod's environment: this process's services, the strategy, the sizing of its workers;
+    ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off)."""
     inventory = settings.INVENTORY
     env = {k: v for k, v in os.environ.items() if k not in {"ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}}
     env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
@@ -158,6 +164,7 @@ def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: 
     )
     if backend != FLOOR:
         env.update(strategy_class(backend).server_env(inventory))
+    env.update(overrides or {})
     return env
 
 
@@ -241,8 +248,10 @@ class ConnectionSampler(threading.Thread):
 class Row:
     """The processes and files of one row while it runs."""
 
-    def __init__(self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path) -> None:
+    def __init__(self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.backend = backend
+        self.env = env or {}
         self.plan = plan
         self.run_dir = run_dir
         self.scratch = scratch
@@ -263,7 +272,8 @@ class Row:
                 [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
                 cwd=settings.BASE_DIR,
                 env=server_environment(
-                    backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod)
+                    backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod),
+                    overrides=self.env,
                 ),
                 log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
                 nice=POD_NICE,
@@ -311,6 +321,12 @@ class Row:
     def progress_reports(self) -> list[dict]:
         return [read_json(self.progress_path(i)) or {} for i in range(len(self.locusts))]
 
+    def answered(self) -> int:
+        return sum(report.get("answered", 0) for report in self.progress_reports())
+
+    def first_pod_pid(self) -> int | None:
+        return self.pods[0].process.pid if self.pods else None
+
     def stop(self) -> None:
         stop_all([*self.locusts, *self.pods])
 
@@ -329,22 +345,36 @@ class Row:
 
 
 def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], None] | None = None) -> dict:
-    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys)."""
+    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys).
+
+    With ``plan.fault`` (not for the floor), the fault is injected into the row once a third of
+    its purchases have been answered and recovered after its hold (:mod:`loadtests.faultrun`).
+    """
     prepare_product(sku=plan.sku, stock=plan.sale_stock)
     started_at = timezone.now()
     run_dir = Path(settings.RUN_DIR) / "burst"
     run_dir.mkdir(parents=True, exist_ok=True)
     progress = Progress(backend=backend, requests=plan.requests)
-    sampler = ConnectionSampler(database_url())
-    sampler.start()
-    with tempfile.TemporaryDirectory(dir=run_dir) as scratch:
-        row = Row(backend=backend, plan=plan, run_dir=run_dir, scratch=Path(scratch))
+    faulted = None
+    if plan.fault and backend != FLOOR:
+        faulted = FaultRun(plan.fault, backend=backend, fenced=plan.fenced, requests=plan.requests,
+                           database_url=database_url())
+    env = {} if plan.fenced or backend == FLOOR else {"INVENTORY_FENCED": "0"}
+    with tempfile.TemporaryDirectory(dir=run_dir) as scratch, faulted or nullcontext():
+        row = Row(backend=backend, plan=plan, run_dir=run_dir, scratch=Path(scratch),
+                  env={**env, **(faulted.env if faulted else {})})
+        sampler = ConnectionSampler(database_url())
+        sampler.start()
         try:
             if on_progress:
                 on_progress(progress)
             row.start_pods()
             row.start_locusts()
+            if faulted:
+                faulted.start(pod_pid=row.first_pod_pid, answered=row.answered)
             drive(row, progress, on_progress)
+            if faulted:
+                faulted.finish()
             summaries = [read_json(row.summary_path(i)) for i in range(len(row.locusts))]
         except ChildError as exc:
             raise BurstError(str(exc)) from exc
@@ -363,6 +393,8 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
             progress.samples, opened_at=progress.opened_at or 0.0,
             sent_times=figures["sent_times"], answer_times=figures["answer_times"],
         )
+        if faulted:
+            figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return record(
         backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections,
     )
@@ -423,6 +455,9 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
     row = {
         "backend": backend,
         "scenario": plan.scenario,
+        "fault": figures.get("fault"),
+        "fault_description": figures.get("fault_description"),
+        "fenced": plan.fenced,
         "pods": plan.pods,
         "requests": figures["sent"],
         "stock_initial": report.initial if report else plan.sale_stock,
@@ -453,6 +488,9 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "peak_db_connections": peak_db_connections,
         "floor_ratio": None,
         "server_timing": figures["server_timing"],
+        "max_lock_wait_ms": figures["max_lock_wait_ms"],
+        "phases": figures.get("phases", []),
+        "resumed_after_s": figures.get("resumed_after_s"),
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": {

@@ -118,6 +118,7 @@ def merge(summaries: list[dict]) -> dict:
     merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
     merged["sent_times"] = sorted(t for summary in summaries for t in summary.get("sent_times", []))
     merged["answer_times"] = sorted(t for summary in summaries for t in summary.get("answer_times", []))
+    merged["purchases"] = sorted(p for summary in summaries for p in summary.get("purchases", []))
     def times(key: str) -> list[float]:
         return [s[key] for s in summaries if s.get(key) is not None]
 
@@ -140,9 +141,55 @@ def merge(summaries: list[dict]) -> dict:
         p95_ms=round(percentile(ordered, 0.95), 1),
         p99_ms=round(percentile(ordered, 0.99), 1),
         server_timing={TIMING_KEYS[name]: spread(values) for name, values in timings.items()},
+        max_lock_wait_ms=round(max(timings["lock"]), 1) if timings["lock"] else None,
         latency_histogram_ms=latency_histogram(latencies),
     )
     return merged
+
+
+def fault_phases(purchases: list[list], *, opened_at: float, injected_at: float | None,
+                 recovered_at: float | None) -> list[dict]:
+    """The purchases split by send time into ``before`` / ``during`` / ``after`` a fault's window.
+
+    ``purchases`` are ``[sent, answered, status, lock ms, [503 answered at, ...]]`` (wall clock, as
+    the Locust processes record them); ``injected_at`` / ``recovered_at`` are wall clock too (None:
+    not reached). Each phase has ``start_s`` / ``end_s`` in seconds since ``opened_at`` (the
+    timeline's clock), and the final ``status_counts`` and ``p99_ms`` latency of the purchases
+    *sent* in it; ``busy_answers`` counts the 503 + Retry-After answers *received* in it (resent
+    ones included, which the final status hides). A phase the fault never reached is left out; the
+    last one ends at the last answer (or its own start).
+    """
+    if not purchases:
+        return []
+    last = max(p[1] for p in purchases)
+    bounds = [("before", min(opened_at, purchases[0][0]), injected_at)]
+    if injected_at is not None:
+        bounds.append(("during", injected_at, recovered_at))
+        if recovered_at is not None:
+            bounds.append(("after", recovered_at, None))
+    found = []
+    for name, start, end in bounds:
+        stop = end if end is not None else max(last, start)
+        inside = [p for p in purchases if start <= p[0] < stop or (end is None and p[0] >= start)]
+        found.append({
+            "name": name,
+            "start_s": round(max(0.0, start - opened_at), 3),
+            "end_s": round(max(0.0, stop - opened_at), 3),
+            "status_counts": dict(sorted(Counter(str(p[2]) for p in inside).items())),
+            "p99_ms": round(percentile(sorted((p[1] - p[0]) * 1000 for p in inside), 0.99), 1),
+            "busy_answers": sum(start <= at and (end is None or at < stop) for p in purchases
+                                for at in (p[4] if len(p) > 4 else ())),
+        })
+    return found
+
+
+def resumed_after(purchases: list[list], *, recovered_at: float | None) -> float | None:
+    """Seconds from ``recovered_at`` to the first confirmed (201) answer at or after it; None
+    without a recovery or without such an answer."""
+    if recovered_at is None:
+        return None
+    confirmed = [p[1] for p in purchases if p[2] == 201 and p[1] >= recovered_at]
+    return round(min(confirmed) - recovered_at, 3) if confirmed else None
 
 
 def median_run(runs: list[dict]) -> dict:

@@ -18,6 +18,7 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
             problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
         if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:
             problems.append("stock went below 0 during the burst")
+    problems += figures.get("fault_problems", [])
     if errors_5xx:
         problems.append(f"{errors_5xx} server errors")
     if figures["transport_errors"]:

@@ -86,6 +86,9 @@ class Sale:
         self.latencies_ms: list[float] = []
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
+        # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
+        # wall clock of each 503 + Retry-After answer it got (resent or final)]
+        self.purchases: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
         self.last_sent_at: float | None = None
@@ -131,6 +134,7 @@ class Sale:
             "latencies_ms": [round(value, 2) for value in self.latencies_ms],
             "sent_times": [round(value, 4) for value in self.sent_times],
             "answer_times": [round(value, 4) for value in self.answer_times],
+            "purchases": self.purchases,
             "server_timing": self.timing,
         }
 
@@ -368,6 +372,7 @@ class Shopper(User):
         Idempotency-Key) after a 503 + Retry-After, at most --max-retries times."""
         sale.sent += 1
         started = None
+        busy_at = []
         for attempt in range(options.max_retries + 1):
             already = sent if attempt == 0 else None
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
@@ -376,13 +381,16 @@ class Shopper(User):
                 sale.first_sent_at = sale.first_sent_at or sent_at
                 sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
+            if retry_after is not None:
+                busy_at.append(round(time.time(), 4))
             if retry_after is None or attempt == options.max_retries:
                 break
             sale.client_retries += 1
             gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
-        self.record(status, headers, body, busy=retry_after is not None, started=started)
+        self.record(status, headers, body, busy=retry_after is not None, started=started, busy_at=busy_at)
 
-    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float) -> None:
+    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float,
+               busy_at: list[float]) -> None:
         finished = time.time()
         sale.answered += 1
         sale.last_answered_at = finished
@@ -396,9 +404,11 @@ class Shopper(User):
             sale.busy += 1
         if status == 201:
             sale.last_confirmed_at = finished
-        for name, value in parse_server_timing(headers.get("Server-Timing") if headers else None).items():
+        timing = parse_server_timing(headers.get("Server-Timing") if headers else None)
+        for name, value in timing.items():
             if name in sale.timing:
                 sale.timing[name].append(value)
+        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at])
         try:
             payload = json.loads(body or b"{}")
         except ValueError:

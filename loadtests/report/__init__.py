@@ -199,6 +199,10 @@ def _fault(run: dict) -> str:
     counts = during.get("status_counts") if isinstance(during.get("status_counts"), dict) else {}
     busy = counts.get("503", 0) if isinstance(counts.get("503", 0), int) else 0
     said = [f"{plural(busy, 'shopper', 'shoppers')} told busy"]
+    answers = during.get("busy_answers")
+    if isinstance(answers, int) and not isinstance(answers, bool) and answers > busy:
+        # Shoppers resend a 503 + Retry-After: the final status hides the busy answers they got.
+        said.append(f"{plural(answers, 'busy answer', 'busy answers')} in all, resent")
     if figure(during, "p99_ms") is not None:
         said.append(f"p99 {ms(figure(during, 'p99_ms'))} ms")
     resumed = figure(run, "resumed_after_s")
@@ -709,12 +713,15 @@ def _phase_table(run: dict) -> str:
     if not found:
         return ""
     statuses = sorted({s for p in found if isinstance(p.get("status_counts"), dict) for s in p["status_counts"]})
-    head = "".join(f'<th scope="col">{esc(h)}</th>' for h in ["phase", "seconds", *statuses, "p99 ms"])
+    answers = any(figure(p, "busy_answers") is not None for p in found)
+    head = "".join(f'<th scope="col">{esc(h)}</th>' for h in
+                   ["phase", "seconds", *statuses, "p99 ms", *(["503 answers received"] if answers else [])])
     rows = []
     for p in found:
         counts = p.get("status_counts") if isinstance(p.get("status_counts"), dict) else {}
         cells = [f"{p['start_s']:.1f}–{p['end_s']:.1f}",
-                 *[cell(figure(counts, s) if s in counts else 0) for s in statuses], cell(figure(p, "p99_ms"), ms)]
+                 *[cell(figure(counts, s) if s in counts else 0) for s in statuses], cell(figure(p, "p99_ms"), ms),
+                 *([cell(figure(p, "busy_answers"))] if answers else [])]
         rows.append(f'<tr><th scope="row">{esc(p["name"])}</th>'
                     + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
     extra = []

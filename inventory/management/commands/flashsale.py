@@ -17,6 +17,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from inventory.backends import STRATEGIES, ServiceError, services_running, strategy_class
+from inventory.backends.fenced import FencedLockStrategy
+from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
 from inventory.nodes import NodeError
 from loadtests.burst import (
     FLOOR, SCENARIOS, BurstError, BurstPlan, Progress, collect_static, database_url, default_locust_processes,
@@ -63,6 +65,23 @@ def run_cells(run: dict) -> list:
     ]
 
 
+def phase_lines(run: dict) -> list[str]:
+    """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
+    purchases sent in it, the 503 answers received in it; then the longest lock wait and how soon
+    sales resumed."""
+    lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
+    for phase in run.get("phases") or []:
+        counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
+        lines.append(f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
+                     f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}")
+    if run.get("fault"):
+        resumed = run.get("resumed_after_s")
+        wait = run.get("max_lock_wait_ms")
+        lines.append(f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
+                     f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery")
+    return lines
+
+
 def with_floor_ratio(run: dict, floor: dict | None) -> dict:
     if run["backend"] != FLOOR and floor and floor["rps"]:
         run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
@@ -102,10 +121,18 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
         parser.add_argument("--report", dest="report_path", default="",
                             help="write the self-contained HTML report here (e.g. artifacts/report.html)")
+        parser.add_argument(
+            "--fault", choices=FAULT_NAMES, default=None, metavar="NAME",
+            help="inject a fault into every row of the deep scenario and report before/during/after: "
+                 + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
+        )
+        parser.add_argument("--unfenced", action="store_true",
+                            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
+                                 f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail")
 
     def handle(self, *args, scenario: str, backends: str, requests: int, stock: int, sku: str, pods: int, users: int,
                workers: int, threads: int, locust_processes: int | None, repeat: int, timeout: float | None,
-               json_path: str, report_path: str, **options):
+               json_path: str, report_path: str = "", fault: str | None = None, unfenced: bool = False, **options):
         if scenario not in SCENARIOS:
             raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
         if backends.strip() == "all":
@@ -134,10 +161,11 @@ class Command(BaseCommand):
                                      ("--report", report_path, "artifacts/report.html")):
             if value and Path(value).is_dir():
                 raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
+        self.check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
             requests=requests, stock=stock, scenario=scenario, sku=sku, pods=pods, users=users, workers=workers,
             threads=threads, pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
-            locust_processes=locust_processes, timeout_s=timeout,
+            locust_processes=locust_processes, timeout_s=timeout, fault=fault, fenced=not unfenced,
         )
         started_at = timezone.now()
         controls = [name for name in names if strategy_class(name).control]
@@ -158,22 +186,29 @@ class Command(BaseCommand):
                     f"workers × {threads} threads, pool {plan.pool_max_size} per worker, "
                     f"{locust_processes} Locust process(es)"
                 )
+                if fault:
+                    self.stdout.write(
+                        f"fault {fault}, injected after a third of the purchases were answered; no floor row"
+                        + ("; storage check off (INVENTORY_FENCED=0)" if unfenced else "")
+                    )
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
                     floor = None
-                    for name in [FLOOR, *names]:
+                    for name in names if fault else [FLOOR, *names]:
                         run = with_floor_ratio(self.run_one(name, plan), floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
                         runs.append(run)
                         self.stdout.write(table_row(run_cells(run)))
-        except (ServiceError, NodeError, BurstError) as exc:
+                        for line in phase_lines(run):
+                            self.stdout.write(line)
+        except (ServiceError, NodeError, BurstError, FaultError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
-        rows = runs if repeat == 1 else self.medians(runs, [FLOOR, *names])
+        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
         document = self.document(rows, started_at)
         if json_path:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
@@ -182,8 +217,37 @@ class Command(BaseCommand):
             written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
             self.stdout.write(f"report: {written}")
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
+        if unfenced and fault in OVERSELL_UNFENCED:
+            oversold = sum(run["oversold"] for run in runs)
+            self.stdout.write(
+                f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
+                + (f"the audit found {oversold} unit(s) oversold, which the fence prevents" if oversold
+                   else "this time no unit was oversold (the race was not hit)")
+            )
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
+
+    @staticmethod
+    def check_fault(*, fault: str | None, unfenced: bool, scenario: str, names: list[str]) -> None:
+        """Refuse a fault outside the deep scenario or with a strategy it means nothing for, and
+        --unfenced with a strategy that has no storage check to switch off."""
+        if unfenced:
+            plain = [name for name in names if not issubclass(strategy_class(name), FencedLockStrategy)]
+            if plain:
+                fenced = [name for name in STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
+                raise CommandError(f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
+                                   f"use --backends from {','.join(fenced)}")
+        if fault is None:
+            return
+        if fault not in FAULT_NAMES:
+            raise CommandError(f"unknown fault {fault!r}: use one of {', '.join(FAULT_NAMES)}")
+        if scenario != "deep":
+            raise CommandError(f"--fault runs in the deep scenario (every purchase through the lock): "
+                               f"use --scenario deep, not {scenario}")
+        wrong = [name for name in names if name not in FAULT_STRATEGIES[fault]]
+        if wrong:
+            raise CommandError(f"--fault {fault} does not apply to {', '.join(wrong)}: "
+                               f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}")
 
     def run_one(self, name: str, plan: BurstPlan) -> dict:
         try:

@@ -1,0 +1,263 @@
+"""A fault inside one row of the burst (``flashsale --fault NAME``): its parts, the pods' settings, its timing.
+
+:class:`FaultRun` starts what the fault needs and the project does not already run (a private
+``redis-server`` for ``restart-redis``, a master + replica for ``failover``; the Redlock nodes and
+the etcd cluster are the strategies' own services, which ``flashsale`` has started), gives the pods
+the settings that point them at it (:attr:`FaultRun.env`), and, once the pods run, a thread that
+injects the fault when a third of the purchases have been answered, waits the fault's ``hold_s``
+and recovers it. The instants are kept on the wall clock, the clock the Locust processes stamp
+every purchase with, so :meth:`FaultRun.figures` can split the purchases into phases.
+
+Every part it started is stopped on exit, and a fault still injected is recovered first, also
+on error or Ctrl-C. The ``redis`` strategy's faults never touch the machine's Redis: the pods
+get ``REDIS_URL`` of the private node (or of the pair's front relay, which runs in this process).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Self
+
+import psycopg
+from django.conf import settings
+
+from inventory.backends.etcd import project_cluster
+from inventory.backends.redlock import project_nodes
+from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
+from inventory.nodes import NodeError, RedisNode
+from inventory.replication import ReplicatedPair
+
+from .figures import fault_phases, resumed_after
+
+#: Ports of the fault's private Redis, from ``REDLOCK_BASE_PORT``: +40 the restarted node, +41/+42
+#: the failover's master and replica, +43 the relay the pods connect to.
+PRIVATE_PORT_OFFSET = 40
+#: The fault is injected once this share of the purchases has been answered.
+INJECT_AFTER_FRACTION = 1 / 3
+#: pause-worker's lease: short, so that the pause outlasts it within a few seconds. etcd grants a
+#: session lease of at least 1.5 election timeouts (1.5 s here), so it gets 2 s.
+PAUSE_LEASE_MS = {"etcd": 2000}
+PAUSE_LEASE_DEFAULT_MS = 1000
+#: failover's lease. Releases of the lag are lost with the master, so the promoted replica still
+#: holds the key of a holder that has finished, until its lease runs out: with the default 10 s
+#: the sale resumed 8.8 s after the promotion (measured), with 2 s well within the 2 s target.
+FAILOVER_LEASE_MS = 2000
+#: After the sale resumes later than this (seconds after the recovery), the row has a problem.
+RESUME_LIMIT_S = 2.0
+POLL_S = 0.02
+
+
+class FaultRun:
+    """The fault ``name`` in one row of ``backend``; use as a context manager around the row."""
+
+    def __init__(self, name: str, *, backend: str, fenced: bool, requests: int, database_url: str) -> None:
+        if name not in FAULT_NAMES:
+            raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
+        self.name = name
+        self.backend = backend
+        self.requests = requests
+        self.database_url = database_url
+        self.run_dir = Path(settings.RUN_DIR) / "burst-faults"
+        self.env: dict[str, str] = {} if fenced else {"INVENTORY_FENCED": "0"}
+        self.node: RedisNode | None = None
+        self.pair: ReplicatedPair | None = None
+        self.pod_pid: Callable[[], int | None] = lambda: None
+        self.fault: Fault | None = None
+        self.probe: SectionProbe | None = None
+        self.timer: FaultTimer | None = None
+
+    def __enter__(self) -> Self:
+        try:
+            self.fault = self._make()
+        except BaseException:
+            self._stop_parts()
+            raise
+        return self
+
+    def _make(self) -> Fault:
+        base = settings.REDLOCK_BASE_PORT + PRIVATE_PORT_OFFSET
+        if self.name in ("kill-minority", "kill-majority"):
+            nodes = project_nodes()
+            if list(settings.INVENTORY["REDLOCK_URLS"]) != nodes.urls:
+                raise FaultError(f"{self.name} kills only the project's own Redlock nodes ({', '.join(nodes.urls)}); "
+                                 "REDLOCK_URLS names others")
+            return make_fault(self.name, redlock_nodes=nodes)
+        if self.name == "restart-redis":
+            self.node = RedisNode(port=base, run_dir=self.run_dir)
+            own_node(self.node)
+            self.node.start()
+            self.env["REDIS_URL"] = self.node.url
+            return make_fault(self.name, redis_node=self.node)
+        if self.name == "failover":
+            self.pair = ReplicatedPair(base_port=base + 1, front_port=base + 3, run_dir=self.run_dir)
+            self.pair.start()
+            self.env.update(REDIS_URL=self.pair.front.url, LOCK_TTL_MS=str(FAILOVER_LEASE_MS))
+            return make_fault(self.name, pair=self.pair)
+        if self.name == "pause-worker":
+            lease_ms = PAUSE_LEASE_MS.get(self.backend, PAUSE_LEASE_DEFAULT_MS)
+            self.env["LOCK_TTL_MS"] = str(lease_ms)
+            self.probe = SectionProbe(self.database_url)
+            return make_fault(self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside)
+        return make_fault(self.name, etcd_cluster=project_cluster())
+
+    def workers(self) -> list[int]:
+        """The first pod's gunicorn workers."""
+        pid = self.pod_pid()
+        return child_pids(pid) if pid else []
+
+    def start(self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int]) -> None:
+        """The pods run: start the thread that injects the fault after a third of the answers."""
+        self.pod_pid = pod_pid
+        self.timer = FaultTimer(self.fault, answered=answered,
+                                trigger=max(1, round(self.requests * INJECT_AFTER_FRACTION)))
+        self.timer.start()
+
+    def finish(self) -> None:
+        """The burst is over: let the timer recover the fault (now, if it never got to)."""
+        if self.timer is not None:
+            self.timer.finish()
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.finish()
+            if self.fault is not None:
+                self.fault.close()
+        finally:
+            self._stop_parts()
+
+    def _stop_parts(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+        if self.pair is not None:
+            self.pair.stop()
+        if self.node is not None:
+            self.node.stop()
+
+    def figures(self, purchases: list[list], *, opened_at: float) -> dict:
+        """``fault``, ``phases``, ``resumed_after_s`` for the row, and ``fault_problems``: what went wrong
+        with the fault itself (never injected, an error, no recovery, sales that did not resume in time)."""
+        timer = self.timer
+        injected = timer.injected_wall if timer else None
+        recovered = timer.recovered_wall if timer else None
+        resumed = resumed_after(purchases, recovered_at=recovered)
+        problems = []
+        if timer is not None and timer.error:
+            problems.append(f"{self.name} failed: {timer.error}")
+        elif injected is None:
+            problems.append(f"the burst ended before {self.name} was injected: use more --requests")
+        elif recovered is None:
+            problems.append(f"{self.name} was not recovered")
+        elif resumed is None:
+            problems.append(f"no order was confirmed after {self.name} recovered")
+        elif resumed > RESUME_LIMIT_S:
+            problems.append(f"sales resumed {resumed:.2f}s after {self.name} recovered (limit {RESUME_LIMIT_S:g}s)")
+        detail = self.fault.description if self.fault else None
+        if isinstance(self.fault, PauseWorker) and self.fault.pid is not None:
+            where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
+            detail += f"; worker {self.fault.pid}, {where}"
+        return {
+            "fault": self.name,
+            "fault_description": detail,
+            "phases": fault_phases(purchases, opened_at=opened_at, injected_at=injected, recovered_at=recovered),
+            "resumed_after_s": resumed,
+            "fault_problems": problems,
+        }
+
+
+class FaultTimer(threading.Thread):
+    """Inject ``fault`` once ``answered()`` reaches ``trigger``, hold it ``fault.hold_s``, recover it.
+
+    ``injected_wall`` / ``recovered_wall`` are the fault's own instants on the wall clock (None until
+    reached); ``error`` is what an inject or recover raised. :meth:`finish` cuts the wait short:
+    a fault not yet injected never is, one injected is recovered at once.
+    """
+
+    def __init__(self, fault: Fault, *, answered: Callable[[], int], trigger: int) -> None:
+        super().__init__(name=f"fault:{fault.name}", daemon=True)
+        self.fault = fault
+        self.answered = answered
+        self.trigger = trigger
+        self.injected_wall: float | None = None
+        self.recovered_wall: float | None = None
+        self.error: str | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        wall_minus_monotonic = time.time() - time.monotonic()
+        try:
+            while self.answered() < self.trigger:
+                if self._done.wait(POLL_S):
+                    return
+            self.fault.inject()
+            self.injected_wall = self.fault.injected_at + wall_minus_monotonic
+            self._done.wait(self.fault.hold_s)
+            self.fault.recover()
+            self.recovered_wall = self.fault.recovered_at + wall_minus_monotonic
+        except Exception as exc:  # noqa: BLE001 - reported as the row's problem, the row still audited
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def finish(self) -> None:
+        self._done.set()
+        if self.is_alive():
+            self.join()
+
+
+def own_node(node: RedisNode) -> None:
+    """Stop a node of ours left by an interrupted run; refuse a port some other redis-server holds."""
+    node.stop()
+    if node.ping():
+        raise NodeError(f"port {node.port} is taken by a redis-server this run did not start")
+
+
+class SectionProbe:
+    """Which gunicorn workers are inside the purchase section now, from PostgreSQL and /proc.
+
+    The section (read, decide, write, order) is one transaction of several statements, run under
+    the lock, so a worker inside it holds the lock. A backend's ``client_port`` is the local port
+    of the worker's socket: /proc/net/tcp gives its inode, one of the worker's file descriptors.
+    One connection, opened on first use.
+    """
+
+    QUERY = (
+        "SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND client_port IS NOT NULL AND xact_start IS NOT NULL "
+        # More than one statement: a lone autocommit statement starts its transaction as it starts.
+        "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)"
+    )
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._conn: psycopg.Connection | None = None
+
+    def inside(self, pids) -> set[int]:
+        try:
+            if self._conn is None:
+                self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
+            ports = {row[0] for row in self._conn.execute(self.QUERY)}
+        except psycopg.Error:
+            return set()
+        sockets = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as lines:
+                    next(lines)
+                    for line in lines:
+                        fields = line.split()
+                        if int(fields[1].rsplit(":", 1)[1], 16) in ports:
+                            sockets.add(f"socket:[{fields[9]}]")
+            except OSError:
+                continue
+        found = set()
+        for pid in pids:
+            try:
+                if any(str(fd.readlink()) in sockets for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                    found.add(pid)
+            except OSError:
+                continue
+        return found
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()

@@ -1,0 +1,135 @@
+"""Faults inside the burst: ``manage.py flashsale --fault NAME`` against real pods, Locust, PostgreSQL
+and the real lock services, which the fault kills and restarts.
+
+Each run is a small deep sale (every purchase through the lock); the assertions come from the
+command's JSON and from the database. ``transaction=True``: the pods must see the committed rows.
+"""
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from inventory.models import BurstRun, Order, Product
+from inventory.nodes import RedisNode
+from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
+from loadtests.figures import fault_phases, resumed_after
+
+SKU = "flash-burst"
+REQUESTS = 600
+
+
+def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_recovery():
+    # [sent, answered, status, lock ms, resends] on the wall clock; the sale opened at 100.0.
+    purchases = [[100.1, 100.2, 201, 1.0, []], [100.9, 103.5, 201, 900.0, [101.2]], [101.5, 101.6, 503, 5.0, [101.6]],
+                 [102.0, 102.1, 201, 2.0, []], [102.1, 102.4, 503, 1.0, [102.4]], [102.2, 102.6, 201, 3.0, []]]
+
+    phases = fault_phases(purchases, opened_at=100.0, injected_at=101.0, recovered_at=102.0)
+
+    assert [(p["name"], p["start_s"], p["end_s"]) for p in phases] == [
+        ("before", 0.0, 1.0), ("during", 1.0, 2.0), ("after", 2.0, 3.5)]
+    assert [p["status_counts"] for p in phases] == [{"201": 2}, {"503": 1}, {"201": 2, "503": 1}]
+    # By answer time: the purchase sent before the fault was answered 503 during it.
+    assert [p["busy_answers"] for p in phases] == [0, 2, 1]
+    assert phases[0]["p99_ms"] == pytest.approx(2600.0)
+    # The purchase sent during the fault and confirmed at 103.5 is not the first one after 102.0.
+    assert resumed_after(purchases, recovered_at=102.0) == pytest.approx(0.1)
+    assert resumed_after(purchases, recovered_at=None) is None
+    assert resumed_after(purchases, recovered_at=103.6) is None
+    assert [p["name"] for p in fault_phases(purchases, opened_at=100.0, injected_at=None, recovered_at=None)] \
+        == ["before"]
+
+
+def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
+    path = tmp_path / "burst.json"
+    out = StringIO()
+    error = None
+    try:
+        call_command("flashsale", sku=SKU, scenario="deep", requests=REQUESTS, json_path=str(path), stdout=out,
+                     stderr=StringIO(), **options)
+    except CommandError as exc:
+        error = exc
+    return json.loads(path.read_text()), out.getvalue(), error
+
+
+def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
+    """The fault's keys, its three phases covering every purchase, and every invariant held."""
+    assert (run["backend"], run["fault"], run["scenario"]) == (backend, fault, "deep")
+    assert [phase["name"] for phase in run["phases"]] == ["before", "during", "after"]
+    assert run["phases"][0]["start_s"] == 0.0
+    for earlier, later in zip(run["phases"], run["phases"][1:]):
+        assert earlier["end_s"] == later["start_s"]
+    assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == REQUESTS
+    assert run["phases"][0]["status_counts"].get("201", 0) >= REQUESTS // 3 - 100  # injected after a third
+    assert all(phase["p99_ms"] > 0 for phase in run["phases"] if phase["status_counts"])
+    busy = run["client_retries"] + run["status_counts"].get("503", 0)
+    assert sum(phase["busy_answers"] for phase in run["phases"]) == busy
+    assert 0 <= run["resumed_after_s"] <= RESUME_LIMIT_S
+    assert run["max_lock_wait_ms"] is not None
+    assert run["max_lock_wait_ms"] <= settings.INVENTORY["ACQUIRE_TIMEOUT_MS"] + 1000
+    assert run["invariants_ok"] is True, run["problems"]
+    assert (run["oversold"], run["lost"], run["errors_5xx"], run["transport_errors"]) == (0, 0, 0, 0)
+    # From the database: every confirmed purchase is one order, and the stock fell by exactly that.
+    product = Product.objects.get(sku=SKU)
+    orders = Order.objects.filter(product=product).count()
+    assert orders == run["status_counts"].get("201", 0) == run["orders"]
+    assert product.initial_stock - product.stock == orders
+    assert BurstRun.objects.get(backend=backend).invariants_ok is True
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_path):
+    document, printed, error = fault_run(tmp_path, backends="redlock", fault="kill-minority")
+
+    assert error is None, f"{error}\n{printed}"
+    [run] = document["runs"]  # no floor row in a fault run
+    assert_fault_row(run, fault="kill-minority", backend="redlock")
+    assert "2 of 5 Redlock nodes" in run["fault_description"]
+    assert "  during " in printed and "sales resumed" in printed
+    assert all(node.ping() for node in fresh_redlock_nodes)  # the killed two were restarted
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_client, tmp_path):
+    private = RedisNode(port=settings.REDLOCK_BASE_PORT + PRIVATE_PORT_OFFSET, run_dir=tmp_path)
+
+    document, printed, error = fault_run(tmp_path, backends="redis", fault="restart-redis")
+
+    assert error is None, f"{error}\n{printed}"
+    [run] = document["runs"]
+    assert_fault_row(run, fault="restart-redis", backend="redis")
+    assert f"port {private.port}" in run["fault_description"]
+    assert not private.ping()  # stopped at the end
+    # The pods locked on the private node: the shop's own Redis never saw a lock key.
+    assert not [key for key in redis_client.keys("*") if b"lock" in key]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"backends": "redlock", "fault": "kill-minority", "scenario": "spike"}, "use --scenario deep, not spike"),
+        ({"backends": "redis", "fault": "kill-majority"},
+         "--fault kill-majority does not apply to redis: use --backends redlock"),
+        ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --backends redis"),
+        ({"backends": "db", "fault": "pause-worker"}, "use --backends etcd,redis,redlock"),
+        ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --backends etcd"),
+        ({"backends": "db", "fault": "bogus"}, "unknown fault 'bogus'"),
+        ({"backends": "atomic", "unfenced": True}, "atomic has none"),
+    ],
+)
+@pytest.mark.django_db
+def test_bad_fault_combinations_start_nothing(options, message, tmp_path):
+    path = tmp_path / "burst.json"
+    options = {"scenario": "deep", "requests": 10, "json_path": str(path), **options}
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", stdout=StringIO(), stderr=StringIO(), **options)
+    assert message in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+    assert not path.exists()
+    assert not Product.objects.filter(sku=SKU).exists()
+    assert not RedisNode(port=settings.REDLOCK_BASE_PORT + PRIVATE_PORT_OFFSET, run_dir=tmp_path).ping()

@@ -4,6 +4,7 @@ Stock moves only through the services (purchase, restock, reset), so the admin s
 fence read-only and offers restock and reset as actions, each behind a confirmation page and
 each recorded in the admin log (``LogEntry``) of the product it changed.
 """
+
 from __future__ import annotations
 
 from django import forms
@@ -41,7 +42,9 @@ def products_with_totals():
 
 def invariant_mark(product) -> str:
     if product.invariant_ok:
-        return format_html('<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0")
+        return format_html(
+            '<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0"
+        )
     drift = product.ordered_units - (product.initial_stock - product.stock)
     what = f"oversold by {drift}" if drift > 0 else f"{-drift} units lost" if drift < 0 else "stock below 0"
     return format_html('<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', what)
@@ -49,14 +52,19 @@ def invariant_mark(product) -> str:
 
 class RestockForm(forms.Form):
     quantity = forms.IntegerField(
-        label="Units to add to each selected product", min_value=1, max_value=1_000_000,
+        label="Units to add to each selected product",
+        min_value=1,
+        max_value=1_000_000,
         widget=forms.NumberInput(attrs={"autofocus": True}),
     )
 
 
 class ResetSaleForm(forms.Form):
     stock = forms.IntegerField(
-        label="Units to put on sale", min_value=0, max_value=1_000_000, required=False,
+        label="Units to put on sale",
+        min_value=0,
+        max_value=1_000_000,
+        required=False,
         help_text="Leave blank to put each product's current initial stock back on sale.",
     )
 
@@ -64,7 +72,16 @@ class ResetSaleForm(forms.Form):
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
     list_display = [
-        "sku", "name", "price", "state", "initial_stock", "stock", "sold", "ordered", "fence", "invariant",
+        "sku",
+        "name",
+        "price",
+        "state",
+        "initial_stock",
+        "stock",
+        "sold",
+        "ordered",
+        "fence",
+        "invariant",
     ]
     list_display_links = ["sku", "name"]
     search_fields = ["sku", "name"]
@@ -126,8 +143,12 @@ class ProductAdmin(admin.ModelAdmin):
         form = RestockForm(request.POST if "post" in request.POST else None)
         if not form.is_valid():
             return self._confirm(
-                request, queryset, form=form, action="restock_selected",
-                title="Restock products", verb="Restock",
+                request,
+                queryset,
+                form=form,
+                action="restock_selected",
+                title="Restock products",
+                verb="Restock",
             )
         quantity = form.cleaned_data["quantity"]
         for product in queryset:
@@ -136,8 +157,15 @@ class ProductAdmin(admin.ModelAdmin):
             except InventoryError as exc:
                 self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
                 continue
-            self.log_change(request, updated, f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}.")
-            self.message_user(request, f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.", messages.SUCCESS)
+            self.log_change(
+                request,
+                updated,
+                f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, "
+                f"initial {updated.initial_stock}.",
+            )
+            self.message_user(
+                request, f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.", messages.SUCCESS
+            )
         return None
 
     @admin.action(description="Reset sale of selected products…", permissions=["change"])
@@ -146,8 +174,12 @@ class ProductAdmin(admin.ModelAdmin):
         if not form.is_valid():
             orders = Order.objects.filter(product__in=queryset).count()
             return self._confirm(
-                request, queryset, form=form, action="reset_sale_selected",
-                title="Reset sale", verb="Reset sale",
+                request,
+                queryset,
+                form=form,
+                action="reset_sale_selected",
+                title="Reset sale",
+                verb="Reset sale",
                 warning=f"This deletes {orders} order{'s' if orders != 1 else ''} and sets the fence back to 0.",
             )
         for product in queryset:
@@ -158,8 +190,15 @@ class ProductAdmin(admin.ModelAdmin):
             except InventoryError as exc:
                 self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
                 continue
-            self.log_change(request, updated, f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, fence {product.fence} → 0.")
-            self.message_user(request, f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.", messages.SUCCESS)
+            self.log_change(
+                request,
+                updated,
+                f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, "
+                f"fence {product.fence} → 0.",
+            )
+            self.message_user(
+                request, f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.", messages.SUCCESS
+            )
         return None
 
 
@@ -183,7 +222,11 @@ class CustomerFilter(admin.SimpleListFilter):
     def choices(self, changelist):
         # The template renders a text box; this carries the other active filters along.
         params = {k: v for k, v in changelist.get_filters_params().items() if k != self.parameter_name}
-        yield {"value": self.value() or "", "params": params, "clear_url": changelist.get_query_string(remove=[self.parameter_name])}
+        yield {
+            "value": self.value() or "",
+            "params": params,
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -216,14 +259,26 @@ class OrderAdmin(ReadOnlyAdmin):
 @admin.register(BurstRun)
 class BurstRunAdmin(ReadOnlyAdmin):
     list_display = [
-        "started_at", "backend", "sku", "requests", "stock_initial", "stock_final", "orders",
-        "oversold", "undersold", "errors_5xx", "rps", "p99_ms", "invariants_ok",
+        "started_at",
+        "backend",
+        "sku",
+        "requests",
+        "stock_initial",
+        "stock_final",
+        "orders",
+        "oversold",
+        "undersold",
+        "errors_5xx",
+        "rps",
+        "p99_ms",
+        "invariants_ok",
     ]
     list_filter = ["backend", "invariants_ok", "sku"]
     date_hierarchy = "started_at"
 
 
 # The dashboard: a page inside the admin (registered in shop/urls.py under admin_view, so staff only).
+
 
 def _require_view_permission(request: HttpRequest) -> None:
     if not (request.user.has_perm("inventory.view_product") and request.user.has_perm("inventory.view_burstrun")):
@@ -234,21 +289,23 @@ def stock_rows() -> list[dict]:
     rows = []
     for product in products_with_totals():
         state = sale_state(product)
-        rows.append({
-            "id": product.pk,
-            "sku": product.sku,
-            "name": product.name,
-            "stock": product.stock,
-            "initial_stock": product.initial_stock,
-            "sold": product.sold,
-            "ordered": product.ordered_units,
-            "orders": product.order_count,
-            "fence": product.fence,
-            "state": state,
-            "state_label": state.replace("_", " "),
-            "invariant_ok": bool(product.invariant_ok),
-            "percent_left": round(100 * product.stock / product.initial_stock) if product.initial_stock else 0,
-        })
+        rows.append(
+            {
+                "id": product.pk,
+                "sku": product.sku,
+                "name": product.name,
+                "stock": product.stock,
+                "initial_stock": product.initial_stock,
+                "sold": product.sold,
+                "ordered": product.ordered_units,
+                "orders": product.order_count,
+                "fence": product.fence,
+                "state": state,
+                "state_label": state.replace("_", " "),
+                "invariant_ok": bool(product.invariant_ok),
+                "percent_left": round(100 * product.stock / product.initial_stock) if product.initial_stock else 0,
+            }
+        )
     return rows
 
 
@@ -273,17 +330,28 @@ def burst_charts(runs: list[BurstRun]) -> dict[str, str]:
         for i, run in enumerate(latest)
     ]
     return {
-        "stock": mark_safe(line_chart(
-            series, title="Stock left during the latest burst of each backend", x_label="seconds", y_label="units left",
-        )),
-        "throughput": mark_safe(bar_chart(
-            [Bar(run.backend, run.rps, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-            title="Throughput per backend (latest burst)", unit="requests/s",
-        )),
-        "p99": mark_safe(bar_chart(
-            [Bar(run.backend, run.p99_ms, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-            title="99th percentile latency per backend (latest burst)", unit="ms",
-        )),
+        "stock": mark_safe(
+            line_chart(
+                series,
+                title="Stock left during the latest burst of each backend",
+                x_label="seconds",
+                y_label="units left",
+            )
+        ),
+        "throughput": mark_safe(
+            bar_chart(
+                [Bar(run.backend, run.rps, colour_for(run.backend, i)) for i, run in enumerate(latest)],
+                title="Throughput per backend (latest burst)",
+                unit="requests/s",
+            )
+        ),
+        "p99": mark_safe(
+            bar_chart(
+                [Bar(run.backend, run.p99_ms, colour_for(run.backend, i)) for i, run in enumerate(latest)],
+                title="99th percentile latency per backend (latest burst)",
+                unit="ms",
+            )
+        ),
         "legend": [(s.label, s.colour) for s in series],
     }
 
@@ -333,7 +401,8 @@ def dashboard_report_view(request: HttpRequest) -> FileResponse:
     """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
     _require_view_permission(request)
     try:
-        response = FileResponse(open(burst_report.LATEST_REPORT, "rb"), content_type="text/html; charset=utf-8")
+        report = open(burst_report.LATEST_REPORT, "rb")  # noqa: SIM115 - FileResponse closes it
+        response = FileResponse(report, content_type="text/html; charset=utf-8")
     except FileNotFoundError:
         raise Http404("No report yet: run `manage.py report` after a burst.") from None
     response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"

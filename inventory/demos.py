@@ -6,6 +6,7 @@
   them (``inventory.backends.section``): ``read_shelf``, then in one transaction
   ``checked_write`` (the storage check on or off), the customer's units and the order.
 """
+
 from __future__ import annotations
 
 import time
@@ -49,23 +50,27 @@ def reset_product(*, sku: str, name: str, stock: int) -> Product:
     """The demo's product, on sale now with ``stock`` units, no orders and fence 0."""
     Product.objects.get_or_create(
         sku=sku,
-        defaults={"name": name, "price": Decimal("1.00"), "initial_stock": stock, "stock": stock,
-                  "per_customer_limit": stock},
+        defaults={
+            "name": name,
+            "price": Decimal("1.00"),
+            "initial_stock": stock,
+            "stock": stock,
+            "per_customer_limit": stock,
+        },
     )
-    Product.objects.filter(sku=sku).update(name=name, per_customer_limit=stock, sale_starts_at=None,
-                                           sale_ends_at=None)
+    Product.objects.filter(sku=sku).update(name=name, per_customer_limit=stock, sale_starts_at=None, sale_ends_at=None)
     return reset_sale(sku=sku, stock=stock)
 
 
-def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool,
-                backend: str) -> bool:
+def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, backend: str) -> bool:
     """The section's transaction: the checked write and, if it landed, the customer's units and order."""
     with transaction.atomic():
         if not checked_write(shelf, quantity=quantity, token=token, fenced=fenced):
             return False
         allocate(product_id=shelf.product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        Order.objects.create(product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend,
-                             fence=token)
+        Order.objects.create(
+            product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend, fence=token
+        )
     return True
 
 
@@ -74,8 +79,10 @@ def why_refused(shelf: Shelf, token: int | None) -> str:
     now = read_shelf(shelf.product_id)
     reasons = []
     if now.version != shelf.version:
-        reasons.append(f"the row changed since the read (version {shelf.version}, stock {shelf.stock} then; "
-                       f"version {now.version}, stock {now.stock} now)")
+        reasons.append(
+            f"the row changed since the read (version {shelf.version}, stock {shelf.stock} then; "
+            f"version {now.version}, stock {now.stock} now)"
+        )
     if token is not None and token <= now.fence:
         reasons.append(f"token {token} is not newer than the row's fence {now.fence}")
     return " and ".join(reasons) or "no condition failed"
@@ -84,5 +91,7 @@ def why_refused(shelf: Shelf, token: int | None) -> str:
 def audit_line(sku: str) -> tuple[int, str]:
     """(units oversold, one line of the audit) for the demo product."""
     report = audit(sku=sku)
-    return report.oversold, (f"audit: {report.orders} order(s) for {report.ordered} unit(s), stock fell by "
-                             f"{report.sold}: oversold {report.oversold}, lost {report.lost}")
+    return report.oversold, (
+        f"audit: {report.orders} order(s) for {report.ordered} unit(s), stock fell by "
+        f"{report.sold}: oversold {report.oversold}, lost {report.lost}"
+    )

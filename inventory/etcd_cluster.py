@@ -14,8 +14,10 @@ Fault tests use :meth:`EtcdMember.kill`, :meth:`EtcdMember.pause` (``SIGSTOP``) 
 
 No Django import: the lock library's tests and benchmarks use this module on its own.
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -54,8 +56,19 @@ def _get_ok(url: str, timeout_s: float) -> requests.Response | None:
 class EtcdMember:
     """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL."""
 
-    def __init__(self, *, name: str, client_port: int, peer_port: int, run_dir: Path, initial_cluster: str,
-                 cluster_token: str, heartbeat_ms: int, election_ms: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        client_port: int,
+        peer_port: int,
+        run_dir: Path,
+        initial_cluster: str,
+        cluster_token: str,
+        heartbeat_ms: int,
+        election_ms: int,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.name = name
         self.host = host
         self.client_port = client_port
@@ -132,18 +145,30 @@ class EtcdMember:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         args = [
             etcd_binary(),
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.endpoint,
-            "--advertise-client-urls", self.endpoint,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", self.initial_cluster,
-            "--initial-cluster-token", self.cluster_token,
-            "--initial-cluster-state", "new",  # ignored when the data directory exists
-            "--heartbeat-interval", str(self.heartbeat_ms),
-            "--election-timeout", str(self.election_ms),
-            "--logger", "zap",
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.endpoint,
+            "--advertise-client-urls",
+            self.endpoint,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            self.initial_cluster,
+            "--initial-cluster-token",
+            self.cluster_token,
+            "--initial-cluster-state",
+            "new",  # ignored when the data directory exists
+            "--heartbeat-interval",
+            str(self.heartbeat_ms),
+            "--election-timeout",
+            str(self.election_ms),
+            "--logger",
+            "zap",
         ]
         with open(self.logfile, "ab") as log:
             # Its own session: a Ctrl-C in the terminal that started it does not reach the member.
@@ -188,10 +213,8 @@ class EtcdMember:
 def _wait_gone(pid: int, wait_s: float) -> bool:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
-        except ChildProcessError:
-            pass
         if not _alive(pid):
             return True
         time.sleep(0.01)
@@ -207,18 +230,34 @@ class EtcdCluster:
 
     startable = True
 
-    def __init__(self, *, client_ports: Sequence[int], run_dir: Path | str, peer_offset: int = 10,
-                 heartbeat_ms: int = 100, election_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        *,
+        client_ports: Sequence[int],
+        run_dir: Path | str,
+        peer_offset: int = 10,
+        heartbeat_ms: int = 100,
+        election_ms: int = 1000,
+    ) -> None:
         if len(client_ports) < 1 or len(set(client_ports)) != len(client_ports):
             raise ValueError(f"client_ports must be distinct and non-empty, got {list(client_ports)}")
         run_dir = Path(run_dir)
         names = [f"etcd-{port}" for port in client_ports]
-        initial = ",".join(f"{name}=http://127.0.0.1:{port + peer_offset}" for name, port in zip(names, client_ports))
+        initial = ",".join(
+            f"{name}=http://127.0.0.1:{port + peer_offset}" for name, port in zip(names, client_ports, strict=True)
+        )
         self.members = [
-            EtcdMember(name=name, client_port=port, peer_port=port + peer_offset, run_dir=run_dir,
-                       initial_cluster=initial, cluster_token=f"flashsale-{client_ports[0]}",
-                       heartbeat_ms=heartbeat_ms, election_ms=election_ms)
-            for name, port in zip(names, client_ports)
+            EtcdMember(
+                name=name,
+                client_port=port,
+                peer_port=port + peer_offset,
+                run_dir=run_dir,
+                initial_cluster=initial,
+                cluster_token=f"flashsale-{client_ports[0]}",
+                heartbeat_ms=heartbeat_ms,
+                election_ms=election_ms,
+            )
+            for name, port in zip(names, client_ports, strict=True)
         ]
         self.run_dir = run_dir
 

@@ -4,6 +4,7 @@ The database is the last guard: ``stock`` can never go below zero (CHECK), never
 initial stock, and a customer's units across their orders of one product never exceed the
 product's per-customer limit (an :class:`Allocation` row per product and customer, CHECKed).
 """
+
 from __future__ import annotations
 
 from django.db import models
@@ -32,7 +33,9 @@ class Product(models.Model):
         ordering = ["sku"]
         constraints = [
             models.CheckConstraint(condition=Q(stock__gte=0), name="product_stock_not_negative"),
-            models.CheckConstraint(condition=Q(stock__lte=models.F("initial_stock")), name="product_stock_at_most_initial"),
+            models.CheckConstraint(
+                condition=Q(stock__lte=models.F("initial_stock")), name="product_stock_at_most_initial"
+            ),
             models.CheckConstraint(condition=Q(per_customer_limit__gte=1), name="product_limit_positive"),
         ]
 
@@ -83,7 +86,8 @@ class Order(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["product", "customer", "idempotency_key"], condition=~Q(idempotency_key=""),
+                fields=["product", "customer", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
                 name="order_idempotency_key_once",
             ),
             models.CheckConstraint(condition=Q(quantity__gte=1), name="order_quantity_positive"),
@@ -120,4 +124,6 @@ class BurstRun(models.Model):
         ordering = ["-started_at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.backend} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"
+        return (
+            f"{self.backend} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"
+        )

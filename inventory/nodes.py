@@ -6,6 +6,7 @@ The project starts and stops these itself, on 127.0.0.1 and its own ports, with 
 
 No Django import: the lock library's tests and benchmarks use this module on its own.
 """
+
 from __future__ import annotations
 
 import os
@@ -100,18 +101,28 @@ class RedisNode:
         binary = redis_server_binary()
         args = [
             binary,
-            "--port", str(self.port),
-            "--bind", self.host,
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "yes",
-            "--pidfile", str(self.pidfile),
-            "--logfile", str(self.logfile),
-            "--dir", str(self.run_dir),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(self.pidfile),
+            "--logfile",
+            str(self.logfile),
+            "--dir",
+            str(self.run_dir),
         ]
         result = subprocess.run(args, capture_output=True, text=True)
         if result.returncode != 0:
-            raise NodeError(f"redis-server on port {self.port} did not start: {result.stderr.strip() or result.stdout.strip()}")
+            raise NodeError(
+                f"redis-server on port {self.port} did not start: {result.stderr.strip() or result.stdout.strip()}"
+            )
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.ping():
@@ -204,10 +215,7 @@ class RedisNodes:
                 client.flushall()
 
     def status(self) -> list[dict]:
-        return [
-            {"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url}
-            for node in self.nodes
-        ]
+        return [{"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url} for node in self.nodes]
 
 
 @contextmanager

@@ -5,6 +5,7 @@ out, limit reached, busy, not on sale) and raises for bad input; any refusal lea
 orders as they were. The critical section and its rules live in
 :mod:`inventory.backends.section`; this module runs it under the configured strategy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,17 @@ MAX_QUANTITY = 100
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 __all__ = [
-    "MAX_QUANTITY", "AuditReport", "InvalidQuantity", "Outcome", "ProductNotFound", "PurchaseResult", "Timings",
-    "audit", "purchase", "reset_sale", "restock",
+    "MAX_QUANTITY",
+    "AuditReport",
+    "InvalidQuantity",
+    "Outcome",
+    "ProductNotFound",
+    "PurchaseResult",
+    "Timings",
+    "audit",
+    "purchase",
+    "reset_sale",
+    "restock",
 ]
 
 
@@ -110,8 +120,9 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
 
-def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "",
-             backend: Strategy | None = None) -> PurchaseResult:
+def purchase(
+    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", backend: Strategy | None = None
+) -> PurchaseResult:
     """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured strategy.
 
     A refusal that the shelf already shows (not on sale, too few units) is answered from one
@@ -152,8 +163,15 @@ def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
             timings.lock_wait_ms = (granted - waiting) * 1000
-            result = _run_section(strategy, grant, product_id=shelf.product_id, customer=customer,
-                                  quantity=quantity, key=idempotency_key, timings=timings)
+            result = _run_section(
+                strategy,
+                grant,
+                product_id=shelf.product_id,
+                customer=customer,
+                quantity=quantity,
+                key=idempotency_key,
+                timings=timings,
+            )
         timings.lock_hold_ms = _ms(granted)
     except LockUnavailable:
         timings.lock_wait_ms = _ms(waiting)
@@ -166,8 +184,9 @@ def _past(moment: float | None) -> bool:
     return moment is not None and time.time() >= moment
 
 
-def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str,
-              key: str) -> PurchaseResult:
+def _remember(
+    result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str, key: str
+) -> PurchaseResult:
     """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
     if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
         soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
@@ -176,19 +195,29 @@ def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.L
     return result
 
 
-def _run_section(strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str,
-                 timings: Timings) -> PurchaseResult:
+def _run_section(
+    strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str, timings: Timings
+) -> PurchaseResult:
     """Run the section until it writes or refuses; re-run it on a conflict while the strategy allows."""
     conflicts = retries = 0
     recovered = False
     for attempt_number in range(strategy.max_attempts + 1):
         started = time.perf_counter()
         try:
-            attempt = strategy.attempt(product_id=product_id, customer=customer, quantity=quantity, key=key,
-                                       grant=grant)
+            attempt = strategy.attempt(
+                product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+            )
         except IntegrityError as exc:
-            return _constraint_hit(strategy, exc, product_id=product_id, customer=customer, key=key,
-                                   conflicts=conflicts, retries=retries, timings=timings)
+            return _constraint_hit(
+                strategy,
+                exc,
+                product_id=product_id,
+                customer=customer,
+                key=key,
+                conflicts=conflicts,
+                retries=retries,
+                timings=timings,
+            )
         finally:
             timings.db_ms += _ms(started)
         if attempt.conflict is None:
@@ -202,23 +231,42 @@ def _run_section(strategy: Strategy, grant: Grant, *, product_id: int, customer:
         else:
             break
         retries += 1
-    return PurchaseResult(Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries,
-                          timings=timings)
+    return PurchaseResult(
+        Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=timings
+    )
 
 
-def _result(strategy: Strategy, attempt: Attempt, *, grant: Grant | None = None, conflicts: int = 0,
-            retries: int = 0, timings: Timings) -> PurchaseResult:
+def _result(
+    strategy: Strategy,
+    attempt: Attempt,
+    *,
+    grant: Grant | None = None,
+    conflicts: int = 0,
+    retries: int = 0,
+    timings: Timings,
+) -> PurchaseResult:
     common = {"conflicts": conflicts, "retries": retries, "timings": timings}
     if attempt.order is not None:
-        return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence,
-                              **common)
+        return PurchaseResult(
+            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
+        )
     refusal: Refusal = attempt.refusal
-    return PurchaseResult(refusal.outcome, strategy.name, fence=grant.token if grant else None,
-                          units_left=refusal.units_left, **common)
+    return PurchaseResult(
+        refusal.outcome, strategy.name, fence=grant.token if grant else None, units_left=refusal.units_left, **common
+    )
 
 
-def _constraint_hit(strategy: Strategy, exc: IntegrityError, *, product_id: int, customer: str, key: str,
-                    conflicts: int, retries: int, timings: Timings) -> PurchaseResult:
+def _constraint_hit(
+    strategy: Strategy,
+    exc: IntegrityError,
+    *,
+    product_id: int,
+    customer: str,
+    key: str,
+    conflicts: int,
+    retries: int,
+    timings: Timings,
+) -> PurchaseResult:
     """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
     constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     if constraint == IDEMPOTENCY_CONSTRAINT:
@@ -227,10 +275,17 @@ def _constraint_hit(strategy: Strategy, exc: IntegrityError, *, product_id: int,
         return _result(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
     if constraint not in CONSTRAINT_OUTCOMES:
         raise exc
-    logger.warning("%s: constraint %s refused a purchase (the strategy let a bad write through)",
-                   strategy.name, constraint)
-    return PurchaseResult(CONSTRAINT_OUTCOMES[constraint], strategy.name, conflicts=conflicts, retries=retries,
-                          constraint_hits=1, timings=timings)
+    logger.warning(
+        "%s: constraint %s refused a purchase (the strategy let a bad write through)", strategy.name, constraint
+    )
+    return PurchaseResult(
+        CONSTRAINT_OUTCOMES[constraint],
+        strategy.name,
+        conflicts=conflicts,
+        retries=retries,
+        constraint_hits=1,
+        timings=timings,
+    )
 
 
 def restock(*, sku: str, quantity: int) -> Product:
@@ -282,7 +337,9 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     try:
         soldout.client().incr(soldout.generation_key(sku))
     except redis.RedisError as exc:
-        raise InventoryError(f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed") from exc
+        raise InventoryError(
+            f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"
+        ) from exc
     if reset:
         transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
 
@@ -309,8 +366,10 @@ class AuditReport:
         if self.stock < 0:
             found.append(f"stock {self.stock} below 0")
         if self.oversold or self.lost:
-            found.append(f"ordered {self.ordered} units but stock fell by {self.sold} "
-                         f"(oversold {self.oversold}, lost {self.lost})")
+            found.append(
+                f"ordered {self.ordered} units but stock fell by {self.sold} "
+                f"(oversold {self.oversold}, lost {self.lost})"
+            )
         if self.over_limit_customers:
             found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
         if self.undersold:

@@ -4,11 +4,15 @@
     python scripts/unasync_locks.py --check  # exit 1 if sync.py is not what aio.py generates
 
 ``unasync`` drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements
-below rename the asyncio I/O module and classes to their blocking twins. ``make twins`` runs the
-first form; tests/locks/test_twins.py runs the second, so ``make test`` fails if the twins diverge.
+below rename the asyncio I/O module and classes to their blocking twins. The result goes through
+``ruff format`` (the project's formatter, pyproject.toml) so the twin passes ``make test``'s format
+check. ``make twins`` runs the first form; tests/locks/test_twins.py runs the second, so ``make test``
+fails if the twins diverge.
 """
+
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,14 +27,27 @@ REPLACEMENTS = {
     "AsyncRedisLock": "RedisLock",
     "AsyncRedlock": "Redlock",
 }
-HEADER = ("# Generated from aio.py by scripts/unasync_locks.py (make twins): do not edit; "
-          "edit aio.py and regenerate.\n")
+HEADER = "# Generated from aio.py by scripts/unasync_locks.py (make twins): do not edit; edit aio.py and regenerate.\n"
 
 
 def generate() -> str:
     rule = unasync.Rule(fromdir="/", todir="/", additional_replacements=REPLACEMENTS)
     tokens = rule._unasync_tokens(tokenize_rt.src_to_tokens(SOURCE.read_text()))
-    return HEADER + tokenize_rt.tokens_to_src(tokens)
+    return formatted(HEADER + tokenize_rt.tokens_to_src(tokens))
+
+
+def formatted(source: str) -> str:
+    """``source`` as ``ruff format`` writes it, with the settings of the project's pyproject.toml."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=LOCKS.parents[1],
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"ruff format failed on the generated twin: {result.stderr.strip()}")
+    return result.stdout
 
 
 def main(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ answers 200 without a database query, a lock or a Redis call. Its throughput und
 this machine's framework floor: every strategy's ``floor_ratio`` is measured against it in the
 same run. It changes nothing, so it needs no guard beyond the purchase endpoint's.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,13 @@ def api_floor(request: HttpRequest, sku: str) -> JsonResponse:
     except InvalidQuantity as exc:
         return json_error(400, str(exc))
     shopper_id(request)  # the session lookup every purchase makes
-    payload = {"outcome": "floor", "message": "Answered without touching storage.", "backend": "floor",
-               "sku": sku, "quantity": quantity}
+    payload = {
+        "outcome": "floor",
+        "message": "Answered without touching storage.",
+        "backend": "floor",
+        "sku": sku,
+        "quantity": quantity,
+    }
     response = JsonResponse(payload)
     response["Server-Timing"] = f"total;dur={(time.perf_counter() - started) * 1000:.2f}"
     return response

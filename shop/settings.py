@@ -4,6 +4,7 @@ Everything comes from the environment, with defaults that work on a developer's 
 (PostgreSQL and Redis on 127.0.0.1). Outside development (``FLASHSALE_ENV=production``)
 ``DJANGO_SECRET_KEY`` is required and ``DEBUG`` is off unless asked for.
 """
+
 from __future__ import annotations
 
 import os
@@ -116,7 +117,9 @@ if DATABASE_POOL_MAX_SIZE:
     except ValueError:
         raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT: expected seconds, e.g. 1.0") from None
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 0, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": _pool_timeout,
+        "min_size": 0,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": _pool_timeout,
     }
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL: row locks and CHECK constraints rely on it")

@@ -1,4 +1,5 @@
 """Storefront pages and the JSON purchase API. Views parse and map; services decide."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,13 @@ from django.views.decorators.http import require_GET
 from inventory.backends import Outcome
 from inventory.models import Product
 from inventory.services import (
-    MAX_QUANTITY, InvalidQuantity, InventoryError, ProductNotFound, PurchaseResult, purchase, sale_state,
+    MAX_QUANTITY,
+    InvalidQuantity,
+    InventoryError,
+    ProductNotFound,
+    PurchaseResult,
+    purchase,
+    sale_state,
 )
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -57,8 +64,10 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
 def server_timing(result: PurchaseResult) -> str:
     """The ``Server-Timing`` header: where the server spent this purchase (browsers show it)."""
     t = result.timings
-    return (f"lock;dur={t.lock_wait_ms:.2f};desc=\"lock wait\", hold;dur={t.lock_hold_ms:.2f};desc=\"lock held\", "
-            f"db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}")
+    return (
+        f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", hold;dur={t.lock_hold_ms:.2f};desc="lock held", '
+        f"db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
+    )
 
 
 def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpResponse:
@@ -150,8 +159,10 @@ def quantity_hint(product: Product) -> str:
 
 def error_page(request: HttpRequest, product: Product | None, status: int, heading: str, message: str) -> HttpResponse:
     return render(
-        request, "shop/result.html",
-        {"product": product, "outcome": "error", "heading": heading, "message": message}, status=status,
+        request,
+        "shop/result.html",
+        {"product": product, "outcome": "error", "heading": heading, "message": message},
+        status=status,
     )
 
 
@@ -160,7 +171,10 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     product = Product.objects.filter(sku=sku).first()
     if request.method != "POST":
         response = error_page(
-            request, product, 405, "Use the buy button",
+            request,
+            product,
+            405,
+            "Use the buy button",
             "Orders are placed with the buy button on the product page.",
         )
         response["Allow"] = "POST"
@@ -174,7 +188,9 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     try:
         quantity = int(raw)
     except ValueError:
-        return error_page(request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}")
+        return error_page(
+            request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}"
+        )
     try:
         result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
     except InvalidQuantity:
@@ -253,7 +269,9 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF refusals: JSON for the API, a page for the storefront; always 403."""
     if request.path.startswith("/api/"):
-        return json_error(403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header.")
+        return json_error(
+            403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header."
+        )
     return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
 
 
@@ -268,4 +286,3 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith("/api/"):
         return json_error(404, "not found")
     return render(request, "shop/404.html", status=404)
-

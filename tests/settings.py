@@ -4,6 +4,7 @@ The suite's Redlock nodes listen on their own ports (7579+) so a running `make d
 tests never share a node, and the single Redis lock uses database 9 of the local server.
 ``FLASHSALE_TEST_SLOT`` (tests/slots.py) moves all of it, for parallel checkouts.
 """
+
 import os
 
 from tests import slots

@@ -4,6 +4,7 @@
 other databases on the machine's Redis and another PostgreSQL database. Slot 0 is what CI and
 ``make test`` use: Redlock nodes on 7579+, the lock tests' nodes on 7679+, Redis databases 9 and 11.
 """
+
 from __future__ import annotations
 
 import os

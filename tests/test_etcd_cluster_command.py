@@ -1,4 +1,5 @@
 """``etcd_cluster start|status|stop`` on the slot's ports: real etcd processes, data under a temporary RUN_DIR."""
+
 from __future__ import annotations
 
 from io import StringIO

@@ -4,6 +4,7 @@ The cluster listens on the slot's ports +126..+128 (peers +136..+138), the suite
 started here unless it runs (a session fixture may run it for every strategy's tests), and then
 stopped at the end of the module; before and after each test every member is up and healthy.
 """
+
 from __future__ import annotations
 
 import threading

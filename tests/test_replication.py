@@ -1,4 +1,5 @@
 """inventory.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
+
 from __future__ import annotations
 
 import socket

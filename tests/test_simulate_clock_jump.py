@@ -1,4 +1,5 @@
 """``simulate_clock_jump``: K of five Redlock nodes drop the lock's key early; the quorum and the fence decide."""
+
 from __future__ import annotations
 
 from io import StringIO

@@ -1,4 +1,5 @@
 """``simulate_failover`` fails a real Redis master over and succeeds only when every step held."""
+
 from __future__ import annotations
 
 from io import StringIO

@@ -5,6 +5,7 @@ failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy 
 (a :class:`~inventory.backends.base.Strategy` subclass that describes itself) and one line in
 :data:`STRATEGIES`; the commands, the checks and the tests loop over this registry.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,18 @@ STRATEGIES = {
 }
 
 __all__ = [
-    "STRATEGIES", "Grant", "LockUnavailable", "Outcome", "Service", "ServiceError", "StaleFence", "Strategy",
-    "get_backend", "load_backend", "services_running", "strategy_class",
+    "STRATEGIES",
+    "Grant",
+    "LockUnavailable",
+    "Outcome",
+    "Service",
+    "ServiceError",
+    "StaleFence",
+    "Strategy",
+    "get_backend",
+    "load_backend",
+    "services_running",
+    "strategy_class",
 ]
 
 

@@ -4,6 +4,7 @@ and a fencing token from the same acquire script.
 What can still go wrong: with replication, a failover to a replica that never saw the lock
 forgets it and grants it twice; the storage check keeps the second holder's stale write out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

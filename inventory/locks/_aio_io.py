@@ -6,9 +6,11 @@ redis-py's own ``read_response(timeout=...)`` returns None on timeout and keeps 
 reply still owed, which a later command would then read as its own answer. Here a cancelled
 read closes the connection (redis-py disconnects on any BaseException during a read).
 """
+
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import weakref
@@ -18,7 +20,6 @@ from typing import Callable, Sequence
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -70,10 +71,9 @@ class Node:
 
 
 async def _disconnect(conn) -> None:
-    try:
+    # Closing a broken socket may fail; it is dropped either way.
+    with contextlib.suppress(Exception):
         await conn.disconnect(nowait=True)
-    except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is dropped either way
-        pass
 
 
 async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadline: float):
@@ -141,8 +141,14 @@ def _pending_connect(node: Node, started: float):
     return conn, None
 
 
-async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: Sequence,
-                   timeout_s: float, held: list | None = None) -> list:
+async def eval_all(
+    nodes: Sequence[Node],
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    timeout_s: float,
+    held: list | None = None,
+) -> list:
     """Write the script call to every node, then read every reply against one deadline (same
     contract as ``_sync_io.eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
@@ -180,8 +186,9 @@ async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], a
             if task not in done:
                 nodes[index].pending = (conn, task, started)
                 conns[index] = None
-                replies[index] = RedisTimeoutError(f"{nodes[index].name}: connect did not finish within "
-                                                   f"{timeout_s * 1000:.0f} ms")
+                replies[index] = RedisTimeoutError(
+                    f"{nodes[index].name}: connect did not finish within {timeout_s * 1000:.0f} ms"
+                )
                 continue
             try:
                 sent = task.result()
@@ -200,15 +207,19 @@ async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], a
             replies[index] = error
         except TimeoutError:
             await _disconnect(conn)
-            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within "
-                                               f"{timeout_s * 1000:.0f} ms")
+            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within {timeout_s * 1000:.0f} ms")
         except Exception as error:  # noqa: BLE001
             await _disconnect(conn)
             replies[index] = error
     for index, conn in enumerate(conns):
         if conn is not None:
-            if held is not None and not held and conn.is_connected and type(replies[index]) is int \
-                    and replies[index] <= 0:
+            if (
+                held is not None
+                and not held
+                and conn.is_connected
+                and type(replies[index]) is int
+                and replies[index] <= 0
+            ):
                 held.append((index, conn))
             else:
                 nodes[index].give(conn)

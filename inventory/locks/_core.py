@@ -3,6 +3,7 @@
 Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
 ``_aio_io.py`` and ``_sync_io.py``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -236,6 +237,7 @@ def node_name(client) -> str:
 # Redlock's reading of one round's replies (a list with, per node, its reply or its exception).
 # Both twins decide through these, so the quorum rules are written once.
 
+
 def granted_votes(replies: Sequence) -> dict[int, int]:
     """The nodes that granted an acquire: node index → that node's fence counter."""
     return {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
@@ -264,7 +266,7 @@ def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> 
     answered = [i for i, r in enumerate(replies) if type(r) is int]
     unavailable = None
     if len(answered) < quorum:
-        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies) if type(r) is not int)
+        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies, strict=True) if type(r) is not int)
         unavailable = f"only {len(answered)} of {len(replies)} nodes answered, {quorum} needed ({failures})"
     hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
     return answered, hint_ms, unavailable

@@ -13,6 +13,7 @@ Everything that waits lives here, and every wait has a deadline:
 * A connection whose reply did not come in time is closed, never reused: a late reply can
   never be read as the answer to a later command.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,8 +47,13 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 def connection_kwargs(client) -> dict:
     """The client's connection settings, made fit for the lock's own connections."""
     kwargs = dict(client.connection_pool.connection_kwargs)
-    for key in ("maint_notifications_config", "maint_notifications_pool_handler", "orig_host_address",
-                "orig_socket_timeout", "orig_socket_connect_timeout"):
+    for key in (
+        "maint_notifications_config",
+        "maint_notifications_pool_handler",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+    ):
         kwargs.pop(key, None)
     # RESP2 and no CLIENT SETINFO: connecting then costs no round trip a frozen node could stall.
     kwargs["driver_info"] = None
@@ -224,8 +230,14 @@ def _pending_connect(node: Node, started: float):
     return conn, None
 
 
-def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: Sequence,
-             timeout_s: float, held: list | None = None) -> list:
+def eval_all(
+    nodes: Sequence[Node],
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    timeout_s: float,
+    held: list | None = None,
+) -> list:
     """Run a script on every node at once: write to all, then read all against one deadline.
 
     Returns one entry per node: the reply, or the exception that node produced (refused, timed
@@ -310,16 +322,21 @@ def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: S
         if sock is not None:
             nodes[index].pending.append((conns[index], sock, started))
             conns[index] = None
-            replies[index] = RedisTimeoutError(f"{nodes[index].name}: connect did not finish within "
-                                               f"{timeout_s * 1000:.0f} ms")
+            replies[index] = RedisTimeoutError(
+                f"{nodes[index].name}: connect did not finish within {timeout_s * 1000:.0f} ms"
+            )
         else:
             conns[index].disconnect()
-            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within "
-                                               f"{timeout_s * 1000:.0f} ms")
+            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within {timeout_s * 1000:.0f} ms")
     for index, conn in enumerate(conns):
         if conn is not None:
-            if held is not None and not held and conn._sock is not None and type(replies[index]) is int \
-                    and replies[index] <= 0:
+            if (
+                held is not None
+                and not held
+                and conn._sock is not None
+                and type(replies[index]) is int
+                and replies[index] <= 0
+            ):
                 held.append((index, conn))
             else:
                 nodes[index].give(conn)

@@ -9,8 +9,10 @@ differs. In the blocking twin the watchdog is a thread; in the asyncio one it is
 running loop, and ``on_lost`` may be a coroutine function. See the package docstring for what
 the locks guarantee.
 """
+
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
@@ -66,9 +68,19 @@ class _BaseLock:
     # registered it as a waiter, so a restart of that server ends the wait at once.
     _held: tuple | None = None
 
-    def __init__(self, name: str, *, ttl_ms: int, timeout_ms: int, wait: str, retry_delay_ms: float,
-                 watchdog: bool, max_renewals: int, on_lost: Callable[[Lease, LockLost], None] | None,
-                 max_extensions: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl_ms: int,
+        timeout_ms: int,
+        wait: str,
+        retry_delay_ms: float,
+        watchdog: bool,
+        max_renewals: int,
+        on_lost: Callable[[Lease, LockLost], None] | None,
+        max_extensions: int,
+    ) -> None:
         if not name or ttl_ms <= 0 or timeout_ms < 0 or wait not in ("notify", "poll"):
             check_arguments(name, ttl_ms, timeout_ms)
             raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}")
@@ -257,10 +269,8 @@ class _BaseLock:
         await self._stop_watchdog()
         lost = self._lost
         if lost is not None:
-            try:
+            with contextlib.suppress(LockError):
                 await self.release()
-            except LockError:
-                pass
             raise lost
         lease = self._lease
         try:
@@ -287,13 +297,31 @@ class AsyncRedisLock(_BaseLock):
 
     quorum = 1
 
-    def __init__(self, client: _io.Client, name: str, *, ttl_ms: int = 10_000, timeout_ms: int = 5_000,
-                 wait: str = "notify", retry_delay_ms: float = 10.0, watchdog: bool = False,
-                 max_renewals: int = 1000, on_lost: Callable[[Lease, LockLost], None] | None = None,
-                 max_extensions: int = 10) -> None:
-        super().__init__(name, ttl_ms=ttl_ms, timeout_ms=timeout_ms, wait=wait, retry_delay_ms=retry_delay_ms,
-                         watchdog=watchdog, max_renewals=max_renewals, on_lost=on_lost,
-                         max_extensions=max_extensions)
+    def __init__(
+        self,
+        client: _io.Client,
+        name: str,
+        *,
+        ttl_ms: int = 10_000,
+        timeout_ms: int = 5_000,
+        wait: str = "notify",
+        retry_delay_ms: float = 10.0,
+        watchdog: bool = False,
+        max_renewals: int = 1000,
+        on_lost: Callable[[Lease, LockLost], None] | None = None,
+        max_extensions: int = 10,
+    ) -> None:
+        super().__init__(
+            name,
+            ttl_ms=ttl_ms,
+            timeout_ms=timeout_ms,
+            wait=wait,
+            retry_delay_ms=retry_delay_ms,
+            watchdog=watchdog,
+            max_renewals=max_renewals,
+            on_lost=on_lost,
+            max_extensions=max_extensions,
+        )
         self.client = client
         self._node = _io.Node.of(client)
 
@@ -305,8 +333,9 @@ class AsyncRedisLock(_BaseLock):
         conn = node.take()
         start = time.monotonic()
         try:
-            reply = await _io.eval_one(node, conn, ACQUIRE, self._keys,
-                                       (token, self.ttl_ms, waiter_id, "1" if register else "0"))
+            reply = await _io.eval_one(
+                node, conn, ACQUIRE, self._keys, (token, self.ttl_ms, waiter_id, "1" if register else "0")
+            )
         except redis.RedisError as error:
             node.give(conn)
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
@@ -321,8 +350,9 @@ class AsyncRedisLock(_BaseLock):
 
     async def _unlock(self, token: str) -> bool:
         try:
-            reply = await _io.call_one(self._node, RELEASE, self._release_keys,
-                                       (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
+            reply = await _io.call_one(
+                self._node, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS)
+            )
             return reply == 1
         except redis.RedisError as error:
             raise self._error(NotOwned, f"release could not reach the node: {error}") from error
@@ -355,13 +385,32 @@ class AsyncRedlock(_BaseLock):
     ...     write_with_fence(lease.fence)
     """
 
-    def __init__(self, clients: Sequence[_io.Client], name: str, *, ttl_ms: int = 10_000,
-                 timeout_ms: int = 5_000, node_timeout_ms: float | None = None, wait: str = "notify",
-                 retry_delay_ms: float = 10.0, watchdog: bool = False, max_renewals: int = 1000,
-                 on_lost: Callable[[Lease, LockLost], None] | None = None, max_extensions: int = 10) -> None:
-        super().__init__(name, ttl_ms=ttl_ms, timeout_ms=timeout_ms, wait=wait, retry_delay_ms=retry_delay_ms,
-                         watchdog=watchdog, max_renewals=max_renewals, on_lost=on_lost,
-                         max_extensions=max_extensions)
+    def __init__(
+        self,
+        clients: Sequence[_io.Client],
+        name: str,
+        *,
+        ttl_ms: int = 10_000,
+        timeout_ms: int = 5_000,
+        node_timeout_ms: float | None = None,
+        wait: str = "notify",
+        retry_delay_ms: float = 10.0,
+        watchdog: bool = False,
+        max_renewals: int = 1000,
+        on_lost: Callable[[Lease, LockLost], None] | None = None,
+        max_extensions: int = 10,
+    ) -> None:
+        super().__init__(
+            name,
+            ttl_ms=ttl_ms,
+            timeout_ms=timeout_ms,
+            wait=wait,
+            retry_delay_ms=retry_delay_ms,
+            watchdog=watchdog,
+            max_renewals=max_renewals,
+            on_lost=on_lost,
+            max_extensions=max_extensions,
+        )
         if not clients:
             raise ValueError("Redlock needs at least one node client")
         self.clients = list(clients)
@@ -383,8 +432,9 @@ class AsyncRedlock(_BaseLock):
             confirmed = len(granted) - len(laggards)
             if laggards:
                 # Write the fence back before granting so any later majority sees it (see the package docstring).
-                raised = await _io.eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
-                                            (token, fence), self.node_timeout_s)
+                raised = await _io.eval_all(
+                    [self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2], (token, fence), self.node_timeout_s
+                )
                 confirmed += confirmations(raised)
             validity = validity_ms(self.ttl_ms, start, self._drift_ms)
             if confirmed >= self.quorum and validity > 0:
@@ -409,8 +459,13 @@ class AsyncRedlock(_BaseLock):
             self._nodes[index].give(conn)
 
     async def _unlock_all(self, token: str) -> list:
-        return await _io.eval_all(self._nodes, RELEASE, self._release_keys,
-                                  (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS), self.node_timeout_s)
+        return await _io.eval_all(
+            self._nodes,
+            RELEASE,
+            self._release_keys,
+            (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
+            self.node_timeout_s,
+        )
 
     async def _unlock(self, token: str) -> bool:
         return not majority_denies(await self._unlock_all(token), self.quorum)
@@ -424,23 +479,34 @@ class AsyncRedlock(_BaseLock):
         end = time.monotonic()
         validity = validity_ms(ttl_ms, start, drift_ms(ttl_ms), end)
         if extended < self.quorum or end >= lease.valid_until or validity <= 0:
-            raise self._error(NotOwned, f"extend confirmed by {extended} of {len(self._nodes)} nodes "
-                                        f"within the validity, {self.quorum} needed")
+            raise self._error(
+                NotOwned,
+                f"extend confirmed by {extended} of {len(self._nodes)} nodes within the validity, {self.quorum} needed",
+            )
         return Lease(self.name, lease.token, lease.fence, start + validity / 1000.0)
 
     async def _advance_nodes(self, lease: Lease, past: int) -> int:
-        replies = await _io.eval_all(self._nodes, ADVANCE_FENCE, self._keys[:2], (lease.token, past),
-                                     self.node_timeout_s)
+        replies = await _io.eval_all(
+            self._nodes, ADVANCE_FENCE, self._keys[:2], (lease.token, past), self.node_timeout_s
+        )
         granted = granted_votes(replies)
         confirmed = 0
         if len(granted) >= self.quorum:
             fence, laggards = fence_and_laggards(granted)
             confirmed = len(granted) - len(laggards)
             if laggards:
-                raised = await _io.eval_all([self._nodes[i] for i in laggards], RAISE_FENCE, self._keys[:2],
-                                            (lease.token, fence), self.node_timeout_s)
+                raised = await _io.eval_all(
+                    [self._nodes[i] for i in laggards],
+                    RAISE_FENCE,
+                    self._keys[:2],
+                    (lease.token, fence),
+                    self.node_timeout_s,
+                )
                 confirmed += confirmations(raised)
         if confirmed < self.quorum or lease.remaining_ms() <= 0:
-            raise self._error(NotOwned, f"advance_fence confirmed by {confirmed} of {len(self._nodes)} nodes "
-                                        f"within the validity, {self.quorum} needed")
+            raise self._error(
+                NotOwned,
+                f"advance_fence confirmed by {confirmed} of {len(self._nodes)} nodes "
+                f"within the validity, {self.quorum} needed",
+            )
         return fence

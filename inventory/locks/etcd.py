@@ -54,10 +54,12 @@ What is not guaranteed
 * Hand-off waits for a watch event: a member that loses the cluster may never deliver it, so a
   waiter also looks again every second (and a watch on a dead member fails over at once).
 """
+
 from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import json
 import math
 import os
@@ -120,8 +122,9 @@ class _Session:
     def __init__(self, client: "EtcdClient", ttl_s: int, deadline: float) -> None:
         self.client = client
         sent = time.monotonic()
-        reply = client.call(lambda gw: gw.post(gw.get_url("/lease/grant"), json={"TTL": ttl_s, "ID": 0}),
-                            deadline=deadline)
+        reply = client.call(
+            lambda gw: gw.post(gw.get_url("/lease/grant"), json={"TTL": ttl_s, "ID": 0}), deadline=deadline
+        )
         self.id = int(reply["ID"])
         self.ttl_s = int(reply["TTL"])
         self.expires_at = sent + self.ttl_s
@@ -146,7 +149,7 @@ class _Session:
                 return
             try:
                 for key in list(self.orphans):
-                    self.client.call(lambda gw: gw.delete(key.encode()))
+                    self.client.call(lambda gw, key=key: gw.delete(key.encode()))
                     self.orphans.discard(key)
                 if self.retired:
                     if time.monotonic() >= self.expires_at:
@@ -188,10 +191,8 @@ class _Session:
         """Stop renewing and revoke the lease, which deletes every key bound to it (best effort)."""
         self.freeze()
         self.lost = True
-        try:
+        with contextlib.suppress(MembersUnavailable, gw_errors.Etcd3Exception):  # else it expires by its TTL
             self.client.call(lambda gw: etcd3gw.Lease(self.id, client=gw).revoke())
-        except (MembersUnavailable, gw_errors.Etcd3Exception):
-            pass  # it expires by its TTL
 
 
 class EtcdClient:
@@ -255,11 +256,18 @@ class EtcdClient:
     def gateway(self, index: int, timeout_s: float) -> etcd3gw.Etcd3Client:
         """An etcd3gw client for member ``index`` whose calls wait at most ``timeout_s``."""
         scheme, host, port = self._members[index]
-        return etcd3gw.Etcd3Client(host=host, port=port, protocol=scheme, timeout=(CONNECT_TIMEOUT_S, timeout_s),
-                                   api_path="/v3/", session=self._http[index])
+        return etcd3gw.Etcd3Client(
+            host=host,
+            port=port,
+            protocol=scheme,
+            timeout=(CONNECT_TIMEOUT_S, timeout_s),
+            api_path="/v3/",
+            session=self._http[index],
+        )
 
-    def call(self, op: Callable[[etcd3gw.Etcd3Client], T], *, deadline: float | None = None,
-             doubts: list[str] | None = None) -> T:
+    def call(
+        self, op: Callable[[etcd3gw.Etcd3Client], T], *, deadline: float | None = None, doubts: list[str] | None = None
+    ) -> T:
         """Run ``op`` on one member, moving on to the next when it does not answer; one sweep at most.
 
         Each attempt waits at most the call timeout; the first is always made, the others only
@@ -282,8 +290,11 @@ class EtcdClient:
                     break
             try:
                 result = op(self.gateway(index, timeout_s))
-            except (gw_errors.ConnectionFailedError, gw_errors.ConnectionTimeoutError,
-                    requests.RequestException) as exc:
+            except (
+                gw_errors.ConnectionFailedError,
+                gw_errors.ConnectionTimeoutError,
+                requests.RequestException,
+            ) as exc:
                 cause = exc if isinstance(exc, requests.RequestException) else exc.__context__
                 if isinstance(cause, requests.ConnectionError) and not isinstance(cause, requests.Timeout):
                     refused += 1
@@ -329,8 +340,9 @@ class EtcdClient:
         # to block on the stream's socket until the first event, bounded by the read timeout.
         deadline = time.monotonic() + wait_s
         try:
-            with self._http[index].post(gateway.get_url("/watch"), json=request, stream=True,
-                                        timeout=(CONNECT_TIMEOUT_S, wait_s)) as response:
+            with self._http[index].post(
+                gateway.get_url("/watch"), json=request, stream=True, timeout=(CONNECT_TIMEOUT_S, wait_s)
+            ) as response:
                 if response.status_code != 200:
                     return
                 for line in response.iter_lines(chunk_size=None):
@@ -386,8 +398,14 @@ class EtcdLock:
     # A put of this acquisition had an unknown outcome (timeout, dropped connection, no leader).
     _doubtful = False
 
-    def __init__(self, client_or_endpoints: EtcdClient | Sequence[str], name: str, *, ttl_ms: int = 10_000,
-                 timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self,
+        client_or_endpoints: EtcdClient | Sequence[str],
+        name: str,
+        *,
+        ttl_ms: int = 10_000,
+        timeout_ms: int = 5_000,
+    ) -> None:
         check_arguments(name, ttl_ms, timeout_ms)
         if isinstance(client_or_endpoints, EtcdClient):
             self.client = client_or_endpoints
@@ -425,11 +443,13 @@ class EtcdLock:
                         if time.monotonic() >= deadline:  # a single try (timeout_ms=0) need not look again
                             raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
                         self._wait_turn(key, revision, deadline)
-                except _LeaseGone:
+                except _LeaseGone as gone:
                     session.lost = True  # its keys are gone with it: start over on a new session
                     key = None
                     if time.monotonic() >= deadline:
-                        raise self._error(NotAcquired, f"session lease lost; no time left of {self.timeout_ms} ms")
+                        raise self._error(
+                            NotAcquired, f"session lease lost; no time left of {self.timeout_ms} ms"
+                        ) from gone
                     continue
                 self._key = key
                 self._lease = Lease(name=self.name, token=key, fence=revision, valid_until=session.expires_at)
@@ -451,8 +471,9 @@ class EtcdLock:
                 raise self._error(failure, f"etcd refused the request: {exc.detail_text}") from exc
             except MembersUnavailable as exc:
                 if exc.refused >= self.client.quorum:
-                    raise self._error(failure, f"{exc.refused} of {len(self.client.endpoints)} members "
-                                               f"refused connections ({exc})") from exc
+                    raise self._error(
+                        failure, f"{exc.refused} of {len(self.client.endpoints)} members refused connections ({exc})"
+                    ) from exc
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._error(failure, f"no member answered within {self.timeout_ms} ms ({exc})") from exc
@@ -476,14 +497,26 @@ class EtcdLock:
 
     def _enqueue(self, session: _Session, key: str, deadline: float) -> tuple[int, int]:
         """Create ``key`` on the session's lease if absent; its create revision and the owner's."""
-        owner = {"request_range": {"key": _b64(self.prefix), "range_end": _b64(_prefix_end(self.prefix)),
-                                   "sort_order": "ASCEND", "sort_target": "CREATE", "limit": 1, "keys_only": True}}
-        reply = self._txn({
-            "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0}],
-            "success": [{"request_put": {"key": _b64(key), "value": "", "lease": session.id}}, owner],
-            # A retry after a lost reply finds the key the first attempt created.
-            "failure": [{"request_range": {"key": _b64(key)}}, owner],
-        }, deadline, puts=True)
+        owner = {
+            "request_range": {
+                "key": _b64(self.prefix),
+                "range_end": _b64(_prefix_end(self.prefix)),
+                "sort_order": "ASCEND",
+                "sort_target": "CREATE",
+                "limit": 1,
+                "keys_only": True,
+            }
+        }
+        reply = self._txn(
+            {
+                "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0}],
+                "success": [{"request_put": {"key": _b64(key), "value": "", "lease": session.id}}, owner],
+                # A retry after a lost reply finds the key the first attempt created.
+                "failure": [{"request_range": {"key": _b64(key)}}, owner],
+            },
+            deadline,
+            puts=True,
+        )
         responses = reply["responses"]
         if reply.get("succeeded"):
             revision = int(reply["header"]["revision"])
@@ -497,9 +530,17 @@ class EtcdLock:
 
     def _wait_turn(self, key: str, revision: int, deadline: float) -> None:
         """Wait until no key under the prefix is older than ``key``; :class:`_LeaseGone` if ``key`` vanished."""
-        earlier = {"request_range": {"key": _b64(self.prefix), "range_end": _b64(_prefix_end(self.prefix)),
-                                     "sort_order": "DESCEND", "sort_target": "CREATE", "limit": 1, "keys_only": True,
-                                     "max_create_revision": revision - 1}}
+        earlier = {
+            "request_range": {
+                "key": _b64(self.prefix),
+                "range_end": _b64(_prefix_end(self.prefix)),
+                "sort_order": "DESCEND",
+                "sort_target": "CREATE",
+                "limit": 1,
+                "keys_only": True,
+                "max_create_revision": revision - 1,
+            }
+        }
         mine = {"request_range": {"key": _b64(key), "keys_only": True}}
         while True:
             reply = self._txn({"compare": [], "success": [earlier, mine], "failure": []}, deadline)
@@ -551,7 +592,8 @@ class EtcdLock:
         try:
             reply = self._retrying(
                 lambda: self.client.call(lambda gw: gw.transaction(txn), deadline=deadline, doubts=doubts),
-                deadline, failure=LockError,
+                deadline,
+                failure=LockError,
             )
         except LockError:
             self._session.add_orphan(key)  # deleted when a member answers, else it goes with the lease

@@ -1,5 +1,6 @@
 """The burst report in a real Chromium: opened from its file, it shows a chart and a sentence per
 strategy, fits a phone's width, and requests nothing but itself."""
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,16 @@ def test_report_of_a_real_burst(browser, tmp_path):
     """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the command, the page."""
     burst_json, report_html = tmp_path / "burst.json", tmp_path / "report.html"
     try:
-        call_command("flashsale", backends="db", requests=200, stock=20, sku="report-burst",
-                     json_path=str(burst_json), stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "flashsale",
+            backends="db",
+            requests=200,
+            stock=20,
+            sku="report-burst",
+            json_path=str(burst_json),
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
     except CommandError as exc:
         pytest.fail(f"the burst failed: {exc}")
     call_command("report", json_path=str(burst_json), out=str(report_html), stdout=StringIO())

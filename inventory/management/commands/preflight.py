@@ -1,4 +1,5 @@
 """Check the services the shop needs; create the database and start the Redlock nodes."""
+
 from __future__ import annotations
 
 import psycopg

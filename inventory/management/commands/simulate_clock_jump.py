@@ -19,8 +19,10 @@ Exits 0 only when every step held: B was granted exactly when the quorum arithme
 nothing was oversold. ``--nodes`` must be 0 to 5. The five nodes are private processes on
 ``--base-port`` .. +4 (7810 by default), started for the run and stopped after it.
 """
+
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -47,8 +49,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, nodes: int, base_port: int, **options):
         if not 0 <= nodes <= NODES:
-            raise CommandError(f"--nodes {nodes}: give how many of the {NODES} Redlock nodes' clocks jump, "
-                               f"0 to {NODES}")
+            raise CommandError(
+                f"--nodes {nodes}: give how many of the {NODES} Redlock nodes' clocks jump, 0 to {NODES}"
+            )
         if not 1024 <= base_port <= 65535 - NODES + 1:
             raise CommandError(f"--base-port {base_port}: use a port from 1024 to {65535 - NODES + 1}")
         self.narrator = Narrator(self.stdout)
@@ -57,8 +60,9 @@ class Command(BaseCommand):
         redis_nodes = RedisNodes(base_port=base_port, count=NODES, run_dir=run_dir)
         for node in redis_nodes:
             if node.pid() is None and node.ping():
-                raise CommandError(f"port {node.port} has a redis-server this command did not start: "
-                                   f"pick another --base-port")
+                raise CommandError(
+                    f"port {node.port} has a redis-server this command did not start: pick another --base-port"
+                )
         self.clients: list[redis.Redis] = []
         try:
             redis_nodes.reset()
@@ -66,7 +70,8 @@ class Command(BaseCommand):
                 self.narrator.say(
                     f"five Redlock nodes on {base_port}-{base_port + NODES - 1}; the clocks of {nodes} of them jump "
                     f"forward, EMULATED by PEXPIRE <lock key> 0 on those nodes (the key vanishes as if their clock "
-                    f"had passed its deadline; no real clock is changed); lock TTL {TTL_MS} ms")
+                    f"had passed its deadline; no real clock is changed); lock TTL {TTL_MS} ms"
+                )
                 second_full = self.scenario(redis_nodes, bare=False)
                 second_bare = self.scenario(redis_nodes, bare=True)
             finally:
@@ -81,7 +86,8 @@ class Command(BaseCommand):
             raise CommandError(f"{len(failures)} step(s) did not hold: " + "; ".join(failures))
         self.narrator.say(
             f"every step held (K={nodes}): full grant: second holder {'YES' if second_full else 'no'} (needs K >= 3); "
-            f"bare-majority grant: second holder {'YES' if second_bare else 'no'} (needs K >= 1); nothing oversold")
+            f"bare-majority grant: second holder {'YES' if second_bare else 'no'} (needs K >= 1); nothing oversold"
+        )
 
     def connect(self, redis_nodes: RedisNodes) -> list[redis.Redis]:
         """Clients of one holder: A and B are separate processes in life, with connections of their own."""
@@ -110,19 +116,23 @@ class Command(BaseCommand):
         for index in down:
             redis_nodes[index].start()
         holding = self.holding(clients, name, lease_a.token)
-        step(len(holding) == NODES - len(down),
-             f"A locks: granted by {len(holding)} of {NODES} nodes ({self.names(holding)}), fence {lease_a.fence}, "
-             f"valid for {lease_a.remaining_ms():.0f} ms; A reads stock {shelf_a.stock}"
-             + (f"; nodes {', '.join(map(str, down))} are back, empty" if down else ""))
+        step(
+            len(holding) == NODES - len(down),
+            f"A locks: granted by {len(holding)} of {NODES} nodes ({self.names(holding)}), fence {lease_a.fence}, "
+            f"valid for {lease_a.remaining_ms():.0f} ms; A reads stock {shelf_a.stock}"
+            + (f"; nodes {', '.join(map(str, down))} are back, empty" if down else ""),
+        )
 
-        jumped = (holding + [i for i in range(NODES) if i not in holding])[:self.jumped]
+        jumped = (holding + [i for i in range(NODES) if i not in holding])[: self.jumped]
         for index in jumped:
             clients[index].pexpire(name, 0)
         left = self.holding(clients, name, lease_a.token)
-        note(f"clock jump on {len(jumped)} node(s) ({self.names(jumped) or 'none'}"
-             + (", A's nodes first: the worst case" if bare and jumped else "")
-             + f"): A's key now on {len(left)} node(s) ({self.names(left) or 'none'}), "
-             f"its lease still valid for {lease_a.remaining_ms():.0f} ms")
+        note(
+            f"clock jump on {len(jumped)} node(s) ({self.names(jumped) or 'none'}"
+            + (", A's nodes first: the worst case" if bare and jumped else "")
+            + f"): A's key now on {len(left)} node(s) ({self.names(left) or 'none'}), "
+            f"its lease still valid for {lease_a.remaining_ms():.0f} ms"
+        )
 
         free = NODES - len(left)
         expected = free >= QUORUM
@@ -132,36 +142,38 @@ class Command(BaseCommand):
         except NotAcquired:
             lease_b = None
         granted = lease_b is not None
-        verdict = (f"GRANTED, fence {lease_b.fence}: TWO HOLDERS while A's lease is valid" if granted
-                   else "refused")
-        step(granted == expected,
-             f"B tries the same name: {verdict}; B can win at most the {free} node(s) without A's key, "
-             f"a grant needs {QUORUM}")
+        verdict = f"GRANTED, fence {lease_b.fence}: TWO HOLDERS while A's lease is valid" if granted else "refused"
+        step(
+            granted == expected,
+            f"B tries the same name: {verdict}; B can win at most the {free} node(s) without A's key, "
+            f"a grant needs {QUORUM}",
+        )
 
         if lease_b is None:
-            landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True,
-                                 backend="redlock")
+            landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, backend="redlock")
             step(landed, f"A, the only holder, writes with token {lease_a.fence}: accepted")
         else:
-            step(lease_b.fence > lease_a.fence,
-                 f"B's fence {lease_b.fence} > A's {lease_a.fence}: B's majority includes a node that counted A's "
-                 f"grant, so the counters still order the two holders")
+            step(
+                lease_b.fence > lease_a.fence,
+                f"B's fence {lease_b.fence} > A's {lease_a.fence}: B's majority includes a node that counted A's "
+                f"grant, so the counters still order the two holders",
+            )
             shelf_b = read_shelf(product.pk)
-            landed = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=True,
-                                 backend="redlock")
+            landed = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=True, backend="redlock")
             step(landed, f"B reads stock {shelf_b.stock} and writes with token {lease_b.fence}: accepted")
-            late = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True,
-                               backend="redlock")
-            step(not late, f"A's late write (stock {shelf_a.stock} -> {shelf_a.stock - 1}, token {lease_a.fence}): "
-                           f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)}")
+            late = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, backend="redlock")
+            step(
+                not late,
+                f"A's late write (stock {shelf_a.stock} -> {shelf_a.stock - 1}, token {lease_a.fence}): "
+                f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)}",
+            )
         oversold, line = audit_line(sku)
         step(oversold == 0 and read_shelf(product.pk).stock == STOCK - 1, line)
         for lock in (lock_b, lock_a):
             if lock.lease is not None:
-                try:
+                # NotOwned: A's key is gone from a majority: B took them, or the jump expired them.
+                with contextlib.suppress(NotOwned):
                     lock.release()
-                except NotOwned:
-                    pass  # A's key is gone from a majority: B took them, or the jump expired them
         return granted
 
     @staticmethod

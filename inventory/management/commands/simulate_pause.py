@@ -20,6 +20,7 @@ stopping it only if it was down. There A's pause stops its session's keepalive t
 process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
 session, as two processes would.
 """
+
 from __future__ import annotations
 
 import time
@@ -64,8 +65,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
         parser.add_argument("--base-port", type=int, default=7789, help="first of the five Redlock node ports")
-        parser.add_argument("--unfenced", action="store_true",
-                            help="turn the storage check off: the late write lands (shows the damage)")
+        parser.add_argument(
+            "--unfenced",
+            action="store_true",
+            help="turn the storage check off: the late write lands (shows the damage)",
+        )
 
     def handle(self, *args, backend: str, base_port: int, unfenced: bool, **options):
         self.narrator = Narrator(self.stdout)
@@ -94,8 +98,10 @@ class Command(BaseCommand):
         if self.fenced:
             self.narrator.say(f"every step held ({backend})")
         else:
-            self.narrator.say(f"every step held ({backend}, unfenced): the late write landed and the audit shows "
-                              f"the oversell the storage check prevents (exit 0: the damage was shown)")
+            self.narrator.say(
+                f"every step held ({backend}, unfenced): the late write landed and the audit shows "
+                f"the oversell the storage check prevents (exit 0: the damage was shown)"
+            )
 
     def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
         if backend == "redis":
@@ -118,14 +124,19 @@ class Command(BaseCommand):
         majority = 1 if backend == "etcd" else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
-        say(f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
-            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}")
+        say(
+            f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
+            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
+        )
 
         lock_a = self.make_lock(backend, clients, name)
         lease_a = lock_a.acquire()
         shelf_a = read_shelf(product.pk)
-        step(lease_a.fence > 0, f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
-                                f"A reads stock {shelf_a.stock} and decides to sell 1")
+        step(
+            lease_a.fence > 0,
+            f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
+            f"A reads stock {shelf_a.stock} and decides to sell 1",
+        )
 
         pause_s = PAUSE_S
         if backend == "etcd":
@@ -133,21 +144,28 @@ class Command(BaseCommand):
             pause_s = lease_a.remaining_ms() / 1000 * 1.5
         note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
         time.sleep(pause_s)
-        step(lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
-             f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired")
+        step(
+            lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
+            f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired",
+        )
 
         lock_b = self.make_lock(backend, clients, name)
         lease_b = lock_b.acquire()
         shelf_b = read_shelf(product.pk)
-        step(lease_b.fence > lease_a.fence, f"B takes the lock: fence {lease_b.fence} > A's {lease_a.fence}; "
-                                            f"B reads stock {shelf_b.stock}")
+        step(
+            lease_b.fence > lease_a.fence,
+            f"B takes the lock: fence {lease_b.fence} > A's {lease_a.fence}; B reads stock {shelf_b.stock}",
+        )
 
-        accepted = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced,
-                               backend=backend)
+        accepted = write_order(
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=backend
+        )
         after_b = read_shelf(product.pk)
         recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"
-        step(accepted and after_b.stock == STOCK - 1,
-             f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})")
+        step(
+            accepted and after_b.stock == STOCK - 1,
+            f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})",
+        )
 
         note("A wakes up, still believing it holds the lock")
         try:
@@ -156,25 +174,34 @@ class Command(BaseCommand):
         except NotOwned:
             refused = True
         holding = self.holders(clients, name, lease_b.token)
-        step(refused and holding >= majority,
-             f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)")
+        step(
+            refused and holding >= majority,
+            f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)",
+        )
 
-        landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced,
-                             backend=backend)
+        landed = write_order(
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
+        )
         after_a = read_shelf(product.pk)
         if self.fenced:
-            step(not landed and after_a == after_b,
-                 f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                 f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
-                 f"(stock {after_a.stock}, row fence {after_a.fence})")
+            step(
+                not landed and after_a == after_b,
+                f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
+                f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
+                f"(stock {after_a.stock}, row fence {after_a.fence})",
+            )
         else:
-            step(landed and after_a.stock == STOCK - 1,
-                 f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                 f"LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written")
+            step(
+                landed and after_a.stock == STOCK - 1,
+                f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
+                f"LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
+            )
 
         lock_b.release()
         step(self.holders(clients, name, lease_b.token) == 0, "B releases; no node holds the lock")
         oversold, line = audit_line(SKU)
         expected = 0 if self.fenced else 1
-        step(oversold == expected, line + ("" if self.fenced else " -- Kleppmann's point: the lock alone did not "
-                                                                  "protect the write"))
+        step(
+            oversold == expected,
+            line + ("" if self.fenced else " -- Kleppmann's point: the lock alone did not protect the write"),
+        )

@@ -10,8 +10,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import F
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -22,7 +21,7 @@ from loadtests import report as burst_report
 
 from .charts import Bar, Series, bar_chart, colour_for, line_chart
 from .models import BurstRun, Order, Product
-from .services import InventoryError, reset_sale, restock, sale_state
+from .services import AuditReport, InventoryError, reset_sale, restock, sale_state
 
 admin.site.site_header = "Flash sale admin"
 admin.site.site_title = "Flash sale admin"
@@ -30,24 +29,16 @@ admin.site.index_title = "Inventory"
 admin.site.index_template = "admin/inventory/index.html"
 
 
-def products_with_totals():
-    """Products annotated with ordered units, order count and whether the invariant holds."""
-    return Product.objects.annotate(
-        ordered_units=Coalesce(Sum("orders__quantity"), 0),
-        order_count=Count("orders"),
-    ).annotate(
-        invariant_ok=Q(stock__gte=0) & Q(ordered_units=F("initial_stock") - F("stock")),
-    )
-
-
-def invariant_mark(product) -> str:
-    if product.invariant_ok:
+def invariant_mark(product: Product) -> str:
+    """The audit's verdict on a product from ``Product.objects.with_totals()``, in its own words."""
+    problems = AuditReport.of(product).problems
+    if not problems:
         return format_html(
             '<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0"
         )
-    drift = product.ordered_units - (product.initial_stock - product.stock)
-    what = f"oversold by {drift}" if drift > 0 else f"{-drift} units lost" if drift < 0 else "stock below 0"
-    return format_html('<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', what)
+    return format_html(
+        '<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', "; ".join(problems)
+    )
 
 
 class RestockForm(forms.Form):
@@ -93,7 +84,7 @@ class ProductAdmin(admin.ModelAdmin):
     ]
 
     def get_queryset(self, request):
-        return products_with_totals()
+        return Product.objects.with_totals()
 
     def get_readonly_fields(self, request, obj=None):
         # Stock changes only through purchase, restock and reset; on creation it equals initial stock.
@@ -129,7 +120,7 @@ class ProductAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": title,
             "opts": self.model._meta,
-            "queryset": products_with_totals().filter(pk__in=queryset.values("pk")),
+            "queryset": Product.objects.with_totals().filter(pk__in=queryset.values("pk")),
             "form": form,
             "action": action,
             "verb": verb,
@@ -287,8 +278,9 @@ def _require_view_permission(request: HttpRequest) -> None:
 
 def stock_rows() -> list[dict]:
     rows = []
-    for product in products_with_totals():
+    for product in Product.objects.with_totals():
         state = sale_state(product)
+        report = AuditReport.of(product)
         rows.append(
             {
                 "id": product.pk,
@@ -302,11 +294,21 @@ def stock_rows() -> list[dict]:
                 "fence": product.fence,
                 "state": state,
                 "state_label": state.replace("_", " "),
-                "invariant_ok": bool(product.invariant_ok),
+                "invariant_ok": report.ok,
+                "problems": report.problems,
                 "percent_left": round(100 * product.stock / product.initial_stock) if product.initial_stock else 0,
             }
         )
     return rows
+
+
+def stock_totals(rows: list[dict]) -> dict:
+    """Stock and orders over the rows of :func:`stock_rows`, and whether the invariant holds for all of them."""
+    return {
+        "stock": sum(row["stock"] for row in rows),
+        "orders": sum(row["orders"] for row in rows),
+        "invariant_ok": all(row["invariant_ok"] for row in rows),
+    }
 
 
 def latest_run_per_backend(runs: list[BurstRun]) -> list[BurstRun]:
@@ -368,9 +370,7 @@ def dashboard_view(request: HttpRequest):
         "charts": burst_charts(runs),
         "report": latest_report(),
         "totals": {
-            "stock": sum(p["stock"] for p in products),
-            "orders": sum(p["orders"] for p in products),
-            "invariant_ok": all(p["invariant_ok"] for p in products),
+            **stock_totals(products),
             "bursts": BurstRun.objects.count(),
             "bursts_failed": BurstRun.objects.filter(invariants_ok=False).count(),
         },
@@ -381,7 +381,8 @@ def dashboard_view(request: HttpRequest):
 def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
     """The dashboard's live stock, polled each second."""
     _require_view_permission(request)
-    response = JsonResponse({"products": stock_rows()})
+    products = stock_rows()
+    response = JsonResponse({"products": products, "totals": stock_totals(products)})
     response["Cache-Control"] = "no-store"
     return response
 

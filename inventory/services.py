@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from . import soldout
@@ -346,7 +346,7 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What the database says about one product's sale."""
+    """What the database says about one product's sale: the sale's invariant, checked once here."""
 
     sku: str
     initial: int
@@ -359,17 +359,38 @@ class AuditReport:
     lost: int  # units that left the shelf without an order
     undersold: int  # units left on the shelf although a shopper was told "sold out"
 
+    @classmethod
+    def of(cls, product: Product, *, over_limit_customers: int = 0, told_sold_out: int = 0) -> AuditReport:
+        """The report on ``product`` as ``Product.objects.with_totals()`` annotated it.
+
+        ``over_limit_customers`` takes a query of its own (:func:`audit` makes it; a list of
+        products leaves it at 0); ``told_sold_out`` as in :func:`audit`.
+        """
+        sold = product.initial_stock - product.stock
+        ordered = product.ordered_units
+        return cls(
+            sku=product.sku,
+            initial=product.initial_stock,
+            stock=product.stock,
+            sold=sold,
+            ordered=ordered,
+            orders=product.order_count,
+            over_limit_customers=over_limit_customers,
+            oversold=max(0, ordered - sold),
+            lost=max(0, sold - ordered),
+            undersold=max(product.stock, 0) if told_sold_out else 0,
+        )
+
     @property
     def problems(self) -> list[str]:
         """The sale's invariant, in words; empty when it holds."""
         found = []
         if self.stock < 0:
             found.append(f"stock {self.stock} below 0")
-        if self.oversold or self.lost:
-            found.append(
-                f"ordered {self.ordered} units but stock fell by {self.sold} "
-                f"(oversold {self.oversold}, lost {self.lost})"
-            )
+        if self.oversold:
+            found.append(f"oversold by {self.oversold}: {self.ordered} units ordered, stock fell by {self.sold}")
+        if self.lost:
+            found.append(f"{self.lost} units lost: stock fell by {self.sold}, {self.ordered} units ordered")
         if self.over_limit_customers:
             found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
         if self.undersold:
@@ -388,25 +409,14 @@ def audit(*, sku: str, told_sold_out: int = 0) -> AuditReport:
     were while units are still on the shelf, those units count as undersold. A shopper told
     "busy, try again" (503) is not an undersell: they were not told there was nothing left.
     """
-    product = Product.objects.filter(sku=sku).first()
+    product = Product.objects.with_totals().filter(sku=sku).first()
     if product is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
-    orders = Order.objects.filter(product=product)
-    totals = orders.aggregate(ordered=Sum("quantity"), count=Count("id"))
-    ordered = totals["ordered"] or 0
     over_limit = (
-        orders.values("customer").annotate(units=Sum("quantity")).filter(units__gt=product.per_customer_limit).count()
+        Order.objects.filter(product=product)
+        .values("customer")
+        .annotate(units=Sum("quantity"))
+        .filter(units__gt=product.per_customer_limit)
+        .count()
     )
-    sold = product.initial_stock - product.stock
-    return AuditReport(
-        sku=sku,
-        initial=product.initial_stock,
-        stock=product.stock,
-        sold=sold,
-        ordered=ordered,
-        orders=totals["count"],
-        over_limit_customers=over_limit,
-        oversold=max(0, ordered - sold),
-        lost=max(0, sold - ordered),
-        undersold=max(product.stock, 0) if told_sold_out else 0,
-    )
+    return AuditReport.of(product, over_limit_customers=over_limit, told_sold_out=told_sold_out)

@@ -30,6 +30,22 @@ class NodeError(RuntimeError):
     """A private Redis node could not be started or stopped."""
 
 
+def ping_error(url: str, *, timeout_s: float = 1.0) -> redis.RedisError | None:
+    """PING the Redis at ``url`` once, without retrying: None when it answered, else why it did not.
+
+    The one "does this Redis answer?" check: the private nodes, the strategies' services and
+    ``preflight`` all ask it.
+    """
+    try:
+        with redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        ) as client:
+            client.ping()
+    except redis.RedisError as exc:
+        return exc
+    return None
+
+
 def redis_server_binary() -> str:
     path = shutil.which("redis-server")
     if path is None:
@@ -87,11 +103,7 @@ class RedisNode:
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     def ping(self) -> bool:
-        try:
-            with self.client(socket_timeout=0.2, socket_connect_timeout=0.2) as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
+        return ping_error(self.url, timeout_s=0.2) is None
 
     def start(self, *, wait_s: float = 5.0) -> None:
         """Start the node, or leave it be if it already runs and answers."""

@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from inventory import ports
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
 
@@ -164,7 +166,7 @@ if not DEVELOPMENT:
 # The purchase strategy. INVENTORY_BACKEND is an alias (db, optimistic, redis, redlock, atomic, and
 # the controls local and unsafe) or a dotted path to a Strategy subclass; OPTIONS holds what the
 # strategies declare in their modules (``default_options``), as CACHES does per backend.
-REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", 7379)
+REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", ports.REDLOCK_BASE_PORT)
 REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
 INVENTORY = {
     "BACKEND": os.environ.get("INVENTORY_BACKEND", "db"),
@@ -182,7 +184,9 @@ INVENTORY = {
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
     "ETCD_ENDPOINTS": [
         u.strip()
-        for u in os.environ.get("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{7479 + i}" for i in range(3))).split(",")
+        for u in os.environ.get(
+            "ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{ports.ETCD_BASE_PORT + i}" for i in range(3))
+        ).split(",")
         if u.strip()
     ],
     "OPTIONS": {

@@ -23,7 +23,7 @@ from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ENDPOINTS = [f"http://127.0.0.1:{slots.PORT_BASE + 126 + i}" for i in range(3)]
+ENDPOINTS = [f"http://127.0.0.1:{slots.ETCD_BASE_PORT + i}" for i in range(3)]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from inventory.replication import ReplicatedPair
 from inventory.services import audit, purchase
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 320  # five nodes, then a master + replica, all this module's own
+BASE_PORT = slots.FAULTS_BASE_PORT  # five nodes, then a master + replica, all this module's own
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from inventory.locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
 from inventory.locks.etcd import WATCH_RECHECK_S, EtcdClient, EtcdLock
 from tests import slots
 
-CLIENT_PORTS = [slots.PORT_BASE + 120 + i for i in range(3)]
+CLIENT_PORTS = [slots.LOCK_ETCD_BASE_PORT + i for i in range(3)]
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-etcd-{slots.SLOT}"
 CALL_TIMEOUT_MS = 300
 # Room for a loaded two-core machine on top of the bounds the lock promises.

@@ -45,6 +45,7 @@ from inventory.locks import RedisLock, Redlock
 from inventory.locks._core import Script
 from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
 from inventory.nodes import NodeError, RedisNodes
+from inventory.ports import LOCKBENCH_BASE_PORT
 
 LOCK_NAME = "lockbench:lock"
 TTL_MS = 10_000
@@ -237,7 +238,9 @@ class Command(BaseCommand):
             default=0,
             help="interleaved slices per uncontended row (default: one per 0.2 s of --seconds)",
         )
-        parser.add_argument("--base-port", type=int, default=7779, help="first of five private node ports")
+        parser.add_argument(
+            "--base-port", type=int, default=LOCKBENCH_BASE_PORT, help="first of five private node ports"
+        )
 
     def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
         if seconds <= 0:

@@ -33,6 +33,7 @@ from django.core.management.base import BaseCommand, CommandError
 from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.locks import NotAcquired, NotOwned, Redlock
 from inventory.nodes import NodeError, RedisNodes
+from inventory.ports import SIMULATE_CLOCK_JUMP_BASE_PORT
 
 NODES = 5
 QUORUM = NODES // 2 + 1
@@ -45,7 +46,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--nodes", type=int, default=3, help="how many of the 5 nodes' clocks jump (0 to 5)")
-        parser.add_argument("--base-port", type=int, default=7810, help="first of the five private node ports")
+        parser.add_argument(
+            "--base-port", type=int, default=SIMULATE_CLOCK_JUMP_BASE_PORT, help="first of the five private node ports"
+        )
 
     def handle(self, *args, nodes: int, base_port: int, **options):
         if not 0 <= nodes <= NODES:

@@ -35,6 +35,7 @@ from django.core.management.base import BaseCommand, CommandError
 from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.locks import NotAcquired, RedisLock, Redlock
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
+from inventory.ports import SIMULATE_FAILOVER_BASE_PORT
 from inventory.replication import ReplicatedPair
 
 SKU = "simulate-failover"
@@ -55,7 +56,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--base-port",
             type=int,
-            default=7800,
+            default=SIMULATE_FAILOVER_BASE_PORT,
             help="first of 8 private ports: the pair, then node 0's pair and four Redlock nodes",
         )
 

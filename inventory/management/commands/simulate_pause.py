@@ -39,6 +39,7 @@ from inventory.etcd_cluster import EtcdCluster
 from inventory.locks import NotOwned, RedisLock, Redlock
 from inventory.locks.etcd import EtcdClient, EtcdLock
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
+from inventory.ports import SIMULATE_PAUSE_BASE_PORT
 
 SKU = "simulate-pause"
 STOCK = 10
@@ -64,7 +65,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
-        parser.add_argument("--base-port", type=int, default=7789, help="first of the five Redlock node ports")
+        parser.add_argument(
+            "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"
+        )
         parser.add_argument(
             "--unfenced",
             action="store_true",

@@ -29,10 +29,10 @@ from ._sync_io import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kw
 Client = aioredis.Redis
 
 
-class Node:
-    """Idle asyncio connections to one node, per client and per event loop (see ``_sync_io.Node``)."""
+class NodeConnections:
+    """Idle asyncio connections to one node, per client and per event loop (see ``_sync_io.NodeConnections``)."""
 
-    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, Node]" = weakref.WeakKeyDictionary()
+    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
 
     def __init__(self, client: aioredis.Redis) -> None:
         kwargs = connection_kwargs(client)
@@ -50,7 +50,7 @@ class Node:
         self.pending: tuple | None = None
 
     @classmethod
-    def of(cls, client: aioredis.Redis) -> "Node":
+    def of(cls, client: aioredis.Redis) -> "NodeConnections":
         node = cls._registry.get(client)
         if node is None:
             node = cls._registry[client] = cls(client)
@@ -87,7 +87,7 @@ async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadl
             return await conn.read_response(timeout=math.inf)
 
 
-async def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequence):
+async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
     """Run a script on one node over ``conn``; connect, send and reply within ``node.timeout_s``."""
     deadline = asyncio.get_running_loop().time() + node.timeout_s
     try:
@@ -106,7 +106,7 @@ async def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: 
         raise
 
 
-async def call_one(node: Node, script: Script, keys: Sequence[str], argv: Sequence):
+async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence):
     conn = node.take()
     try:
         return await eval_one(node, conn, script, keys, argv)
@@ -124,7 +124,7 @@ async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
     return False
 
 
-def _pending_connect(node: Node, started: float):
+def _pending_connect(node: NodeConnections, started: float):
     """The asyncio version of ``_sync_io._pending_connect``: ``(conn, None)``, ``(None, error)``
     or ``(None, None)``."""
     conn, task, since = node.pending
@@ -142,7 +142,7 @@ def _pending_connect(node: Node, started: float):
 
 
 async def eval_all(
-    nodes: Sequence[Node],
+    nodes: Sequence[NodeConnections],
     script: Script,
     keys: Sequence[str],
     argv: Sequence,
@@ -226,7 +226,7 @@ async def eval_all(
     return replies
 
 
-async def block_on_signal(node: Node, conn, name: str, wait_s: float) -> None:
+async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
     """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list (same
     contract as ``_sync_io.block_on_signal``)."""
     wait_s = max(wait_s, 0.001)

@@ -9,7 +9,7 @@ Everything that waits lives here, and every wait has a deadline:
   again for :data:`CONNECT_BACKOFF_S`. ``NOSCRIPT`` is answered with ``EVAL`` on the same connection under
   the same deadline.
 * :func:`eval_one` is the single node's round trip; its reads are bounded by the connection's
-  socket timeout, which is the node timeout (see :class:`Node`).
+  socket timeout, which is the node timeout (see :class:`NodeConnections`).
 * A connection whose reply did not come in time is closed, never reused: a late reply can
   never be read as the answer to a later command.
 """
@@ -64,7 +64,7 @@ def connection_kwargs(client) -> dict:
     return kwargs
 
 
-class Node:
+class NodeConnections:
     """Idle connections to one Redis node, shared by every lock built on the same client.
 
     The library keeps its own connections rather than borrowing from the client's pool so that
@@ -74,7 +74,7 @@ class Node:
     (deque append/pop are atomic) and across fork (a child drops the parent's sockets).
     """
 
-    _registry: "weakref.WeakKeyDictionary[redis.Redis, Node]" = weakref.WeakKeyDictionary()
+    _registry: "weakref.WeakKeyDictionary[redis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
     _registry_lock = threading.Lock()
 
     def __init__(self, client: redis.Redis) -> None:
@@ -89,7 +89,7 @@ class Node:
         self.pending: deque = deque()
 
     @classmethod
-    def of(cls, client: redis.Redis) -> "Node":
+    def of(cls, client: redis.Redis) -> "NodeConnections":
         node = cls._registry.get(client)
         if node is None:
             with cls._registry_lock:
@@ -114,10 +114,10 @@ class Node:
         self._idle.append(conn)
 
 
-os.register_at_fork(after_in_child=Node._forget_after_fork)
+os.register_at_fork(after_in_child=NodeConnections._forget_after_fork)
 
 
-def _start_connect(node: Node, conn) -> socket.socket | None:
+def _start_connect(node: NodeConnections, conn) -> socket.socket | None:
     """Begin a non-blocking TCP connect for ``conn``; None for a unix socket (connected at once)."""
     if node._address is None:
         conn.connect()
@@ -133,7 +133,7 @@ def _start_connect(node: Node, conn) -> socket.socket | None:
     return sock
 
 
-def _finish_connect(node: Node, conn, sock: socket.socket, timeout_s: float) -> None:
+def _finish_connect(node: NodeConnections, conn, sock: socket.socket, timeout_s: float) -> None:
     """Hand a connected socket to ``conn``; its handshake (AUTH, SELECT, if any) waits at most ``timeout_s``."""
     code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if code:
@@ -168,7 +168,7 @@ def _read(conn):
     return reply
 
 
-def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequence):
+def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
     """Run a script on one node over ``conn`` and return its reply; exceptions propagate, and a
     connection that failed is closed. Every read waits at most ``node.timeout_s``, the NOSCRIPT
     fallback included (its read gets what is left of that time)."""
@@ -199,7 +199,7 @@ def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequen
         raise
 
 
-def call_one(node: Node, script: Script, keys: Sequence[str], argv: Sequence):
+def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence):
     conn = node.take()
     try:
         return eval_one(node, conn, script, keys, argv)
@@ -207,7 +207,7 @@ def call_one(node: Node, script: Script, keys: Sequence[str], argv: Sequence):
         node.give(conn)
 
 
-def _pending_connect(node: Node, started: float):
+def _pending_connect(node: NodeConnections, started: float):
     """A connect of ``node`` that an earlier round left unfinished: ``(conn, None)`` once it is
     connected, ``(None, error)`` while it is still pending (or failed), so the round does not
     wait for it; ``(None, None)`` when there is none, or it was given up after the back-off."""
@@ -231,7 +231,7 @@ def _pending_connect(node: Node, started: float):
 
 
 def eval_all(
-    nodes: Sequence[Node],
+    nodes: Sequence[NodeConnections],
     script: Script,
     keys: Sequence[str],
     argv: Sequence,
@@ -343,7 +343,7 @@ def eval_all(
     return replies
 
 
-def block_on_signal(node: Node, conn, name: str, wait_s: float) -> None:
+def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
     """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list.
 
     ``conn`` must be the connection of the refused attempt that registered the caller as a

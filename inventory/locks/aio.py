@@ -29,6 +29,7 @@ from ._core import (
     RAISE_FENCE,
     RELEASE,
     SIGNAL_LIFETIME_MS,
+    Attempt,
     Lease,
     LockError,
     LockLost,
@@ -98,7 +99,7 @@ class _BaseLock:
         self._release_keys = (name, signal_key(name), waiters, handoff)
         self._drift_ms = drift_ms(self.ttl_ms)
 
-    # Subclasses provide: _attempt(token, waiter_id, register) -> (Lease | None, hint_ms, split),
+    # Subclasses provide: _attempt(token, waiter_id, register) -> Attempt,
     # _unlock(token) -> bool, _extend_nodes(lease, ttl_ms) -> Lease, _advance_nodes(lease, past) -> int,
     # node_names().
 
@@ -290,9 +291,12 @@ class AsyncRedisLock(_BaseLock):
     Every reply is awaited at most the client's ``socket_timeout`` (redis-py's default, 5 s, if
     the client sets none), the node timeout of this lock.
 
-    >>> lock = RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000)
-    >>> with lock as lease:  # asyncio twin: async with AsyncRedisLock(aio_client, ...) as lease:
-    ...     write_with_fence(lease.fence)
+    Usage (the asyncio twin ``AsyncRedisLock`` takes a ``redis.asyncio`` client and ``async with``)::
+
+        with RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
+            # the write lands only where the row's fence is below lease.fence (in this project:
+            # inventory.backends.section.checked_write(shelf, quantity=1, token=lease.fence, fenced=True))
+            ...
     """
 
     quorum = 1
@@ -323,12 +327,12 @@ class AsyncRedisLock(_BaseLock):
             max_extensions=max_extensions,
         )
         self.client = client
-        self._node = _io.Node.of(client)
+        self._node = _io.NodeConnections.of(client)
 
     def node_names(self) -> list[str]:
         return [self._node.name]
 
-    async def _attempt(self, token: str, waiter_id: str, register: bool) -> tuple[Lease | None, float, bool]:
+    async def _attempt(self, token: str, waiter_id: str, register: bool) -> Attempt:
         node = self._node
         conn = node.take()
         start = time.monotonic()
@@ -341,12 +345,12 @@ class AsyncRedisLock(_BaseLock):
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
             node.give(conn)
-            return Lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False
+            return Attempt(Lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False)
         if register:
             self._hold(node, conn)
         else:
             node.give(conn)
-        return None, -reply, False
+        return Attempt(None, -reply, split=False)
 
     async def _unlock(self, token: str) -> bool:
         try:
@@ -380,9 +384,11 @@ class AsyncRedisLock(_BaseLock):
 class AsyncRedlock(_BaseLock):
     """The Redlock algorithm over N independent Redis masters, with quorum-monotonic fences.
 
-    >>> lock = Redlock([c1, c2, c3, c4, c5], "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000)
-    >>> with lock as lease:  # asyncio twin: async with AsyncRedlock([...], ...) as lease:
-    ...     write_with_fence(lease.fence)
+    Usage, with one client per independent master (the asyncio twin ``AsyncRedlock`` takes
+    ``redis.asyncio`` clients and ``async with``)::
+
+        with Redlock([c1, c2, c3, c4, c5], "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
+            ...  # a write fenced by lease.fence, as for RedisLock
     """
 
     def __init__(
@@ -414,14 +420,14 @@ class AsyncRedlock(_BaseLock):
         if not clients:
             raise ValueError("Redlock needs at least one node client")
         self.clients = list(clients)
-        self._nodes = [_io.Node.of(client) for client in self.clients]
+        self._nodes = [_io.NodeConnections.of(client) for client in self.clients]
         self.quorum = len(self._nodes) // 2 + 1
         self.node_timeout_s = (node_timeout_ms or default_node_timeout_ms(self.ttl_ms)) / 1000.0
 
     def node_names(self) -> list[str]:
         return [node.name for node in self._nodes]
 
-    async def _attempt(self, token: str, waiter_id: str, register: bool) -> tuple[Lease | None, float, bool]:
+    async def _attempt(self, token: str, waiter_id: str, register: bool) -> Attempt:
         start = time.monotonic()
         argv = (token, self.ttl_ms, waiter_id, "1" if register else "0")
         held: list | None = [] if register else None
@@ -439,7 +445,7 @@ class AsyncRedlock(_BaseLock):
             validity = validity_ms(self.ttl_ms, start, self._drift_ms)
             if confirmed >= self.quorum and validity > 0:
                 self._give_back(held)
-                return Lease(self.name, token, fence, start + validity / 1000.0), 0, False
+                return Attempt(Lease(self.name, token, fence, start + validity / 1000.0), 0, split=False)
         if held:
             # Wait on the first node that refused, over the connection that registered the waiter.
             index, conn = held.pop()
@@ -452,7 +458,7 @@ class AsyncRedlock(_BaseLock):
         if unavailable:
             self._give_back_held()
             raise self._error(QuorumUnavailable, unavailable)
-        return None, hint_ms, bool(granted)
+        return Attempt(None, hint_ms, split=bool(granted))
 
     def _give_back(self, held: list | None) -> None:
         for index, conn in held or ():

@@ -1,7 +1,7 @@
 """The sale dashboard: a page inside the admin with live stock, charts of the latest bursts and the
 latest report (registered in shop/urls.py under ``admin_view``, so staff only).
 
-The invariant's verdict comes from :class:`inventory.services.AuditReport`; the live stock JSON
+The invariant's verdict comes from :class:`inventory.audit.AuditReport`; the live stock JSON
 carries it, and the page's script only shows it.
 """
 
@@ -15,9 +15,10 @@ from django.utils.safestring import mark_safe
 
 from loadtests import report as burst_report
 
+from .audit import AuditReport
 from .charts import Bar, Series, bar_chart, colour_for, line_chart
 from .models import BurstRun, Product
-from .services import AuditReport, sale_state
+from .services import sale_state
 
 
 def _require_view_permission(request: HttpRequest) -> None:

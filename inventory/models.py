@@ -18,7 +18,7 @@ class ProductQuerySet(models.QuerySet):
 
         ``invariant_ok`` is the part of the sale's invariant one query can answer per product: stock
         is not below 0 and the units ordered are the units that left the shelf. It is there so a list
-        can sort by it; :class:`inventory.services.AuditReport` says the same verdict in words.
+        can sort by it; :class:`inventory.audit.AuditReport` says the same verdict in words.
         """
         return self.annotate(
             ordered_units=Coalesce(Sum("orders__quantity"), 0),

@@ -1,4 +1,4 @@
-"""The inventory's business logic: buy, restock, reset and audit.
+"""The inventory's business logic: buy, restock and reset (the audit: :mod:`inventory.audit`).
 
 Plain keyword-only functions. ``purchase`` returns an outcome for the expected refusals (sold
 out, limit reached, busy, not on sale) and raises for bad input; any refusal leaves stock and
@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from . import soldout
+from .audit import AuditReport, audit
 from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
 from .backends.redis_stock import forget_sale
 from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_QUANTITY",
     "AuditReport",
     "InvalidQuantity",
+    "InventoryError",
     "Outcome",
     "ProductNotFound",
     "PurchaseResult",
@@ -45,18 +47,6 @@ __all__ = [
     "reset_sale",
     "restock",
 ]
-
-
-class InventoryError(Exception):
-    """Bad input to a service: nothing was changed."""
-
-
-class ProductNotFound(InventoryError):
-    pass
-
-
-class InvalidQuantity(InventoryError):
-    pass
 
 
 @dataclass
@@ -342,81 +332,3 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
         ) from exc
     if reset:
         transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    """What the database says about one product's sale: the sale's invariant, checked once here."""
-
-    sku: str
-    initial: int
-    stock: int
-    sold: int  # initial - stock: units that left the shelf
-    ordered: int  # units on orders
-    orders: int
-    over_limit_customers: int  # customers whose units across orders exceed the per-customer limit
-    oversold: int  # units on orders beyond what left the shelf
-    lost: int  # units that left the shelf without an order
-    undersold: int  # units left on the shelf although a shopper was told "sold out"
-
-    @classmethod
-    def of(cls, product: Product, *, over_limit_customers: int = 0, told_sold_out: int = 0) -> AuditReport:
-        """The report on ``product`` as ``Product.objects.with_totals()`` annotated it.
-
-        ``over_limit_customers`` takes a query of its own (:func:`audit` makes it; a list of
-        products leaves it at 0); ``told_sold_out`` as in :func:`audit`.
-        """
-        sold = product.initial_stock - product.stock
-        ordered = product.ordered_units
-        return cls(
-            sku=product.sku,
-            initial=product.initial_stock,
-            stock=product.stock,
-            sold=sold,
-            ordered=ordered,
-            orders=product.order_count,
-            over_limit_customers=over_limit_customers,
-            oversold=max(0, ordered - sold),
-            lost=max(0, sold - ordered),
-            undersold=max(product.stock, 0) if told_sold_out else 0,
-        )
-
-    @property
-    def problems(self) -> list[str]:
-        """The sale's invariant, in words; empty when it holds."""
-        found = []
-        if self.stock < 0:
-            found.append(f"stock {self.stock} below 0")
-        if self.oversold:
-            found.append(f"oversold by {self.oversold}: {self.ordered} units ordered, stock fell by {self.sold}")
-        if self.lost:
-            found.append(f"{self.lost} units lost: stock fell by {self.sold}, {self.ordered} units ordered")
-        if self.over_limit_customers:
-            found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
-        if self.undersold:
-            found.append(f"undersold {self.undersold}: units left while shoppers were told sold out")
-        return found
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def audit(*, sku: str, told_sold_out: int = 0) -> AuditReport:
-    """Check the sale's invariants from the database.
-
-    ``told_sold_out`` is how many shoppers were answered "sold out" (from the load test); if any
-    were while units are still on the shelf, those units count as undersold. A shopper told
-    "busy, try again" (503) is not an undersell: they were not told there was nothing left.
-    """
-    product = Product.objects.with_totals().filter(sku=sku).first()
-    if product is None:
-        raise ProductNotFound(f"no product with sku {sku!r}")
-    over_limit = (
-        Order.objects.filter(product=product)
-        .values("customer")
-        .annotate(units=Sum("quantity"))
-        .filter(units__gt=product.per_customer_limit)
-        .count()
-    )
-    return AuditReport.of(product, over_limit_customers=over_limit, told_sold_out=told_sold_out)

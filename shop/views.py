@@ -99,6 +99,43 @@ def json_error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
+class Refused(Exception):
+    """A request turned away before it reached the services; ``response`` is the 4xx answer to send."""
+
+    def __init__(self, response: JsonResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def purchase_quantity(request: HttpRequest) -> object:
+    """The ``quantity`` a purchase request's JSON body names (1 when absent), not yet validated.
+
+    Raises :class:`Refused` with the 4xx answer when the request is not a POST of a small JSON
+    object whose only field is ``quantity``. The purchase endpoint and the floor both ask it.
+    """
+    if request.method != "POST":
+        response = json_error(405, "use POST", allowed=["POST"])
+        response["Allow"] = "POST"
+        raise Refused(response)
+    length = declared_length(request)
+    if length is None:
+        raise Refused(json_error(400, "invalid Content-Length"))
+    if length > MAX_BODY_BYTES:
+        raise Refused(json_error(413, f"body larger than {MAX_BODY_BYTES} bytes"))
+    if request.content_type != "application/json":
+        raise Refused(json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}'))
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Refused(json_error(400, "body is not valid JSON")) from None
+    if not isinstance(body, dict):
+        raise Refused(json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}'))
+    unknown = set(body) - {"quantity"}
+    if unknown:
+        raise Refused(json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}"))
+    return body.get("quantity", 1)
+
+
 def seconds_until(moment, now) -> int | None:
     """Whole seconds from ``now`` to ``moment`` (None when there is no moment), so that
     countdowns in the browser do not depend on the shopper's clock."""
@@ -225,27 +262,10 @@ def api_product(request: HttpRequest, sku: str) -> JsonResponse:
 
 def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
     """``POST {"quantity": n}``: 201 confirmed, 409 refused, 503 busy, 4xx bad input."""
-    if request.method != "POST":
-        response = json_error(405, "use POST", allowed=["POST"])
-        response["Allow"] = "POST"
-        return response
-    length = declared_length(request)
-    if length is None:
-        return json_error(400, "invalid Content-Length")
-    if length > MAX_BODY_BYTES:
-        return json_error(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    if request.content_type != "application/json":
-        return json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}')
     try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return json_error(400, "body is not valid JSON")
-    if not isinstance(body, dict):
-        return json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}')
-    unknown = set(body) - {"quantity"}
-    if unknown:
-        return json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
-    quantity = body.get("quantity", 1)
+        quantity = purchase_quantity(request)
+    except Refused as refused:
+        return refused.response
     key = request.headers.get("Idempotency-Key", "")
     try:
         result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)

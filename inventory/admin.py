@@ -7,6 +7,8 @@ each recorded in the admin log (``LogEntry``) of the product it changed.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import F
@@ -137,21 +139,15 @@ class ProductAdmin(admin.ModelAdmin):
                 verb="Restock",
             )
         quantity = form.cleaned_data["quantity"]
-        for product in queryset:
-            try:
-                updated = restock(sku=product.sku, quantity=quantity)
-            except InventoryError as exc:
-                self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
-                continue
-            self.log_change(
-                request,
-                updated,
-                f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, "
-                f"initial {updated.initial_stock}.",
-            )
-            self.message_user(
-                request, f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.", messages.SUCCESS
-            )
+        self._change_each(
+            request,
+            queryset,
+            lambda product: restock(sku=product.sku, quantity=quantity),
+            logged=lambda product, updated: (
+                f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}."
+            ),
+            said=lambda product, updated: f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.",
+        )
         return None
 
     @admin.action(description="Reset sale of selected products…", permissions=["change"])
@@ -168,24 +164,38 @@ class ProductAdmin(admin.ModelAdmin):
                 verb="Reset sale",
                 warning=f"This deletes {orders} order{'s' if orders != 1 else ''} and sets the fence back to 0.",
             )
+        stock = form.cleaned_data["stock"]
+        self._change_each(
+            request,
+            queryset,
+            lambda product: reset_sale(sku=product.sku, stock=product.initial_stock if stock is None else stock),
+            logged=lambda product, updated: (
+                f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, "
+                f"fence {product.fence} → 0."
+            ),
+            said=lambda product, updated: f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.",
+        )
+        return None
+
+    def _change_each(
+        self,
+        request,
+        queryset,
+        change: Callable[[Product], Product],
+        *,
+        logged: Callable[[Product, Product], str],
+        said: Callable[[Product, Product], str],
+    ) -> None:
+        """Apply ``change`` (a service) to each product; record each change in the admin log
+        (``logged``) and tell the user (``said``); a refusal is reported and the rest go on."""
         for product in queryset:
-            stock = form.cleaned_data["stock"]
-            stock = product.initial_stock if stock is None else stock
             try:
-                updated = reset_sale(sku=product.sku, stock=stock)
+                updated = change(product)
             except InventoryError as exc:
                 self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
                 continue
-            self.log_change(
-                request,
-                updated,
-                f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, "
-                f"fence {product.fence} → 0.",
-            )
-            self.message_user(
-                request, f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.", messages.SUCCESS
-            )
-        return None
+            self.log_change(request, updated, logged(product, updated))
+            self.message_user(request, said(product, updated), messages.SUCCESS)
 
 
 class CustomerFilter(admin.SimpleListFilter):

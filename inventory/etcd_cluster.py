@@ -17,10 +17,7 @@ No Django import: the lock library's tests and benchmarks use this module on its
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -29,7 +26,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .nodes import NodeError, _alive
+from .nodes import NodeError
+from .pidfile import PidfileProcess
 
 INSTALL_HINT = "etcd not found on PATH: install it (Debian: apt-get install etcd-server)"
 
@@ -53,8 +51,13 @@ def _get_ok(url: str, timeout_s: float) -> requests.Response | None:
     return response if response.status_code == 200 else None
 
 
-class EtcdMember:
-    """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL."""
+class EtcdMember(PidfileProcess):
+    """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL.
+
+    Killed, it keeps what it had fsynced for :meth:`start`.
+    """
+
+    stop_wait_s = 10.0
 
     def __init__(
         self,
@@ -98,13 +101,6 @@ class EtcdMember:
     @property
     def logfile(self) -> Path:
         return self.run_dir / f"{self.name}.log"
-
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
 
     def answers(self, timeout_s: float = 0.3) -> bool:
         """The process serves HTTP (``/version``); says nothing about quorum."""
@@ -176,49 +172,8 @@ class EtcdMember:
         self.pidfile.write_text(f"{process.pid}\n")
         return process
 
-    def _signal(self, signum: int) -> int | None:
-        pid = self.pid()
-        if pid is not None:
-            os.kill(pid, signum)
-        return pid
-
-    def stop(self, *, wait_s: float = 10.0) -> None:
-        """Stop gracefully (SIGTERM), escalating to SIGKILL; a no-op if not running."""
-        pid = self._signal(signal.SIGCONT)  # a paused member cannot act on SIGTERM
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, wait_s):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, wait_s)
-        self.pidfile.unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        """Kill abruptly (SIGKILL), as in a crash; what it had fsynced survives for :meth:`start`."""
-        pid = self._signal(signal.SIGCONT)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
-        self.pidfile.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """Freeze the process (SIGSTOP): its sockets stay open but it answers nothing."""
-        if self._signal(signal.SIGSTOP) is None:
-            raise EtcdClusterError(f"etcd {self.name} is not running")
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-
-def _wait_gone(pid: int, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
-        if not _alive(pid):
-            return True
-        time.sleep(0.01)
-    return False
+    def not_running(self) -> EtcdClusterError:
+        return EtcdClusterError(f"etcd {self.name} is not running")
 
 
 class EtcdCluster:

@@ -9,9 +9,7 @@ No Django import: the lock library's tests and benchmarks use this module on its
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 from contextlib import contextmanager
@@ -22,6 +20,8 @@ from typing import Iterable, Iterator
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from .pidfile import PidfileProcess
 
 INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
 
@@ -53,24 +53,9 @@ def redis_server_binary() -> str:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @dataclass(frozen=True)
-class RedisNode:
-    """One ``redis-server`` on 127.0.0.1:``port``; state lives in ``run_dir``."""
+class RedisNode(PidfileProcess):
+    """One ``redis-server`` on 127.0.0.1:``port``; state lives in ``run_dir``. Killed, it forgets every key."""
 
     port: int
     run_dir: Path
@@ -87,13 +72,6 @@ class RedisNode:
     @property
     def logfile(self) -> Path:
         return self.run_dir / f"redis-{self.port}.log"
-
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
 
     def client(self, **kwargs) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 0.5)
@@ -142,51 +120,12 @@ class RedisNode:
             time.sleep(0.02)
         raise NodeError(f"redis-server on port {self.port} did not answer within {wait_s}s; see {self.logfile}")
 
-    def _signal(self, signum: int) -> int | None:
-        pid = self.pid()
-        if pid is not None:
-            os.kill(pid, signum)
-        return pid
-
-    def stop(self, *, wait_s: float = 5.0) -> None:
-        """Stop gracefully (SIGTERM), escalating to SIGKILL; a no-op if not running."""
-        pid = self._signal(signal.SIGCONT)  # a paused node cannot act on SIGTERM
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not self._wait_gone(pid, wait_s):
-            os.kill(pid, signal.SIGKILL)
-            self._wait_gone(pid, wait_s)
-        self.pidfile.unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        """Kill abruptly (SIGKILL): the node forgets every key, as after a crash."""
-        pid = self._signal(signal.SIGCONT)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            self._wait_gone(pid, 5.0)
-        self.pidfile.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing."""
-        if self._signal(signal.SIGSTOP) is None:
-            raise NodeError(f"redis-server on port {self.port} is not running")
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
+    def not_running(self) -> NodeError:
+        return NodeError(f"redis-server on port {self.port} is not running")
 
     def restart(self) -> None:
         self.kill()
         self.start()
-
-    @staticmethod
-    def _wait_gone(pid: int, wait_s: float) -> bool:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return True
-            time.sleep(0.01)
-        return False
 
 
 class RedisNodes:

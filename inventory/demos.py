@@ -13,7 +13,7 @@ import time
 from datetime import datetime
 from decimal import Decimal
 
-from django.core.management.base import OutputWrapper
+from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
 from .backends.section import Shelf, allocate, checked_write, read_shelf
@@ -44,6 +44,11 @@ class Narrator:
     def note(self, message: str) -> None:
         """A line that explains, indented under the steps."""
         self.say(f"     {message}")
+
+    def check(self) -> None:
+        """Raise :class:`CommandError` naming every step that did not hold, if any did not."""
+        if self.failures:
+            raise CommandError(f"{len(self.failures)} step(s) did not hold: " + "; ".join(self.failures))
 
 
 def reset_product(*, sku: str, name: str, stock: int) -> Product:

@@ -15,13 +15,22 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .pidfile import PidfileProcess
+
+
+class Startable(Protocol):
+    def running(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Startable)
 
 INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
 
@@ -120,6 +129,9 @@ class RedisNode(PidfileProcess):
             time.sleep(0.02)
         raise NodeError(f"redis-server on port {self.port} did not answer within {wait_s}s; see {self.logfile}")
 
+    def running(self) -> bool:
+        return self.ping()
+
     def not_running(self) -> NodeError:
         return NodeError(f"redis-server on port {self.port} is not running")
 
@@ -170,18 +182,19 @@ class RedisNodes:
 
 
 @contextmanager
-def started_while_needed(nodes: Iterable[RedisNode]) -> Iterator[list[RedisNode]]:
-    """Start the nodes that do not answer; at the end stop those, and only those.
+def started_while_needed(services: Iterable[S]) -> Iterator[list[S]]:
+    """Start the services (nodes, clusters: anything with ``running``, ``start`` and ``stop``) that
+    do not run; at the end stop those, and only those.
 
-    Nodes someone else runs (``make nodes-start``, a test session) are used and left running.
+    Services someone else runs (``make nodes-start``, a test session) are used and left running.
     """
-    started: list[RedisNode] = []
+    started: list[S] = []
     try:
-        for node in nodes:
-            if not node.ping():
-                node.start()
-                started.append(node)
+        for service in services:
+            if not service.running():
+                service.start()
+                started.append(service)
         yield started
     finally:
-        for node in started:
-            node.stop()
+        for service in started:
+            service.stop()

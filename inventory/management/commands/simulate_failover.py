@@ -74,9 +74,7 @@ class Command(BaseCommand):
                 self.redlock(pair, others)
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
-        failures = self.narrator.failures
-        if failures:
-            raise CommandError(f"{len(failures)} step(s) did not hold: " + "; ".join(failures))
+        self.narrator.check()
         if self.fenced:
             self.narrator.say(
                 "every step held: the single Redis granted the lock twice, the fence let one write "

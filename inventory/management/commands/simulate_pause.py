@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import redis
 from django.conf import settings
@@ -35,7 +33,6 @@ from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.etcd import project_cluster
 from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.etcd_cluster import EtcdCluster
 from inventory.locks import NotOwned, RedisLock, Redlock
 from inventory.locks.etcd import EtcdClient, EtcdLock
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
@@ -45,19 +42,6 @@ SKU = "simulate-pause"
 STOCK = 10
 TTL_MS = 500
 PAUSE_S = TTL_MS / 1000 * 1.5
-
-
-@contextmanager
-def cluster_while_needed(cluster: EtcdCluster | None) -> Iterator[None]:
-    """Start the etcd cluster if it is down, and then stop it at the end; leave a running one be."""
-    started = cluster is not None and not cluster.running()
-    if started:
-        cluster.start()
-    try:
-        yield
-    finally:
-        if started:
-            cluster.stop()
 
 
 class Command(BaseCommand):
@@ -81,7 +65,8 @@ class Command(BaseCommand):
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
         cluster = project_cluster() if backend == "etcd" else None
         try:
-            with started_while_needed(nodes if backend == "redlock" else []), cluster_while_needed(cluster):
+            needed = [*nodes] if backend == "redlock" else [cluster] if cluster is not None else []
+            with started_while_needed(needed):
                 if cluster is not None:
                     clients = [EtcdClient(cluster.endpoints)]
                 elif backend == "redis":
@@ -95,9 +80,7 @@ class Command(BaseCommand):
                         client.close()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
-        failures = self.narrator.failures
-        if failures:
-            raise CommandError(f"{len(failures)} step(s) did not hold: " + "; ".join(failures))
+        self.narrator.check()
         if self.fenced:
             self.narrator.say(f"every step held ({backend})")
         else:

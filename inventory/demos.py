@@ -12,15 +12,25 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from decimal import Decimal
+from typing import Any, NamedTuple
 
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
 from .backends.section import Shelf, allocate, checked_write, read_shelf
+from .locks import Lease
 from .models import Order, Product
 from .services import audit, reset_sale
 
 __all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]
+
+
+class Holder(NamedTuple):
+    """A lock holder in a demo: its lock, the lease it was granted and the shelf it read under it."""
+
+    lock: Any
+    lease: Lease
+    shelf: Shelf
 
 
 class Narrator:

@@ -32,8 +32,9 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.locks import NotAcquired, RedisLock, Redlock
+from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
 from inventory.ports import SIMULATE_FAILOVER_BASE_PORT
 from inventory.replication import ReplicatedPair
@@ -108,25 +109,7 @@ class Command(BaseCommand):
                 "an earlier holder took and released the lock (fence 1); the replica has it: its counter is 1",
             )
 
-            pair.hold_replication()
-            note(
-                "the replication stream is now held in the link: Redis acknowledges writes before any replica has "
-                "them (replication is asynchronous); here the link is slow"
-            )
-            lock_a = RedisLock(master, name, ttl_ms=TTL_MS, timeout_ms=0)
-            lease_a = lock_a.acquire()
-            shelf_a = read_shelf(product.pk)
-            step(
-                lease_a.fence == 2,
-                f"A locks on the master: granted, fence {lease_a.fence}; A reads stock {shelf_a.stock}",
-            )
-            master_offset, replica_offset = pair.offsets()
-            on_replica = replica.get(name)
-            step(
-                on_replica is None and master_offset > replica_offset,
-                f"the replica has not seen A's lock: key absent there, replication offset {replica_offset} "
-                f"behind the master's {master_offset}",
-            )
+            lock_a, lease_a, shelf_a = self.a_locks_unreplicated(pair, master, replica, name, product)
 
             pair.kill_master()
             note("the master is killed (SIGKILL) before the held stream reached the replica; that stream is lost")
@@ -154,47 +137,79 @@ class Command(BaseCommand):
                 )
             note(f"B reads stock {shelf_b.stock}: the same stock A read")
 
-            a_landed = write_order(
-                shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend="redis"
-            )
-            step(
-                a_landed,
-                f"A writes stock {shelf_a.stock} -> {shelf_a.stock - 1} with token {lease_a.fence}: "
-                f"accepted, A's order written",
-            )
-            b_landed = write_order(
-                shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend="redis"
-            )
-            if self.fenced:
-                refusal = why_refused(shelf_b, lease_b.fence)
-                step(
-                    not b_landed,
-                    f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token "
-                    f"{lease_b.fence}: REFUSED by the storage check: {refusal}; "
-                    f"B's transaction rolls back",
-                )
-                note(
-                    "in a purchase the strategy then tries to recover (FencedLockStrategy.recover): it asks the lock "
-                    "to raise its counter past the row's fence while B still holds the lock, and runs B's section "
-                    "again from a fresh read; without that, B's shopper is told busy. B's stale write never lands"
-                )
-            else:
-                step(
-                    b_landed,
-                    f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token {lease_b.fence}: "
-                    f"LANDS, nothing checks it (storage check off); B's order written",
-                )
-            oversold, line = audit_line(SKU)
-            expected = 0 if self.fenced else 1
-            stock = read_shelf(product.pk).stock
-            step(
-                oversold == expected and stock == STOCK - 1,
-                f"{line}; stock {stock}" + ("" if self.fenced else " -- the oversell the fence prevents"),
-            )
+            self.both_write(product, Holder(lock_a, lease_a, shelf_a), Holder(lock_b, lease_b, shelf_b))
             lock_b.release()
         finally:
             for client in (master, replica, front):
                 client.close()
+
+    def a_locks_unreplicated(
+        self, pair: ReplicatedPair, master: redis.Redis, replica: redis.Redis, name: str, product: Product
+    ) -> Holder:
+        """With replication held, A takes the lock on the master; the replica never sees it."""
+        step, note = self.narrator.step, self.narrator.note
+        pair.hold_replication()
+        note(
+            "the replication stream is now held in the link: Redis acknowledges writes before any replica has "
+            "them (replication is asynchronous); here the link is slow"
+        )
+        lock_a = RedisLock(master, name, ttl_ms=TTL_MS, timeout_ms=0)
+        lease_a = lock_a.acquire()
+        shelf_a = read_shelf(product.pk)
+        step(
+            lease_a.fence == 2,
+            f"A locks on the master: granted, fence {lease_a.fence}; A reads stock {shelf_a.stock}",
+        )
+        master_offset, replica_offset = pair.offsets()
+        on_replica = replica.get(name)
+        step(
+            on_replica is None and master_offset > replica_offset,
+            f"the replica has not seen A's lock: key absent there, replication offset {replica_offset} "
+            f"behind the master's {master_offset}",
+        )
+        return Holder(lock_a, lease_a, shelf_a)
+
+    def both_write(self, product: Product, a: Holder, b: Holder) -> None:
+        """A, then B, writes what it decided under its lease; then the audit."""
+        step, note = self.narrator.step, self.narrator.note
+        shelf_a, lease_a, shelf_b, lease_b = a.shelf, a.lease, b.shelf, b.lease
+        a_landed = write_order(
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend="redis"
+        )
+        step(
+            a_landed,
+            f"A writes stock {shelf_a.stock} -> {shelf_a.stock - 1} with token {lease_a.fence}: "
+            f"accepted, A's order written",
+        )
+        b_landed = write_order(
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend="redis"
+        )
+        if self.fenced:
+            refusal = why_refused(shelf_b, lease_b.fence)
+            step(
+                not b_landed,
+                f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token "
+                f"{lease_b.fence}: REFUSED by the storage check: {refusal}; "
+                f"B's transaction rolls back",
+            )
+            note(
+                "in a purchase the strategy then tries to recover (FencedLockStrategy.recover): it asks the lock "
+                "to raise its counter past the row's fence while B still holds the lock, and runs B's section "
+                "again from a fresh read; without that, B's shopper is told busy. B's stale write never lands"
+            )
+        else:
+            step(
+                b_landed,
+                f"B writes stock {shelf_b.stock} -> {shelf_b.stock - 1} with token {lease_b.fence}: "
+                f"LANDS, nothing checks it (storage check off); B's order written",
+            )
+        oversold, line = audit_line(SKU)
+        expected = 0 if self.fenced else 1
+        stock = read_shelf(product.pk).stock
+        step(
+            oversold == expected and stock == STOCK - 1,
+            f"{line}; stock {stock}" + ("" if self.fenced else " -- the oversell the fence prevents"),
+        )
 
     def redlock(self, pair: ReplicatedPair, others: RedisNodes) -> None:
         say, step = self.narrator.say, self.narrator.step

@@ -32,9 +32,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.etcd import project_cluster
-from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.locks import NotOwned, RedisLock, Redlock
+from inventory.backends.section import Shelf
+from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.locks import Lease, NotOwned, RedisLock, Redlock
 from inventory.locks.etcd import EtcdClient, EtcdLock
+from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
 from inventory.ports import SIMULATE_PAUSE_BASE_PORT
 
@@ -89,6 +91,48 @@ class Command(BaseCommand):
                 f"the oversell the storage check prevents (exit 0: the damage was shown)"
             )
 
+    def a_takes_and_pauses(self, backend: str, clients: list, name: str, product: Product) -> Holder:
+        """A takes the lock, reads, and pauses past its lease."""
+        step, note = self.narrator.step, self.narrator.note
+        lock_a = self.make_lock(backend, clients, name)
+        lease_a = lock_a.acquire()
+        shelf_a = read_shelf(product.pk)
+        step(
+            lease_a.fence > 0,
+            f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
+            f"A reads stock {shelf_a.stock} and decides to sell 1",
+        )
+        pause_s = PAUSE_S
+        if backend == "etcd":
+            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
+            pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
+        time.sleep(pause_s)
+        step(
+            lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
+            f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired",
+        )
+        return Holder(lock_a, lease_a, shelf_a)
+
+    def a_writes_late(self, backend: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
+        """A writes what it decided before its pause, with its stale fence, after B's write."""
+        landed = write_order(
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
+        )
+        after_a = read_shelf(product.pk)
+        stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
+        if self.fenced:
+            self.narrator.step(
+                not landed and after_a == after_b,
+                f"{stale}: REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
+                f"(stock {after_a.stock}, row fence {after_a.fence})",
+            )
+        else:
+            self.narrator.step(
+                landed and after_a.stock == STOCK - 1,
+                f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
+            )
+
     def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
         if backend == "redis":
             return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
@@ -115,25 +159,7 @@ class Command(BaseCommand):
             f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
         )
 
-        lock_a = self.make_lock(backend, clients, name)
-        lease_a = lock_a.acquire()
-        shelf_a = read_shelf(product.pk)
-        step(
-            lease_a.fence > 0,
-            f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
-            f"A reads stock {shelf_a.stock} and decides to sell 1",
-        )
-
-        pause_s = PAUSE_S
-        if backend == "etcd":
-            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
-            pause_s = lease_a.remaining_ms() / 1000 * 1.5
-        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
-        time.sleep(pause_s)
-        step(
-            lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
-            f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired",
-        )
+        lock_a, lease_a, shelf_a = self.a_takes_and_pauses(backend, clients, name, product)
 
         lock_b = self.make_lock(backend, clients, name)
         lease_b = lock_b.acquire()
@@ -165,23 +191,7 @@ class Command(BaseCommand):
             f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)",
         )
 
-        landed = write_order(
-            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
-        )
-        after_a = read_shelf(product.pk)
-        if self.fenced:
-            step(
-                not landed and after_a == after_b,
-                f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
-                f"(stock {after_a.stock}, row fence {after_a.fence})",
-            )
-        else:
-            step(
-                landed and after_a.stock == STOCK - 1,
-                f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                f"LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
-            )
+        self.a_writes_late(backend, product, lease_a, shelf_a, after_b)
 
         lock_b.release()
         step(self.holders(clients, name, lease_b.token) == 0, "B releases; no node holds the lock")

@@ -30,8 +30,9 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.locks import NotAcquired, NotOwned, Redlock
+from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.locks import Lease, NotAcquired, NotOwned, Redlock
+from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes
 from inventory.ports import SIMULATE_CLOCK_JUMP_BASE_PORT
 
@@ -124,16 +125,7 @@ class Command(BaseCommand):
             + (f"; nodes {', '.join(map(str, down))} are back, empty" if down else ""),
         )
 
-        jumped = (holding + [i for i in range(NODES) if i not in holding])[: self.jumped]
-        for index in jumped:
-            clients[index].pexpire(name, 0)
-        left = self.holding(clients, name, lease_a.token)
-        note(
-            f"clock jump on {len(jumped)} node(s) ({self.names(jumped) or 'none'}"
-            + (", A's nodes first: the worst case" if bare and jumped else "")
-            + f"): A's key now on {len(left)} node(s) ({self.names(left) or 'none'}), "
-            f"its lease still valid for {lease_a.remaining_ms():.0f} ms"
-        )
+        left = self.jump(clients, name, lease_a, holding, bare=bare)
 
         free = NODES - len(left)
         expected = free >= QUORUM
@@ -150,6 +142,34 @@ class Command(BaseCommand):
             f"a grant needs {QUORUM}",
         )
 
+        self.writes(product, Holder(lock_a, lease_a, shelf_a), lease_b)
+        oversold, line = audit_line(sku)
+        step(oversold == 0 and read_shelf(product.pk).stock == STOCK - 1, line)
+        for lock in (lock_b, lock_a):
+            if lock.lease is not None:
+                # NotOwned: A's key is gone from a majority: B took them, or the jump expired them.
+                with contextlib.suppress(NotOwned):
+                    lock.release()
+        return granted
+
+    def jump(self, clients: list, name: str, lease_a: Lease, holding: list[int], *, bare: bool) -> list[int]:
+        """Jump the clocks of ``self.jumped`` nodes, A's first (its key expires there); the nodes A still holds."""
+        jumped = (holding + [i for i in range(NODES) if i not in holding])[: self.jumped]
+        for index in jumped:
+            clients[index].pexpire(name, 0)
+        left = self.holding(clients, name, lease_a.token)
+        self.narrator.note(
+            f"clock jump on {len(jumped)} node(s) ({self.names(jumped) or 'none'}"
+            + (", A's nodes first: the worst case" if bare and jumped else "")
+            + f"): A's key now on {len(left)} node(s) ({self.names(left) or 'none'}), "
+            f"its lease still valid for {lease_a.remaining_ms():.0f} ms"
+        )
+        return left
+
+    def writes(self, product: Product, a: Holder, lease_b: Lease | None) -> None:
+        """A writes if it is the only holder; else B writes, and A's late write is refused by its fence."""
+        step = self.narrator.step
+        shelf_a, lease_a = a.shelf, a.lease
         if lease_b is None:
             landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, backend="redlock")
             step(landed, f"A, the only holder, writes with token {lease_a.fence}: accepted")
@@ -168,14 +188,6 @@ class Command(BaseCommand):
                 f"A's late write (stock {shelf_a.stock} -> {shelf_a.stock - 1}, token {lease_a.fence}): "
                 f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)}",
             )
-        oversold, line = audit_line(sku)
-        step(oversold == 0 and read_shelf(product.pk).stock == STOCK - 1, line)
-        for lock in (lock_b, lock_a):
-            if lock.lease is not None:
-                # NotOwned: A's key is gone from a majority: B took them, or the jump expired them.
-                with contextlib.suppress(NotOwned):
-                    lock.release()
-        return granted
 
     @staticmethod
     def holding(clients: list[redis.Redis], name: str, token: str) -> list[int]:

@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
-from ._core import Script, node_name, pack_eval, pack_evalsha, signal_key
+from ._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
 
 Client = aioredis.Redis
 
@@ -161,21 +161,14 @@ async def eval_all(
     return round_.replies
 
 
-class _Round:
-    """One :func:`eval_all`: every node's connection, reply and connect task, against one deadline."""
+class _Round(Round):
+    """One :func:`eval_all`, with the connect tasks it waits for."""
 
     def __init__(
         self, nodes: Sequence[NodeConnections], script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        self.nodes = nodes
-        self.script, self.keys, self.argv = script, keys, argv
-        self.timeout_s = timeout_s
-        self.started = self.loop.time()
-        self.deadline = self.started + timeout_s
-        self.packed = pack_evalsha(script, keys, argv)
-        self.replies: list = [None] * len(nodes)
-        self.conns: list = [None] * len(nodes)
+        super().__init__(nodes, script, keys, argv, timeout_s, started=self.loop.time())
         self.connects: dict = {}
         self.round_open = [True]
 

@@ -248,6 +248,23 @@ def node_name(client) -> str:
 # Both twins decide through these, so the quorum rules are written once.
 
 
+class Round:
+    """What one script call on every node keeps (``eval_all`` in each I/O twin): the command, one
+    connection and one reply per node, and the deadline every reply is read against."""
+
+    def __init__(
+        self, nodes: Sequence, script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float, *, started: float
+    ) -> None:
+        self.nodes = nodes
+        self.script, self.keys, self.argv = script, keys, argv
+        self.timeout_s = timeout_s
+        self.started = started
+        self.deadline = started + timeout_s
+        self.packed = pack_evalsha(script, keys, argv)
+        self.replies: list = [None] * len(nodes)
+        self.conns: list = [None] * len(nodes)
+
+
 def granted_votes(replies: Sequence) -> dict[int, int]:
     """The nodes that granted an acquire: node index → that node's fence counter."""
     return {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}

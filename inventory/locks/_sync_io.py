@@ -33,7 +33,7 @@ from ._connections import (
     pending_connect,
     start_connect,
 )
-from ._core import Script, pack_eval, pack_evalsha, signal_key
+from ._core import Round, Script, pack_eval, pack_evalsha, signal_key
 
 Client = redis.Redis
 
@@ -128,20 +128,13 @@ def eval_all(
     return round_.replies
 
 
-class _Round:
-    """One :func:`eval_all`: every node's connection, reply and socket, against one deadline."""
+class _Round(Round):
+    """One :func:`eval_all`, with the sockets it polls."""
 
     def __init__(
         self, nodes: Sequence[NodeConnections], script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float
     ) -> None:
-        self.nodes = nodes
-        self.script, self.keys, self.argv = script, keys, argv
-        self.timeout_s = timeout_s
-        self.started = time.monotonic()
-        self.deadline = self.started + timeout_s
-        self.packed = pack_evalsha(script, keys, argv)
-        self.replies: list = [None] * len(nodes)
-        self.conns: list = [None] * len(nodes)
+        super().__init__(nodes, script, keys, argv, timeout_s, started=time.monotonic())
         self.by_fd: dict[int, int] = {}
         self.connecting: dict[int, socket.socket] = {}
         self.retried: set[int] = set()

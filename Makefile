@@ -2,7 +2,8 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
+REQS   := requirements.txt requirements-dev.txt requirements-peers.txt
+STAMP  := $(VENV)/.installed-$(shell cat $(REQS) | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
 .PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
@@ -22,8 +23,9 @@ test: venv system
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-peers.txt
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+$(STAMP): $(REQS)
+	@command -v $(PYTHON) >/dev/null || \
+		{ echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -r requirements-peers.txt

@@ -19,6 +19,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
 
 
+# Two small readers rather than django-environ: its bool() reads any unknown word as False, and a
+# typo in a setting should stop the process with the variable's name and what it accepts.
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":

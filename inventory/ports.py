@@ -4,15 +4,15 @@ The project starts its own redis-server and etcd processes on 127.0.0.1 (never t
 on 6379, which it only uses). Each user below takes its own block, so a running demo, a command
 and the test suite never meet; the test suite moves its whole range per checkout (tests/slots.py).
 
-=========  ==========================================================
+=========  ===========================================================================================
 7379-7383  the shop's five Redlock nodes (``REDLOCK_BASE_PORT``)
 7479-7481  the shop's etcd cluster, peers 10 above (``ETCD_ENDPOINTS``)
 7579-8578  the test suite, slot 0 (each slot moves it by 1000)
-7779-7783  ``lockbench``'s five nodes; its etcd rows take the next ones
-7789-7793  ``simulate_pause``'s five nodes
+7779-7789  ``lockbench``: five nodes, then its etcd members (clients 7784-7786, peers 7787-7789)
+7789-7793  ``simulate_pause``'s five nodes (7789 is also lockbench's last etcd peer: run one at a time)
 7800-7807  ``simulate_failover``'s nodes and its master + replica
 7810-7814  ``simulate_clock_jump``'s five nodes
-=========  ==========================================================
+=========  ===========================================================================================
 """
 
 from __future__ import annotations

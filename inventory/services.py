@@ -53,8 +53,8 @@ __all__ = [
 class Timings:
     """Where one purchase spent its time on the server (milliseconds)."""
 
-    lock_wait_ms: float = 0.0  # acquiring the guard
-    lock_hold_ms: float = 0.0  # from the grant to the release (after commit)
+    lock_wait_ms: float | None = None  # acquiring the guard (None: no guard was taken)
+    lock_hold_ms: float | None = None  # from the grant to the release (after commit)
     db_ms: float = 0.0  # inside the section's transactions
     total_ms: float = 0.0
 
@@ -152,7 +152,6 @@ def purchase(
             waiting = time.perf_counter()
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
-            timings.lock_wait_ms = (granted - waiting) * 1000
             result = _run_section(
                 strategy,
                 grant,
@@ -162,7 +161,8 @@ def purchase(
                 key=idempotency_key,
                 timings=timings,
             )
-        timings.lock_hold_ms = _ms(granted)
+        if strategy.guarded:
+            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _ms(granted)
     except LockUnavailable:
         timings.lock_wait_ms = _ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)

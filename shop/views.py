@@ -64,10 +64,9 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
 def server_timing(result: PurchaseResult) -> str:
     """The ``Server-Timing`` header: where the server spent this purchase (browsers show it)."""
     t = result.timings
-    return (
-        f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", hold;dur={t.lock_hold_ms:.2f};desc="lock held", '
-        f"db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
-    )
+    lock = "" if t.lock_wait_ms is None else f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", '
+    hold = "" if t.lock_hold_ms is None else f'hold;dur={t.lock_hold_ms:.2f};desc="lock held", '
+    return f"{lock}{hold}db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
 
 
 def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpResponse:

@@ -91,6 +91,8 @@ class Strategy:
     #: What guards the section and what checks the write, for tables and the README's matrix.
     guard_label: str = "none"
     check_label: str = "none"
+    #: True when ``guard()`` takes a lock: its wait and hold are then reported (``Server-Timing``).
+    guarded: bool = False
     #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_BACKEND=1``.
     control: bool = False
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults.

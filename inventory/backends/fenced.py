@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 class FencedLockStrategy(Strategy):
+    guarded = True
     check_label = "fence + version"
     default_options = {"FENCED": True}
 

@@ -18,6 +18,7 @@ from .unsafe import UnsafeStrategy
 
 
 class ProcessLockStrategy(UnsafeStrategy):
+    guarded = True
     name = "local"
     guard_label = "threading.Lock (this process only)"
 

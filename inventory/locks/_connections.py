@@ -104,6 +104,17 @@ class NodeConnections:
 os.register_at_fork(after_in_child=NodeConnections._forget_after_fork)
 
 
+def writable(sock, timeout_s: float) -> bool:
+    """Whether ``sock`` becomes writable (a non-blocking connect finished) within ``timeout_s``.
+
+    ``poll``, not ``select``: a gunicorn worker holding a spike's keep-alive connections has
+    descriptors above 1024, which ``select`` refuses ("filedescriptor out of range").
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def start_connect(node: NodeConnections, conn) -> socket.socket | None:
     """Begin a non-blocking TCP connect for ``conn``; None for a unix socket (connected at once)."""
     if node._address is None:
@@ -143,7 +154,7 @@ def pending_connect(node: NodeConnections, started: float):
         conn, sock, since = node.pending.pop()  # atomic: two threads never claim the same connect
     except IndexError:
         return None, None
-    if not select.select([], [sock], [], 0)[1]:
+    if not writable(sock, 0):
         if started - since < CONNECT_BACKOFF_S:
             node.pending.append((conn, sock, since))
             return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")

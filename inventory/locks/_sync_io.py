@@ -32,6 +32,7 @@ from ._connections import (
     finish_connect,
     pending_connect,
     start_connect,
+    writable,
 )
 from ._core import Round, Script, pack_eval, pack_evalsha, signal_key
 
@@ -66,7 +67,7 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
         if conn._sock is None:
             sock = start_connect(node, conn)
             if sock is not None:
-                if not select.select([], [sock], [], node.timeout_s)[1]:
+                if not writable(sock, node.timeout_s):
                     sock.close()
                     raise RedisTimeoutError(f"{node.name}: connect timed out")
                 finish_connect(node, conn, sock, node.timeout_s)

@@ -72,9 +72,11 @@ def test_fits_a_phone(browser, tmp_path):
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_report_of_a_real_burst(browser, tmp_path):
-    """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the command, the page."""
+    """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the report ``flashsale --report``
+    wrote, the page."""
     burst_json, report_html = tmp_path / "burst.json", tmp_path / "report.html"
     try:
+        out = StringIO()
         call_command(
             "flashsale",
             backends="db",
@@ -82,12 +84,13 @@ def test_report_of_a_real_burst(browser, tmp_path):
             stock=20,
             sku="report-burst",
             json_path=str(burst_json),
-            stdout=StringIO(),
+            report_path=str(report_html),
+            stdout=out,
             stderr=StringIO(),
         )
     except CommandError as exc:
         pytest.fail(f"the burst failed: {exc}")
-    call_command("report", json_path=str(burst_json), out=str(report_html), stdout=StringIO())
+    assert out.getvalue().splitlines()[-1] == f"report: {report_html}"
     data = json.loads(burst_json.read_text())
     missing = sorted({key for run in data["runs"] for key in ("timeline", "latency_histogram_ms") if not run.get(key)})
     assert not missing, f"flashsale --json wrote no {', '.join(missing)}: the report's charts are drawn from them"

@@ -197,3 +197,32 @@ def test_watchdog_reports_loss_when_key_is_removed(single, name):
     assert raised.value is lost[0][1]
     assert isinstance(raised.value.__cause__, NotOwned)
     assert time.monotonic() - started < 1.0
+
+
+def test_a_process_with_descriptors_above_1024_can_still_connect(name):
+    """Seen in a spike: a gunicorn worker holding thousands of keep-alive connections answered
+    every purchase with a 500 ("filedescriptor out of range in select()") because the lock
+    connected through select(). The descriptors here stand in for those connections."""
+    import os
+    import resource
+
+    import redis
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        while not held or held[-1] <= 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        client = redis.Redis.from_url(SINGLE_URL, socket_timeout=2.0)  # its socket gets a descriptor > 1100
+        try:
+            with RedisLock(client, name, ttl_ms=1000, timeout_ms=0) as lease:
+                assert lease.fence > 0
+        finally:
+            client.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -23,6 +23,7 @@ from loadtests.burst import (
     run_row,
 )
 from loadtests.figures import median_run
+from loadtests.report import complete_machine, write_report
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
@@ -99,10 +100,12 @@ class Command(BaseCommand):
             help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
         )
         parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
+        parser.add_argument("--report", dest="report_path", default="",
+                            help="write the self-contained HTML report here (e.g. artifacts/report.html)")
 
     def handle(self, *args, scenario: str, backends: str, requests: int, stock: int, sku: str, pods: int, users: int,
                workers: int, threads: int, locust_processes: int | None, repeat: int, timeout: float | None,
-               json_path: str, **options):
+               json_path: str, report_path: str, **options):
         if scenario not in SCENARIOS:
             raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
         if backends.strip() == "all":
@@ -127,6 +130,10 @@ class Command(BaseCommand):
             raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
         if not SKU_PATTERN.match(sku):
             raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
+        for flag, value, example in (("--json", json_path, "artifacts/burst.json"),
+                                     ("--report", report_path, "artifacts/report.html")):
+            if value and Path(value).is_dir():
+                raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
         plan = BurstPlan(
             requests=requests, stock=stock, scenario=scenario, sku=sku, pods=pods, users=users, workers=workers,
             threads=threads, pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
@@ -167,8 +174,13 @@ class Command(BaseCommand):
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         rows = runs if repeat == 1 else self.medians(runs, [FLOOR, *names])
+        document = self.document(rows, started_at)
         if json_path:
-            self.write_json(Path(json_path), rows, started_at)
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(json_path).write_text(json.dumps(document, indent=2) + "\n")
+        if report_path:
+            written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
+            self.stdout.write(f"report: {written}")
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
@@ -199,15 +211,14 @@ class Command(BaseCommand):
             self.stdout.write(table_row(run_cells(row)))
         return rows
 
-    def write_json(self, path: Path, rows: list[dict], started_at) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document = {
+    @staticmethod
+    def document(rows: list[dict], started_at) -> dict:
+        return {
             "command": " ".join(shlex.quote(arg) for arg in sys.argv),
             "started_at": started_at.isoformat(),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "runs": rows,
         }
-        path.write_text(json.dumps(document, indent=2) + "\n")
 
     @staticmethod
     def pool_size(*, pods: int, workers: int, threads: int) -> int:

@@ -2,16 +2,21 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-peers.txt | cksum | cut -d' ' -f1)
+REQS   := requirements.txt requirements-dev.txt requirements-peers.txt
+STAMP  := $(VENV)/.installed-$(shell cat $(REQS) | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
 .PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 demo: services migrate seed static
-	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 --json artifacts/burst.json --report artifacts/report.html
+	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 \
+		--json artifacts/burst.json --report artifacts/report.html
 
-# The suite starts (and stops) its own Redlock nodes on its own ports; pytest-django makes test_flashsale.
+# Lint and format check first (pyproject.toml), then the suite. The suite starts (and stops) its own
+# Redlock nodes on its own ports; pytest-django makes test_flashsale.
 test: venv system
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
@@ -19,8 +24,9 @@ test: venv system
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-peers.txt
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+$(STAMP): $(REQS)
+	@command -v $(PYTHON) >/dev/null || \
+		{ echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -r requirements-peers.txt

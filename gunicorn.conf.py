@@ -1,4 +1,5 @@
 """gunicorn settings for the shop. Every value can be overridden from the environment."""
+
 import os
 
 # DEBUG is off under gunicorn unless DJANGO_DEBUG says otherwise.

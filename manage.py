@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line utility for the flash-sale shop."""
+
 import os
 import sys
 

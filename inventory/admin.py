@@ -1,25 +1,22 @@
-"""Staff views of the sale: products with their invariant, orders, burst runs and a dashboard.
+"""Staff views of the sale: products with their invariant, orders and burst runs (the dashboard: :mod:`.dashboard`).
 
 Stock moves only through the services (purchase, restock, reset), so the admin shows stock and
 fence read-only and offers restock and reset as actions, each behind a confirmation page and
 each recorded in the admin log (``LogEntry``) of the product it changed.
 """
+
 from __future__ import annotations
+
+from typing import Callable
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Q, Sum
-from django.db.models.functions import Coalesce
-from django.http import FileResponse, Http404, HttpRequest, JsonResponse
+from django.db.models import F
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.safestring import mark_safe
 
-from loadtests import report as burst_report
-
-from .charts import Bar, Series, bar_chart, colour_for, line_chart
+from .audit import AuditReport
 from .models import BurstRun, Order, Product
 from .services import InventoryError, reset_sale, restock, sale_state
 
@@ -29,34 +26,33 @@ admin.site.index_title = "Inventory"
 admin.site.index_template = "admin/inventory/index.html"
 
 
-def products_with_totals():
-    """Products annotated with ordered units, order count and whether the invariant holds."""
-    return Product.objects.annotate(
-        ordered_units=Coalesce(Sum("orders__quantity"), 0),
-        order_count=Count("orders"),
-    ).annotate(
-        invariant_ok=Q(stock__gte=0) & Q(ordered_units=F("initial_stock") - F("stock")),
+def invariant_mark(product: Product) -> str:
+    """The audit's verdict on a product from ``Product.objects.with_totals()``, in its own words."""
+    problems = AuditReport.of(product).problems
+    if not problems:
+        return format_html(
+            '<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0"
+        )
+    return format_html(
+        '<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', "; ".join(problems)
     )
-
-
-def invariant_mark(product) -> str:
-    if product.invariant_ok:
-        return format_html('<span class="invariant invariant-ok" title="{}">✔ holds</span>', "ordered = initial − stock, stock ≥ 0")
-    drift = product.ordered_units - (product.initial_stock - product.stock)
-    what = f"oversold by {drift}" if drift > 0 else f"{-drift} units lost" if drift < 0 else "stock below 0"
-    return format_html('<span class="invariant invariant-broken" title="ordered ≠ initial − stock">✘ {}</span>', what)
 
 
 class RestockForm(forms.Form):
     quantity = forms.IntegerField(
-        label="Units to add to each selected product", min_value=1, max_value=1_000_000,
+        label="Units to add to each selected product",
+        min_value=1,
+        max_value=1_000_000,
         widget=forms.NumberInput(attrs={"autofocus": True}),
     )
 
 
 class ResetSaleForm(forms.Form):
     stock = forms.IntegerField(
-        label="Units to put on sale", min_value=0, max_value=1_000_000, required=False,
+        label="Units to put on sale",
+        min_value=0,
+        max_value=1_000_000,
+        required=False,
         help_text="Leave blank to put each product's current initial stock back on sale.",
     )
 
@@ -64,7 +60,16 @@ class ResetSaleForm(forms.Form):
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
     list_display = [
-        "sku", "name", "price", "state", "initial_stock", "stock", "sold", "ordered", "fence", "invariant",
+        "sku",
+        "name",
+        "price",
+        "state",
+        "initial_stock",
+        "stock",
+        "sold",
+        "ordered",
+        "fence",
+        "invariant",
     ]
     list_display_links = ["sku", "name"]
     search_fields = ["sku", "name"]
@@ -76,7 +81,7 @@ class ProductAdmin(admin.ModelAdmin):
     ]
 
     def get_queryset(self, request):
-        return products_with_totals()
+        return Product.objects.with_totals()
 
     def get_readonly_fields(self, request, obj=None):
         # Stock changes only through purchase, restock and reset; on creation it equals initial stock.
@@ -112,7 +117,7 @@ class ProductAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": title,
             "opts": self.model._meta,
-            "queryset": products_with_totals().filter(pk__in=queryset.values("pk")),
+            "queryset": Product.objects.with_totals().filter(pk__in=queryset.values("pk")),
             "form": form,
             "action": action,
             "verb": verb,
@@ -126,18 +131,23 @@ class ProductAdmin(admin.ModelAdmin):
         form = RestockForm(request.POST if "post" in request.POST else None)
         if not form.is_valid():
             return self._confirm(
-                request, queryset, form=form, action="restock_selected",
-                title="Restock products", verb="Restock",
+                request,
+                queryset,
+                form=form,
+                action="restock_selected",
+                title="Restock products",
+                verb="Restock",
             )
         quantity = form.cleaned_data["quantity"]
-        for product in queryset:
-            try:
-                updated = restock(sku=product.sku, quantity=quantity)
-            except InventoryError as exc:
-                self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
-                continue
-            self.log_change(request, updated, f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}.")
-            self.message_user(request, f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.", messages.SUCCESS)
+        self._change_each(
+            request,
+            queryset,
+            lambda product: restock(sku=product.sku, quantity=quantity),
+            logged=lambda product, updated: (
+                f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}."
+            ),
+            said=lambda product, updated: f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.",
+        )
         return None
 
     @admin.action(description="Reset sale of selected products…", permissions=["change"])
@@ -146,21 +156,46 @@ class ProductAdmin(admin.ModelAdmin):
         if not form.is_valid():
             orders = Order.objects.filter(product__in=queryset).count()
             return self._confirm(
-                request, queryset, form=form, action="reset_sale_selected",
-                title="Reset sale", verb="Reset sale",
+                request,
+                queryset,
+                form=form,
+                action="reset_sale_selected",
+                title="Reset sale",
+                verb="Reset sale",
                 warning=f"This deletes {orders} order{'s' if orders != 1 else ''} and sets the fence back to 0.",
             )
+        stock = form.cleaned_data["stock"]
+        self._change_each(
+            request,
+            queryset,
+            lambda product: reset_sale(sku=product.sku, stock=product.initial_stock if stock is None else stock),
+            logged=lambda product, updated: (
+                f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, "
+                f"fence {product.fence} → 0."
+            ),
+            said=lambda product, updated: f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.",
+        )
+        return None
+
+    def _change_each(
+        self,
+        request,
+        queryset,
+        change: Callable[[Product], Product],
+        *,
+        logged: Callable[[Product, Product], str],
+        said: Callable[[Product, Product], str],
+    ) -> None:
+        """Apply ``change`` (a service) to each product; record each change in the admin log
+        (``logged``) and tell the user (``said``); a refusal is reported and the rest go on."""
         for product in queryset:
-            stock = form.cleaned_data["stock"]
-            stock = product.initial_stock if stock is None else stock
             try:
-                updated = reset_sale(sku=product.sku, stock=stock)
+                updated = change(product)
             except InventoryError as exc:
                 self.message_user(request, f"{product.sku}: {exc}", messages.ERROR)
                 continue
-            self.log_change(request, updated, f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, fence {product.fence} → 0.")
-            self.message_user(request, f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.", messages.SUCCESS)
-        return None
+            self.log_change(request, updated, logged(product, updated))
+            self.message_user(request, said(product, updated), messages.SUCCESS)
 
 
 class CustomerFilter(admin.SimpleListFilter):
@@ -183,7 +218,11 @@ class CustomerFilter(admin.SimpleListFilter):
     def choices(self, changelist):
         # The template renders a text box; this carries the other active filters along.
         params = {k: v for k, v in changelist.get_filters_params().items() if k != self.parameter_name}
-        yield {"value": self.value() or "", "params": params, "clear_url": changelist.get_query_string(remove=[self.parameter_name])}
+        yield {
+            "value": self.value() or "",
+            "params": params,
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -216,126 +255,19 @@ class OrderAdmin(ReadOnlyAdmin):
 @admin.register(BurstRun)
 class BurstRunAdmin(ReadOnlyAdmin):
     list_display = [
-        "started_at", "backend", "sku", "requests", "stock_initial", "stock_final", "orders",
-        "oversold", "undersold", "errors_5xx", "rps", "p99_ms", "invariants_ok",
+        "started_at",
+        "backend",
+        "sku",
+        "requests",
+        "stock_initial",
+        "stock_final",
+        "orders",
+        "oversold",
+        "undersold",
+        "errors_5xx",
+        "rps",
+        "p99_ms",
+        "invariants_ok",
     ]
     list_filter = ["backend", "invariants_ok", "sku"]
     date_hierarchy = "started_at"
-
-
-# The dashboard: a page inside the admin (registered in shop/urls.py under admin_view, so staff only).
-
-def _require_view_permission(request: HttpRequest) -> None:
-    if not (request.user.has_perm("inventory.view_product") and request.user.has_perm("inventory.view_burstrun")):
-        raise PermissionDenied
-
-
-def stock_rows() -> list[dict]:
-    rows = []
-    for product in products_with_totals():
-        state = sale_state(product)
-        rows.append({
-            "id": product.pk,
-            "sku": product.sku,
-            "name": product.name,
-            "stock": product.stock,
-            "initial_stock": product.initial_stock,
-            "sold": product.sold,
-            "ordered": product.ordered_units,
-            "orders": product.order_count,
-            "fence": product.fence,
-            "state": state,
-            "state_label": state.replace("_", " "),
-            "invariant_ok": bool(product.invariant_ok),
-            "percent_left": round(100 * product.stock / product.initial_stock) if product.initial_stock else 0,
-        })
-    return rows
-
-
-def latest_run_per_backend(runs: list[BurstRun]) -> list[BurstRun]:
-    latest: dict[str, BurstRun] = {}
-    for run in runs:  # newest first
-        latest.setdefault(run.backend, run)
-    return sorted(latest.values(), key=lambda r: r.backend)
-
-
-def burst_charts(runs: list[BurstRun]) -> dict[str, str]:
-    """The dashboard's SVG charts from the newest run of each backend."""
-    latest = latest_run_per_backend(runs)
-    if not latest:
-        return {}
-    series = [
-        Series(
-            f"{run.backend} ({run.started_at:%b %d %H:%M})",
-            [(float(point[0]), float(point[1])) for point in run.timeline if len(point) >= 2],
-            colour_for(run.backend, i),
-        )
-        for i, run in enumerate(latest)
-    ]
-    return {
-        "stock": mark_safe(line_chart(
-            series, title="Stock left during the latest burst of each backend", x_label="seconds", y_label="units left",
-        )),
-        "throughput": mark_safe(bar_chart(
-            [Bar(run.backend, run.rps, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-            title="Throughput per backend (latest burst)", unit="requests/s",
-        )),
-        "p99": mark_safe(bar_chart(
-            [Bar(run.backend, run.p99_ms, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-            title="99th percentile latency per backend (latest burst)", unit="ms",
-        )),
-        "legend": [(s.label, s.colour) for s in series],
-    }
-
-
-def dashboard_view(request: HttpRequest):
-    _require_view_permission(request)
-    runs = list(BurstRun.objects.all()[:50])
-    products = stock_rows()
-    context = {
-        **admin.site.each_context(request),
-        "title": "Sale dashboard",
-        "products": products,
-        "runs": runs,
-        "charts": burst_charts(runs),
-        "report": latest_report(),
-        "totals": {
-            "stock": sum(p["stock"] for p in products),
-            "orders": sum(p["orders"] for p in products),
-            "invariant_ok": all(p["invariant_ok"] for p in products),
-            "bursts": BurstRun.objects.count(),
-            "bursts_failed": BurstRun.objects.filter(invariants_ok=False).count(),
-        },
-    }
-    return TemplateResponse(request, "admin/inventory/dashboard.html", context)
-
-
-def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
-    """The dashboard's live stock, polled each second."""
-    _require_view_permission(request)
-    response = JsonResponse({"products": stock_rows()})
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-def latest_report() -> dict | None:
-    """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
-    itself (so they are the ones the linked page shows), and the command; None when there is none."""
-    summary = burst_report.read_summary(burst_report.LATEST_REPORT)
-    if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
-        return None
-    said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
-    command = summary.get("command")
-    return {"sentences": said, "command": command if isinstance(command, str) else ""}
-
-
-def dashboard_report_view(request: HttpRequest) -> FileResponse:
-    """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
-    _require_view_permission(request)
-    try:
-        response = FileResponse(open(burst_report.LATEST_REPORT, "rb"), content_type="text/html; charset=utf-8")
-    except FileNotFoundError:
-        raise Http404("No report yet: run `manage.py report` after a burst.") from None
-    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
-    response["Cache-Control"] = "no-store"
-    return response

@@ -4,6 +4,7 @@ Each function returns a complete ``<svg>`` element as a string, with a ``<title>
 ``<desc>`` for screen readers; the dashboard shows the same figures in a table as well. All
 text is XML-escaped, so labels may come from the database.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,9 @@ def fmt(value: float) -> str:
 
 
 def _attrs(**attrs) -> str:
-    return " ".join(f'{k.rstrip("_").replace("_", "-")}="{escape(str(v), {chr(34): "&quot;"})}"' for k, v in attrs.items())
+    return " ".join(
+        f'{k.rstrip("_").replace("_", "-")}="{escape(str(v), {chr(34): "&quot;"})}"' for k, v in attrs.items()
+    )
 
 
 class _Frame:
@@ -92,12 +95,14 @@ class _Frame:
         parts = []
         for tick in self.y_ticks:
             y = self.y(tick)
-            parts.append(f'<line class="grid" {_attrs(x1=self.left, x2=self.width - self.right, y1=f"{y:.1f}", y2=f"{y:.1f}")}/>')
-            parts.append(f'<text class="tick" {_attrs(x=self.left - 6, y=f"{y + 4:.1f}", text_anchor="end")}>{fmt(tick)}</text>')
+            parts.append(
+                f'<line class="grid" {_attrs(x1=self.left, x2=self.width - self.right, y1=f"{y:.1f}", y2=f"{y:.1f}")}/>'
+            )
+            at = _attrs(x=self.left - 6, y=f"{y + 4:.1f}", text_anchor="end")
+            parts.append(f'<text class="tick" {at}>{fmt(tick)}</text>')
         mid = (self.top + self.height - self.bottom) / 2
-        parts.append(
-            f'<text class="axis-label" {_attrs(x=12, y=f"{mid:.1f}", text_anchor="middle", transform=f"rotate(-90 12 {mid:.1f})")}>{escape(label)}</text>'
-        )
+        at = _attrs(x=12, y=f"{mid:.1f}", text_anchor="middle", transform=f"rotate(-90 12 {mid:.1f})")
+        parts.append(f'<text class="axis-label" {at}>{escape(label)}</text>')
         return parts
 
     def x_axis(self, label: str) -> list[str]:
@@ -105,19 +110,24 @@ class _Frame:
         parts = [f'<line class="axis" {_attrs(x1=self.left, x2=self.width - self.right, y1=base, y2=base)}/>']
         for tick in self.x_ticks:
             x = self.x(tick)
-            parts.append(f'<text class="tick" {_attrs(x=f"{x:.1f}", y=base + 16, text_anchor="middle")}>{fmt(tick)}</text>')
-        parts.append(f'<text class="axis-label" {_attrs(x=(self.left + self.width - self.right) / 2, y=self.height - 4, text_anchor="middle")}>{escape(label)}</text>')
+            at = _attrs(x=f"{x:.1f}", y=base + 16, text_anchor="middle")
+            parts.append(f'<text class="tick" {at}>{fmt(tick)}</text>')
+        at = _attrs(x=(self.left + self.width - self.right) / 2, y=self.height - 4, text_anchor="middle")
+        parts.append(f'<text class="axis-label" {at}>{escape(label)}</text>')
         return parts
 
 
 def _svg(*, width: int, height: int, title: str, desc: str, body: list[str], css_class: str) -> str:
+    at = _attrs(class_=css_class, viewBox=f"0 0 {width} {height}", role="img", preserveAspectRatio="xMidYMid meet")
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" {_attrs(class_=css_class, viewBox=f"0 0 {width} {height}", role="img", preserveAspectRatio="xMidYMid meet")}>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" {at}>'
         f"<title>{escape(title)}</title><desc>{escape(desc)}</desc>{''.join(body)}</svg>"
     )
 
 
-def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str, width: int = 640, height: int = 280) -> str:
+def line_chart(
+    series: Sequence[Series], *, title: str, x_label: str, y_label: str, width: int = 640, height: int = 280
+) -> str:
     """Lines from (x, y) points, one per series, on shared axes starting at zero."""
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points]
@@ -127,19 +137,28 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         if not s.points:
             continue
         path = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in s.points)
-        body.append(f'<polyline class="line" {_attrs(points=path, fill="none", stroke=s.colour, stroke_width=2.5, stroke_linejoin="round")}><title>{escape(s.label)}</title></polyline>')
+        at = _attrs(points=path, fill="none", stroke=s.colour, stroke_width=2.5, stroke_linejoin="round")
+        body.append(f'<polyline class="line" {at}><title>{escape(s.label)}</title></polyline>')
         last_x, last_y = s.points[-1]
-        body.append(f'<circle {_attrs(cx=f"{frame.x(last_x):.1f}", cy=f"{frame.y(last_y):.1f}", r=3.5, fill=s.colour)}/>')
-    desc = "; ".join(
-        f"{s.label}: from {fmt(s.points[0][1])} to {fmt(s.points[-1][1])} over {fmt(s.points[-1][0])} {x_label}"
-        for s in series if s.points
-    ) or "no data"
+        body.append(
+            f"<circle {_attrs(cx=f'{frame.x(last_x):.1f}', cy=f'{frame.y(last_y):.1f}', r=3.5, fill=s.colour)}/>"
+        )
+    desc = (
+        "; ".join(
+            f"{s.label}: from {fmt(s.points[0][1])} to {fmt(s.points[-1][1])} over {fmt(s.points[-1][0])} {x_label}"
+            for s in series
+            if s.points
+        )
+        or "no data"
+    )
     return _svg(width=width, height=height, title=title, desc=desc, body=body, css_class="chart chart-line")
 
 
 def bar_chart(bars: Sequence[Bar], *, title: str, unit: str, width: int = 320, height: int = 240) -> str:
     """Vertical bars with their values printed on top."""
-    frame = _Frame(width=width, height=height, x_max=1, y_max=max((b.value for b in bars), default=1), left=48, bottom=28)
+    frame = _Frame(
+        width=width, height=height, x_max=1, y_max=max((b.value for b in bars), default=1), left=48, bottom=28
+    )
     body = frame.y_axis(unit)
     base = height - frame.bottom
     body.append(f'<line class="axis" {_attrs(x1=frame.left, x2=width - frame.right, y1=base, y2=base)}/>')
@@ -148,11 +167,18 @@ def bar_chart(bars: Sequence[Bar], *, title: str, unit: str, width: int = 320, h
     for i, bar in enumerate(bars):
         centre = frame.left + slot * (i + 0.5)
         top = frame.y(bar.value)
-        body.append(
-            f'<rect {_attrs(x=f"{centre - bar_width / 2:.1f}", y=f"{top:.1f}", width=f"{bar_width:.1f}", height=f"{base - top:.1f}", fill=bar.colour, rx=3)}>'
-            f"<title>{escape(bar.label)}: {fmt(bar.value)} {escape(unit)}</title></rect>"
+        at = _attrs(
+            x=f"{centre - bar_width / 2:.1f}",
+            y=f"{top:.1f}",
+            width=f"{bar_width:.1f}",
+            height=f"{base - top:.1f}",
+            fill=bar.colour,
+            rx=3,
         )
-        body.append(f'<text class="value" {_attrs(x=f"{centre:.1f}", y=f"{top - 5:.1f}", text_anchor="middle")}>{fmt(bar.value)}</text>')
-        body.append(f'<text class="tick" {_attrs(x=f"{centre:.1f}", y=base + 16, text_anchor="middle")}>{escape(bar.label)}</text>')
+        body.append(f"<rect {at}><title>{escape(bar.label)}: {fmt(bar.value)} {escape(unit)}</title></rect>")
+        at = _attrs(x=f"{centre:.1f}", y=f"{top - 5:.1f}", text_anchor="middle")
+        body.append(f'<text class="value" {at}>{fmt(bar.value)}</text>')
+        at = _attrs(x=f"{centre:.1f}", y=base + 16, text_anchor="middle")
+        body.append(f'<text class="tick" {at}>{escape(bar.label)}</text>')
     desc = "; ".join(f"{b.label}: {fmt(b.value)} {unit}" for b in bars) or "no data"
     return _svg(width=width, height=height, title=title, desc=desc, body=body, css_class="chart chart-bar")

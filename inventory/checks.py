@@ -3,6 +3,7 @@
 Each strategy adds its own (:meth:`Strategy.checks`: controls warn, Redlock wants an odd node
 count of at least 3); this module checks what is common to all of them.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -19,24 +20,31 @@ def check_inventory_backend(app_configs=None, **kwargs) -> list[checks.CheckMess
     try:
         cls = strategy_class(config["BACKEND"])
     except ImproperlyConfigured as exc:
-        messages.append(checks.Error(
-            str(exc),
-            hint=f"use one of {', '.join(STRATEGIES)} or a dotted path to a Strategy subclass",
-            id="inventory.E001",
-        ))
+        messages.append(
+            checks.Error(
+                str(exc),
+                hint=f"use one of {', '.join(STRATEGIES)} or a dotted path to a Strategy subclass",
+                id="inventory.E001",
+            )
+        )
     else:
         messages.extend(cls.checks(config))
         unknown = sorted(set(config.get("OPTIONS") or {}) - known_options())
         if unknown:
-            messages.append(checks.Warning(
-                f"INVENTORY['OPTIONS'] names option(s) no strategy reads: {', '.join(unknown)}",
-                hint=f"known options: {', '.join(sorted(known_options()))}",
-                id="inventory.W003",
-            ))
+            messages.append(
+                checks.Warning(
+                    f"INVENTORY['OPTIONS'] names option(s) no strategy reads: {', '.join(unknown)}",
+                    hint=f"known options: {', '.join(sorted(known_options()))}",
+                    id="inventory.W003",
+                )
+            )
     if config["LOCK_TTL_MS"] <= 0 or config["ACQUIRE_TIMEOUT_MS"] < 0:
-        messages.append(checks.Error(
-            "LOCK_TTL_MS must be positive and ACQUIRE_TIMEOUT_MS 0 or more", id="inventory.E003",
-        ))
+        messages.append(
+            checks.Error(
+                "LOCK_TTL_MS must be positive and ACQUIRE_TIMEOUT_MS 0 or more",
+                id="inventory.E003",
+            )
+        )
     return messages
 
 

@@ -6,20 +6,31 @@
   them (``inventory.backends.section``): ``read_shelf``, then in one transaction
   ``checked_write`` (the storage check on or off), the customer's units and the order.
 """
+
 from __future__ import annotations
 
 import time
 from datetime import datetime
 from decimal import Decimal
+from typing import Any, NamedTuple
 
-from django.core.management.base import OutputWrapper
+from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
 from .backends.section import Shelf, allocate, checked_write, read_shelf
+from .locks import Lease
 from .models import Order, Product
 from .services import audit, reset_sale
 
 __all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]
+
+
+class Holder(NamedTuple):
+    """A lock holder in a demo: its lock, the lease it was granted and the shelf it read under it."""
+
+    lock: Any
+    lease: Lease
+    shelf: Shelf
 
 
 class Narrator:
@@ -44,28 +55,37 @@ class Narrator:
         """A line that explains, indented under the steps."""
         self.say(f"     {message}")
 
+    def check(self) -> None:
+        """Raise :class:`CommandError` naming every step that did not hold, if any did not."""
+        if self.failures:
+            raise CommandError(f"{len(self.failures)} step(s) did not hold: " + "; ".join(self.failures))
+
 
 def reset_product(*, sku: str, name: str, stock: int) -> Product:
     """The demo's product, on sale now with ``stock`` units, no orders and fence 0."""
     Product.objects.get_or_create(
         sku=sku,
-        defaults={"name": name, "price": Decimal("1.00"), "initial_stock": stock, "stock": stock,
-                  "per_customer_limit": stock},
+        defaults={
+            "name": name,
+            "price": Decimal("1.00"),
+            "initial_stock": stock,
+            "stock": stock,
+            "per_customer_limit": stock,
+        },
     )
-    Product.objects.filter(sku=sku).update(name=name, per_customer_limit=stock, sale_starts_at=None,
-                                           sale_ends_at=None)
+    Product.objects.filter(sku=sku).update(name=name, per_customer_limit=stock, sale_starts_at=None, sale_ends_at=None)
     return reset_sale(sku=sku, stock=stock)
 
 
-def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool,
-                backend: str) -> bool:
+def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, backend: str) -> bool:
     """The section's transaction: the checked write and, if it landed, the customer's units and order."""
     with transaction.atomic():
         if not checked_write(shelf, quantity=quantity, token=token, fenced=fenced):
             return False
         allocate(product_id=shelf.product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        Order.objects.create(product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend,
-                             fence=token)
+        Order.objects.create(
+            product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend, fence=token
+        )
     return True
 
 
@@ -74,8 +94,10 @@ def why_refused(shelf: Shelf, token: int | None) -> str:
     now = read_shelf(shelf.product_id)
     reasons = []
     if now.version != shelf.version:
-        reasons.append(f"the row changed since the read (version {shelf.version}, stock {shelf.stock} then; "
-                       f"version {now.version}, stock {now.stock} now)")
+        reasons.append(
+            f"the row changed since the read (version {shelf.version}, stock {shelf.stock} then; "
+            f"version {now.version}, stock {now.stock} now)"
+        )
     if token is not None and token <= now.fence:
         reasons.append(f"token {token} is not newer than the row's fence {now.fence}")
     return " and ".join(reasons) or "no condition failed"
@@ -84,5 +106,7 @@ def why_refused(shelf: Shelf, token: int | None) -> str:
 def audit_line(sku: str) -> tuple[int, str]:
     """(units oversold, one line of the audit) for the demo product."""
     report = audit(sku=sku)
-    return report.oversold, (f"audit: {report.orders} order(s) for {report.ordered} unit(s), stock fell by "
-                             f"{report.sold}: oversold {report.oversold}, lost {report.lost}")
+    return report.oversold, (
+        f"audit: {report.orders} order(s) for {report.ordered} unit(s), stock fell by "
+        f"{report.sold}: oversold {report.oversold}, lost {report.lost}"
+    )

@@ -8,6 +8,7 @@
 Both are two raft commits per cycle, each fsynced on a majority: the disk bounds them, not the
 client. Slices of the two rows alternate so machine noise hits both alike.
 """
+
 from __future__ import annotations
 
 import os

@@ -14,11 +14,10 @@ Fault tests use :meth:`EtcdMember.kill`, :meth:`EtcdMember.pause` (``SIGSTOP``) 
 
 No Django import: the lock library's tests and benchmarks use this module on its own.
 """
+
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +26,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .nodes import NodeError, _alive
+from .nodes import NodeError
+from .pidfile import PidfileProcess
 
 INSTALL_HINT = "etcd not found on PATH: install it (Debian: apt-get install etcd-server)"
 
@@ -51,11 +51,27 @@ def _get_ok(url: str, timeout_s: float) -> requests.Response | None:
     return response if response.status_code == 200 else None
 
 
-class EtcdMember:
-    """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL."""
+class EtcdMember(PidfileProcess):
+    """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL.
 
-    def __init__(self, *, name: str, client_port: int, peer_port: int, run_dir: Path, initial_cluster: str,
-                 cluster_token: str, heartbeat_ms: int, election_ms: int, host: str = "127.0.0.1") -> None:
+    Killed, it keeps what it had fsynced for :meth:`start`.
+    """
+
+    stop_wait_s = 10.0
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        client_port: int,
+        peer_port: int,
+        run_dir: Path,
+        initial_cluster: str,
+        cluster_token: str,
+        heartbeat_ms: int,
+        election_ms: int,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.name = name
         self.host = host
         self.client_port = client_port
@@ -85,13 +101,6 @@ class EtcdMember:
     @property
     def logfile(self) -> Path:
         return self.run_dir / f"{self.name}.log"
-
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
 
     def answers(self, timeout_s: float = 0.3) -> bool:
         """The process serves HTTP (``/version``); says nothing about quorum."""
@@ -132,18 +141,30 @@ class EtcdMember:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         args = [
             etcd_binary(),
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.endpoint,
-            "--advertise-client-urls", self.endpoint,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", self.initial_cluster,
-            "--initial-cluster-token", self.cluster_token,
-            "--initial-cluster-state", "new",  # ignored when the data directory exists
-            "--heartbeat-interval", str(self.heartbeat_ms),
-            "--election-timeout", str(self.election_ms),
-            "--logger", "zap",
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.endpoint,
+            "--advertise-client-urls",
+            self.endpoint,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            self.initial_cluster,
+            "--initial-cluster-token",
+            self.cluster_token,
+            "--initial-cluster-state",
+            "new",  # ignored when the data directory exists
+            "--heartbeat-interval",
+            str(self.heartbeat_ms),
+            "--election-timeout",
+            str(self.election_ms),
+            "--logger",
+            "zap",
         ]
         with open(self.logfile, "ab") as log:
             # Its own session: a Ctrl-C in the terminal that started it does not reach the member.
@@ -151,51 +172,8 @@ class EtcdMember:
         self.pidfile.write_text(f"{process.pid}\n")
         return process
 
-    def _signal(self, signum: int) -> int | None:
-        pid = self.pid()
-        if pid is not None:
-            os.kill(pid, signum)
-        return pid
-
-    def stop(self, *, wait_s: float = 10.0) -> None:
-        """Stop gracefully (SIGTERM), escalating to SIGKILL; a no-op if not running."""
-        pid = self._signal(signal.SIGCONT)  # a paused member cannot act on SIGTERM
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, wait_s):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, wait_s)
-        self.pidfile.unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        """Kill abruptly (SIGKILL), as in a crash; what it had fsynced survives for :meth:`start`."""
-        pid = self._signal(signal.SIGCONT)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
-        self.pidfile.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """Freeze the process (SIGSTOP): its sockets stay open but it answers nothing."""
-        if self._signal(signal.SIGSTOP) is None:
-            raise EtcdClusterError(f"etcd {self.name} is not running")
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-
-def _wait_gone(pid: int, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
-        except ChildProcessError:
-            pass
-        if not _alive(pid):
-            return True
-        time.sleep(0.01)
-    return False
+    def not_running(self) -> EtcdClusterError:
+        return EtcdClusterError(f"etcd {self.name} is not running")
 
 
 class EtcdCluster:
@@ -207,18 +185,34 @@ class EtcdCluster:
 
     startable = True
 
-    def __init__(self, *, client_ports: Sequence[int], run_dir: Path | str, peer_offset: int = 10,
-                 heartbeat_ms: int = 100, election_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        *,
+        client_ports: Sequence[int],
+        run_dir: Path | str,
+        peer_offset: int = 10,
+        heartbeat_ms: int = 100,
+        election_ms: int = 1000,
+    ) -> None:
         if len(client_ports) < 1 or len(set(client_ports)) != len(client_ports):
             raise ValueError(f"client_ports must be distinct and non-empty, got {list(client_ports)}")
         run_dir = Path(run_dir)
         names = [f"etcd-{port}" for port in client_ports]
-        initial = ",".join(f"{name}=http://127.0.0.1:{port + peer_offset}" for name, port in zip(names, client_ports))
+        initial = ",".join(
+            f"{name}=http://127.0.0.1:{port + peer_offset}" for name, port in zip(names, client_ports, strict=True)
+        )
         self.members = [
-            EtcdMember(name=name, client_port=port, peer_port=port + peer_offset, run_dir=run_dir,
-                       initial_cluster=initial, cluster_token=f"flashsale-{client_ports[0]}",
-                       heartbeat_ms=heartbeat_ms, election_ms=election_ms)
-            for name, port in zip(names, client_ports)
+            EtcdMember(
+                name=name,
+                client_port=port,
+                peer_port=port + peer_offset,
+                run_dir=run_dir,
+                initial_cluster=initial,
+                cluster_token=f"flashsale-{client_ports[0]}",
+                heartbeat_ms=heartbeat_ms,
+                election_ms=election_ms,
+            )
+            for name, port in zip(names, client_ports, strict=True)
         ]
         self.run_dir = run_dir
 

@@ -6,27 +6,53 @@ The project starts and stops these itself, on 127.0.0.1 and its own ports, with 
 
 No Django import: the lock library's tests and benchmarks use this module on its own.
 """
+
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from .pidfile import PidfileProcess
+
+
+class Startable(Protocol):
+    def running(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Startable)
 
 INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
 
 
 class NodeError(RuntimeError):
     """A private Redis node could not be started or stopped."""
+
+
+def ping_error(url: str, *, timeout_s: float = 1.0) -> redis.RedisError | None:
+    """PING the Redis at ``url`` once, without retrying: None when it answered, else why it did not.
+
+    The one "does this Redis answer?" check: the private nodes, the strategies' services and
+    ``preflight`` all ask it.
+    """
+    try:
+        with redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        ) as client:
+            client.ping()
+    except redis.RedisError as exc:
+        return exc
+    return None
 
 
 def redis_server_binary() -> str:
@@ -36,24 +62,9 @@ def redis_server_binary() -> str:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @dataclass(frozen=True)
-class RedisNode:
-    """One ``redis-server`` on 127.0.0.1:``port``; state lives in ``run_dir``."""
+class RedisNode(PidfileProcess):
+    """One ``redis-server`` on 127.0.0.1:``port``; state lives in ``run_dir``. Killed, it forgets every key."""
 
     port: int
     run_dir: Path
@@ -71,13 +82,6 @@ class RedisNode:
     def logfile(self) -> Path:
         return self.run_dir / f"redis-{self.port}.log"
 
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
-
     def client(self, **kwargs) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 0.5)
         kwargs.setdefault("socket_connect_timeout", 0.5)
@@ -86,11 +90,7 @@ class RedisNode:
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     def ping(self) -> bool:
-        try:
-            with self.client(socket_timeout=0.2, socket_connect_timeout=0.2) as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
+        return ping_error(self.url, timeout_s=0.2) is None
 
     def start(self, *, wait_s: float = 5.0) -> None:
         """Start the node, or leave it be if it already runs and answers."""
@@ -100,18 +100,28 @@ class RedisNode:
         binary = redis_server_binary()
         args = [
             binary,
-            "--port", str(self.port),
-            "--bind", self.host,
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "yes",
-            "--pidfile", str(self.pidfile),
-            "--logfile", str(self.logfile),
-            "--dir", str(self.run_dir),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(self.pidfile),
+            "--logfile",
+            str(self.logfile),
+            "--dir",
+            str(self.run_dir),
         ]
         result = subprocess.run(args, capture_output=True, text=True)
         if result.returncode != 0:
-            raise NodeError(f"redis-server on port {self.port} did not start: {result.stderr.strip() or result.stdout.strip()}")
+            raise NodeError(
+                f"redis-server on port {self.port} did not start: {result.stderr.strip() or result.stdout.strip()}"
+            )
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.ping():
@@ -119,51 +129,15 @@ class RedisNode:
             time.sleep(0.02)
         raise NodeError(f"redis-server on port {self.port} did not answer within {wait_s}s; see {self.logfile}")
 
-    def _signal(self, signum: int) -> int | None:
-        pid = self.pid()
-        if pid is not None:
-            os.kill(pid, signum)
-        return pid
+    def running(self) -> bool:
+        return self.ping()
 
-    def stop(self, *, wait_s: float = 5.0) -> None:
-        """Stop gracefully (SIGTERM), escalating to SIGKILL; a no-op if not running."""
-        pid = self._signal(signal.SIGCONT)  # a paused node cannot act on SIGTERM
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not self._wait_gone(pid, wait_s):
-            os.kill(pid, signal.SIGKILL)
-            self._wait_gone(pid, wait_s)
-        self.pidfile.unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        """Kill abruptly (SIGKILL): the node forgets every key, as after a crash."""
-        pid = self._signal(signal.SIGCONT)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            self._wait_gone(pid, 5.0)
-        self.pidfile.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing."""
-        if self._signal(signal.SIGSTOP) is None:
-            raise NodeError(f"redis-server on port {self.port} is not running")
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
+    def not_running(self) -> NodeError:
+        return NodeError(f"redis-server on port {self.port} is not running")
 
     def restart(self) -> None:
         self.kill()
         self.start()
-
-    @staticmethod
-    def _wait_gone(pid: int, wait_s: float) -> bool:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return True
-            time.sleep(0.01)
-        return False
 
 
 class RedisNodes:
@@ -204,25 +178,23 @@ class RedisNodes:
                 client.flushall()
 
     def status(self) -> list[dict]:
-        return [
-            {"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url}
-            for node in self.nodes
-        ]
+        return [{"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url} for node in self.nodes]
 
 
 @contextmanager
-def started_while_needed(nodes: Iterable[RedisNode]) -> Iterator[list[RedisNode]]:
-    """Start the nodes that do not answer; at the end stop those, and only those.
+def started_while_needed(services: Iterable[S]) -> Iterator[list[S]]:
+    """Start the services (nodes, clusters: anything with ``running``, ``start`` and ``stop``) that
+    do not run; at the end stop those, and only those.
 
-    Nodes someone else runs (``make nodes-start``, a test session) are used and left running.
+    Services someone else runs (``make nodes-start``, a test session) are used and left running.
     """
-    started: list[RedisNode] = []
+    started: list[S] = []
     try:
-        for node in nodes:
-            if not node.ping():
-                node.start()
-                started.append(node)
+        for service in services:
+            if not service.running():
+                service.start()
+                started.append(service)
         yield started
     finally:
-        for node in started:
-            node.stop()
+        for service in started:
+            service.stop()

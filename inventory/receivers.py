@@ -5,6 +5,7 @@ reset, a product created again under an old sku) raises the sold-out mark's gene
 drops the ``redis-stock`` counter once the transaction commits, so neither can answer from a
 sale that no longer is. Purchases move stock with ``UPDATE`` statements, which send no signal.
 """
+
 from __future__ import annotations
 
 import logging

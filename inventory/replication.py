@@ -17,8 +17,10 @@ Both nodes are :class:`inventory.nodes.RedisNode` processes (no persistence, pid
 ``run_dir``); the replica is made one at runtime with ``REPLICAOF`` rather than a command-line
 flag. No Django import.
 """
+
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -98,10 +100,8 @@ class Relay:
             for sock in socks:
                 if sock in self._sockets:
                     self._sockets.remove(sock)
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # wakes the other pump, blocked in recv
-                except OSError:
-                    pass
                 sock.close()
 
     def hold(self) -> None:
@@ -128,10 +128,8 @@ class Relay:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread; close() alone would not
-        except OSError:
-            pass
         self._listener.close()
         self.cut()
 
@@ -156,8 +154,9 @@ class ReplicatedPair:
 
     startable = True
 
-    def __init__(self, *, base_port: int, run_dir: Path | str, front_port: int = 0,
-                 sync_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, *, base_port: int, run_dir: Path | str, front_port: int = 0, sync_timeout_s: float = 10.0
+    ) -> None:
         run_dir = Path(run_dir)
         self.front_port = front_port
         self.master = RedisNode(port=base_port, run_dir=run_dir)
@@ -187,8 +186,9 @@ class ReplicatedPair:
 
     @property
     def description(self) -> str:
-        return (f"Redis master {HOST}:{self.master.port} + replica {HOST}:{self.replica.port}"
-                + (f", clients through {HOST}:{self.front.port}" if self.front is not None else ""))
+        return f"Redis master {HOST}:{self.master.port} + replica {HOST}:{self.replica.port}" + (
+            f", clients through {HOST}:{self.front.port}" if self.front is not None else ""
+        )
 
     def running(self) -> bool:
         """The relays are up and the current primary answers."""
@@ -200,12 +200,17 @@ class ReplicatedPair:
         with self.master.client() as master, self.replica.client() as replica:
             while time.monotonic() < deadline:
                 info = replication_info(replica)
-                if (info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")
-                        and info.get("master_repl_offset", -1) >= replication_info(master)["master_repl_offset"]):
+                if (
+                    info.get("master_link_status") == "up"
+                    and not info.get("master_sync_in_progress")
+                    and info.get("master_repl_offset", -1) >= replication_info(master)["master_repl_offset"]
+                ):
                     return
                 time.sleep(0.02)
-        raise NodeError(f"replica {self.replica.port} did not sync with master {self.master.port} "
-                        f"within {self.sync_timeout_s}s; see {self.replica.logfile}")
+        raise NodeError(
+            f"replica {self.replica.port} did not sync with master {self.master.port} "
+            f"within {self.sync_timeout_s}s; see {self.replica.logfile}"
+        )
 
     def offsets(self) -> tuple[int, int]:
         """(bytes of replication stream the master has written, bytes the replica has processed)."""

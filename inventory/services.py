@@ -1,10 +1,11 @@
-"""The inventory's business logic: buy, restock, reset and audit.
+"""The inventory's business logic: buy, restock and reset (the audit: :mod:`inventory.audit`).
 
 Plain keyword-only functions. ``purchase`` returns an outcome for the expected refusals (sold
 out, limit reached, busy, not on sale) and raises for bad input; any refusal leaves stock and
 orders as they were. The critical section and its rules live in
 :mod:`inventory.backends.section`; this module runs it under the configured strategy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Sum
 from django.utils import timezone
 
 from . import soldout
+from .audit import AuditReport, audit
 from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
 from .backends.redis_stock import forget_sale
 from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
 
 logger = logging.getLogger(__name__)
@@ -32,21 +34,19 @@ MAX_QUANTITY = 100
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 __all__ = [
-    "MAX_QUANTITY", "AuditReport", "InvalidQuantity", "Outcome", "ProductNotFound", "PurchaseResult", "Timings",
-    "audit", "purchase", "reset_sale", "restock",
+    "MAX_QUANTITY",
+    "AuditReport",
+    "InvalidQuantity",
+    "InventoryError",
+    "Outcome",
+    "ProductNotFound",
+    "PurchaseResult",
+    "Timings",
+    "audit",
+    "purchase",
+    "reset_sale",
+    "restock",
 ]
-
-
-class InventoryError(Exception):
-    """Bad input to a service: nothing was changed."""
-
-
-class ProductNotFound(InventoryError):
-    pass
-
-
-class InvalidQuantity(InventoryError):
-    pass
 
 
 @dataclass
@@ -110,8 +110,9 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
 
-def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "",
-             backend: Strategy | None = None) -> PurchaseResult:
+def purchase(
+    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", backend: Strategy | None = None
+) -> PurchaseResult:
     """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured strategy.
 
     A refusal that the shelf already shows (not on sale, too few units) is answered from one
@@ -151,8 +152,15 @@ def purchase(*, sku: str, customer: str, quantity: int, idempotency_key: str = "
             waiting = time.perf_counter()
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
-            result = _run_section(strategy, grant, product_id=shelf.product_id, customer=customer,
-                                  quantity=quantity, key=idempotency_key, timings=timings)
+            result = _run_section(
+                strategy,
+                grant,
+                product_id=shelf.product_id,
+                customer=customer,
+                quantity=quantity,
+                key=idempotency_key,
+                timings=timings,
+            )
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _ms(granted)
     except LockUnavailable:
@@ -166,8 +174,9 @@ def _past(moment: float | None) -> bool:
     return moment is not None and time.time() >= moment
 
 
-def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str,
-              key: str) -> PurchaseResult:
+def _remember(
+    result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str, key: str
+) -> PurchaseResult:
     """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
     if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
         soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
@@ -176,19 +185,29 @@ def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.L
     return result
 
 
-def _run_section(strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str,
-                 timings: Timings) -> PurchaseResult:
+def _run_section(
+    strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str, timings: Timings
+) -> PurchaseResult:
     """Run the section until it writes or refuses; re-run it on a conflict while the strategy allows."""
     conflicts = retries = 0
     recovered = False
     for attempt_number in range(strategy.max_attempts + 1):
         started = time.perf_counter()
         try:
-            attempt = strategy.attempt(product_id=product_id, customer=customer, quantity=quantity, key=key,
-                                       grant=grant)
+            attempt = strategy.attempt(
+                product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+            )
         except IntegrityError as exc:
-            return _constraint_hit(strategy, exc, product_id=product_id, customer=customer, key=key,
-                                   conflicts=conflicts, retries=retries, timings=timings)
+            return _constraint_hit(
+                strategy,
+                exc,
+                product_id=product_id,
+                customer=customer,
+                key=key,
+                conflicts=conflicts,
+                retries=retries,
+                timings=timings,
+            )
         finally:
             timings.db_ms += _ms(started)
         if attempt.conflict is None:
@@ -202,23 +221,42 @@ def _run_section(strategy: Strategy, grant: Grant, *, product_id: int, customer:
         else:
             break
         retries += 1
-    return PurchaseResult(Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries,
-                          timings=timings)
+    return PurchaseResult(
+        Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=timings
+    )
 
 
-def _result(strategy: Strategy, attempt: Attempt, *, grant: Grant | None = None, conflicts: int = 0,
-            retries: int = 0, timings: Timings) -> PurchaseResult:
+def _result(
+    strategy: Strategy,
+    attempt: Attempt,
+    *,
+    grant: Grant | None = None,
+    conflicts: int = 0,
+    retries: int = 0,
+    timings: Timings,
+) -> PurchaseResult:
     common = {"conflicts": conflicts, "retries": retries, "timings": timings}
     if attempt.order is not None:
-        return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence,
-                              **common)
+        return PurchaseResult(
+            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
+        )
     refusal: Refusal = attempt.refusal
-    return PurchaseResult(refusal.outcome, strategy.name, fence=grant.token if grant else None,
-                          units_left=refusal.units_left, **common)
+    return PurchaseResult(
+        refusal.outcome, strategy.name, fence=grant.token if grant else None, units_left=refusal.units_left, **common
+    )
 
 
-def _constraint_hit(strategy: Strategy, exc: IntegrityError, *, product_id: int, customer: str, key: str,
-                    conflicts: int, retries: int, timings: Timings) -> PurchaseResult:
+def _constraint_hit(
+    strategy: Strategy,
+    exc: IntegrityError,
+    *,
+    product_id: int,
+    customer: str,
+    key: str,
+    conflicts: int,
+    retries: int,
+    timings: Timings,
+) -> PurchaseResult:
     """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
     constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     if constraint == IDEMPOTENCY_CONSTRAINT:
@@ -227,10 +265,17 @@ def _constraint_hit(strategy: Strategy, exc: IntegrityError, *, product_id: int,
         return _result(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
     if constraint not in CONSTRAINT_OUTCOMES:
         raise exc
-    logger.warning("%s: constraint %s refused a purchase (the strategy let a bad write through)",
-                   strategy.name, constraint)
-    return PurchaseResult(CONSTRAINT_OUTCOMES[constraint], strategy.name, conflicts=conflicts, retries=retries,
-                          constraint_hits=1, timings=timings)
+    logger.warning(
+        "%s: constraint %s refused a purchase (the strategy let a bad write through)", strategy.name, constraint
+    )
+    return PurchaseResult(
+        CONSTRAINT_OUTCOMES[constraint],
+        strategy.name,
+        conflicts=conflicts,
+        retries=retries,
+        constraint_hits=1,
+        timings=timings,
+    )
 
 
 def restock(*, sku: str, quantity: int) -> Product:
@@ -282,72 +327,8 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     try:
         soldout.client().incr(soldout.generation_key(sku))
     except redis.RedisError as exc:
-        raise InventoryError(f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed") from exc
+        raise InventoryError(
+            f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"
+        ) from exc
     if reset:
         transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    """What the database says about one product's sale."""
-
-    sku: str
-    initial: int
-    stock: int
-    sold: int  # initial - stock: units that left the shelf
-    ordered: int  # units on orders
-    orders: int
-    over_limit_customers: int  # customers whose units across orders exceed the per-customer limit
-    oversold: int  # units on orders beyond what left the shelf
-    lost: int  # units that left the shelf without an order
-    undersold: int  # units left on the shelf although a shopper was told "sold out"
-
-    @property
-    def problems(self) -> list[str]:
-        """The sale's invariant, in words; empty when it holds."""
-        found = []
-        if self.stock < 0:
-            found.append(f"stock {self.stock} below 0")
-        if self.oversold or self.lost:
-            found.append(f"ordered {self.ordered} units but stock fell by {self.sold} "
-                         f"(oversold {self.oversold}, lost {self.lost})")
-        if self.over_limit_customers:
-            found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
-        if self.undersold:
-            found.append(f"undersold {self.undersold}: units left while shoppers were told sold out")
-        return found
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def audit(*, sku: str, told_sold_out: int = 0) -> AuditReport:
-    """Check the sale's invariants from the database.
-
-    ``told_sold_out`` is how many shoppers were answered "sold out" (from the load test); if any
-    were while units are still on the shelf, those units count as undersold. A shopper told
-    "busy, try again" (503) is not an undersell: they were not told there was nothing left.
-    """
-    product = Product.objects.filter(sku=sku).first()
-    if product is None:
-        raise ProductNotFound(f"no product with sku {sku!r}")
-    orders = Order.objects.filter(product=product)
-    totals = orders.aggregate(ordered=Sum("quantity"), count=Count("id"))
-    ordered = totals["ordered"] or 0
-    over_limit = (
-        orders.values("customer").annotate(units=Sum("quantity")).filter(units__gt=product.per_customer_limit).count()
-    )
-    sold = product.initial_stock - product.stock
-    return AuditReport(
-        sku=sku,
-        initial=product.initial_stock,
-        stock=product.stock,
-        sold=sold,
-        ordered=ordered,
-        orders=totals["count"],
-        over_limit_customers=over_limit,
-        oversold=max(0, ordered - sold),
-        lost=max(0, sold - ordered),
-        undersold=max(product.stock, 0) if told_sold_out else 0,
-    )

@@ -12,6 +12,7 @@ to the mark, so a retry of it gets its order back rather than "sold out". The da
 the record: if Redis forgets the note, the retry is told "sold out" but never gets a second
 order. If Redis does not answer, purchases take the ordinary path through the database.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,8 +91,13 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
     if not values[1]:
         return Look(generation, False, order_id=order_id)
     mark_generation, limit, ends_at = values[1].decode().split(":")
-    return Look(generation, int(mark_generation) == generation, int(limit), float(ends_at) if ends_at else None,
-                order_id=order_id)
+    return Look(
+        generation,
+        int(mark_generation) == generation,
+        int(limit),
+        float(ends_at) if ends_at else None,
+        order_id=order_id,
+    )
 
 
 def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:

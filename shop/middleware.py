@@ -7,6 +7,7 @@ buyers waiting on the row lock, and it happened before the request changed anyth
 connection it would have written with never existed. So it is answered like the shop's other
 "busy": 503 with ``Retry-After``.
 """
+
 from __future__ import annotations
 
 import logging

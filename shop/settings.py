@@ -4,6 +4,7 @@ Everything comes from the environment, with defaults that work on a developer's 
 (PostgreSQL and Redis on 127.0.0.1). Outside development (``FLASHSALE_ENV=production``)
 ``DJANGO_SECRET_KEY`` is required and ``DEBUG`` is off unless asked for.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,14 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from inventory import ports
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
 
 
+# Two small readers rather than django-environ: its bool() reads any unknown word as False, and a
+# typo in a setting should stop the process with the variable's name and what it accepts.
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -116,7 +121,9 @@ if DATABASE_POOL_MAX_SIZE:
     except ValueError:
         raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT: expected seconds, e.g. 1.0") from None
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 0, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": _pool_timeout,
+        "min_size": 0,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": _pool_timeout,
     }
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL: row locks and CHECK constraints rely on it")
@@ -161,7 +168,7 @@ if not DEVELOPMENT:
 # The purchase strategy. INVENTORY_BACKEND is an alias (db, optimistic, redis, redlock, atomic, and
 # the controls local and unsafe) or a dotted path to a Strategy subclass; OPTIONS holds what the
 # strategies declare in their modules (``default_options``), as CACHES does per backend.
-REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", 7379)
+REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", ports.REDLOCK_BASE_PORT)
 REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
 INVENTORY = {
     "BACKEND": os.environ.get("INVENTORY_BACKEND", "db"),
@@ -179,7 +186,9 @@ INVENTORY = {
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
     "ETCD_ENDPOINTS": [
         u.strip()
-        for u in os.environ.get("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{7479 + i}" for i in range(3))).split(",")
+        for u in os.environ.get(
+            "ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{ports.ETCD_BASE_PORT + i}" for i in range(3))
+        ).split(",")
         if u.strip()
     ],
     "OPTIONS": {

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from inventory.admin import dashboard_report_view, dashboard_stock_view, dashboard_view
+from inventory.dashboard import dashboard_report_view, dashboard_stock_view, dashboard_view
 
 from . import floor, views
 

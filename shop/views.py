@@ -1,4 +1,5 @@
 """Storefront pages and the JSON purchase API. Views parse and map; services decide."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,13 @@ from django.views.decorators.http import require_GET
 from inventory.backends import Outcome
 from inventory.models import Product
 from inventory.services import (
-    MAX_QUANTITY, InvalidQuantity, InventoryError, ProductNotFound, PurchaseResult, purchase, sale_state,
+    MAX_QUANTITY,
+    InvalidQuantity,
+    InventoryError,
+    ProductNotFound,
+    PurchaseResult,
+    purchase,
+    sale_state,
 )
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -91,6 +98,43 @@ def json_error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
+class Refused(Exception):
+    """A request turned away before it reached the services; ``response`` is the 4xx answer to send."""
+
+    def __init__(self, response: JsonResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def purchase_quantity(request: HttpRequest) -> object:
+    """The ``quantity`` a purchase request's JSON body names (1 when absent), not yet validated.
+
+    Raises :class:`Refused` with the 4xx answer when the request is not a POST of a small JSON
+    object whose only field is ``quantity``. The purchase endpoint and the floor both ask it.
+    """
+    if request.method != "POST":
+        response = json_error(405, "use POST", allowed=["POST"])
+        response["Allow"] = "POST"
+        raise Refused(response)
+    length = declared_length(request)
+    if length is None:
+        raise Refused(json_error(400, "invalid Content-Length"))
+    if length > MAX_BODY_BYTES:
+        raise Refused(json_error(413, f"body larger than {MAX_BODY_BYTES} bytes"))
+    if request.content_type != "application/json":
+        raise Refused(json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}'))
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Refused(json_error(400, "body is not valid JSON")) from None
+    if not isinstance(body, dict):
+        raise Refused(json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}'))
+    unknown = set(body) - {"quantity"}
+    if unknown:
+        raise Refused(json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}"))
+    return body.get("quantity", 1)
+
+
 def seconds_until(moment, now) -> int | None:
     """Whole seconds from ``now`` to ``moment`` (None when there is no moment), so that
     countdowns in the browser do not depend on the shopper's clock."""
@@ -151,8 +195,10 @@ def quantity_hint(product: Product) -> str:
 
 def error_page(request: HttpRequest, product: Product | None, status: int, heading: str, message: str) -> HttpResponse:
     return render(
-        request, "shop/result.html",
-        {"product": product, "outcome": "error", "heading": heading, "message": message}, status=status,
+        request,
+        "shop/result.html",
+        {"product": product, "outcome": "error", "heading": heading, "message": message},
+        status=status,
     )
 
 
@@ -161,7 +207,10 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     product = Product.objects.filter(sku=sku).first()
     if request.method != "POST":
         response = error_page(
-            request, product, 405, "Use the buy button",
+            request,
+            product,
+            405,
+            "Use the buy button",
             "Orders are placed with the buy button on the product page.",
         )
         response["Allow"] = "POST"
@@ -175,7 +224,9 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     try:
         quantity = int(raw)
     except ValueError:
-        return error_page(request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}")
+        return error_page(
+            request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}"
+        )
     try:
         result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
     except InvalidQuantity:
@@ -210,27 +261,10 @@ def api_product(request: HttpRequest, sku: str) -> JsonResponse:
 
 def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
     """``POST {"quantity": n}``: 201 confirmed, 409 refused, 503 busy, 4xx bad input."""
-    if request.method != "POST":
-        response = json_error(405, "use POST", allowed=["POST"])
-        response["Allow"] = "POST"
-        return response
-    length = declared_length(request)
-    if length is None:
-        return json_error(400, "invalid Content-Length")
-    if length > MAX_BODY_BYTES:
-        return json_error(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    if request.content_type != "application/json":
-        return json_error(415, 'send a JSON body with Content-Type: application/json, e.g. {"quantity": 1}')
     try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return json_error(400, "body is not valid JSON")
-    if not isinstance(body, dict):
-        return json_error(400, 'body must be a JSON object, e.g. {"quantity": 1}')
-    unknown = set(body) - {"quantity"}
-    if unknown:
-        return json_error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
-    quantity = body.get("quantity", 1)
+        quantity = purchase_quantity(request)
+    except Refused as refused:
+        return refused.response
     key = request.headers.get("Idempotency-Key", "")
     try:
         result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
@@ -254,7 +288,9 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF refusals: JSON for the API, a page for the storefront; always 403."""
     if request.path.startswith("/api/"):
-        return json_error(403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header.")
+        return json_error(
+            403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header."
+        )
     return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
 
 
@@ -269,4 +305,3 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith("/api/"):
         return json_error(404, "not found")
     return render(request, "shop/404.html", status=404)
-

@@ -1,4 +1,5 @@
 """WSGI entry point, used by gunicorn (see gunicorn.conf.py)."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

@@ -1,4 +1,5 @@
 """Shared fixtures: real PostgreSQL (pytest-django's test database), real Redis processes."""
+
 from __future__ import annotations
 
 from decimal import Decimal

@@ -1,4 +1,5 @@
 """Small helpers shared by the test modules."""
+
 from __future__ import annotations
 
 from inventory.models import Order, Product

@@ -4,19 +4,29 @@
 other databases on the machine's Redis and another PostgreSQL database. Slot 0 is what CI and
 ``make test`` use: Redlock nodes on 7579+, the lock tests' nodes on 7679+, Redis databases 9 and 11.
 """
+
 from __future__ import annotations
 
 import os
+
+from inventory.ports import TEST_SUITE_BASE_PORT
 
 SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0"))
 if not 0 <= SLOT <= 6:
     raise SystemExit(f"FLASHSALE_TEST_SLOT={SLOT}: use 0 to 6")
 
 #: First port of the suite's range; each user of the range takes its own block inside it.
-PORT_BASE = 7579 + 1000 * SLOT
+PORT_BASE = TEST_SUITE_BASE_PORT + 1000 * SLOT
 REDLOCK_BASE_PORT = PORT_BASE  # the shop's five Redlock nodes (tests/conftest.py)
 LOCK_TEST_BASE_PORT = PORT_BASE + 100  # tests/locks: five nodes
 LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes
+LOCK_ETCD_BASE_PORT = PORT_BASE + 120  # tests/locks/test_etcd.py: three etcd members
+ETCD_COMMAND_BASE_PORT = PORT_BASE + 123  # tests/test_etcd_cluster_command.py: three etcd members
+ETCD_BASE_PORT = PORT_BASE + 126  # the shop's etcd cluster (tests/settings.py, tests/test_etcd_strategy.py)
+SIMULATE_FAILOVER_BASE_PORT = PORT_BASE + 300  # tests/test_simulate_failover.py: eight ports
+SIMULATE_CLOCK_JUMP_BASE_PORT = PORT_BASE + 310  # tests/test_simulate_clock_jump.py: five nodes
+FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_faults.py: five nodes, then a master + replica
+REPLICATION_BASE_PORT = PORT_BASE + 330  # tests/test_replication.py: a master + replica, then a foreign node
 
 # (shop's single-lock Redis database, lock tests' database) on 127.0.0.1:6379, per slot.
 _REDIS_DATABASES = [(9, 11), (1, 2), (3, 4), (5, 6), (7, 8), (12, 13), (14, 15)]

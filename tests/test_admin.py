@@ -1,5 +1,6 @@
 """The staff side: product list with the invariant, restock/reset behind a confirmation and
 logged, orders filters, the dashboard and its charts, and the createstaff command."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -26,9 +27,23 @@ def staff(client, admin_user):
 
 def make_run(backend: str = "db", **fields) -> BurstRun:
     defaults = dict(
-        started_at=timezone.now(), backend=backend, sku="phone-x", requests=5000, stock_initial=100, stock_final=0,
-        orders=100, oversold=0, undersold=0, status_counts={"201": 100, "409": 4900}, errors_5xx=0, rps=900.0,
-        p50_ms=40.0, p95_ms=120.0, p99_ms=210.0, duration_s=5.6, invariants_ok=True,
+        started_at=timezone.now(),
+        backend=backend,
+        sku="phone-x",
+        requests=5000,
+        stock_initial=100,
+        stock_final=0,
+        orders=100,
+        oversold=0,
+        undersold=0,
+        status_counts={"201": 100, "409": 4900},
+        errors_5xx=0,
+        rps=900.0,
+        p50_ms=40.0,
+        p95_ms=120.0,
+        p99_ms=210.0,
+        duration_s=5.6,
+        invariants_ok=True,
         timeline=[[0, 100, 0], [1.0, 60, 900], [2.0, 10, 1800], [3.0, 0, 2700], [5.6, 0, 5000]],
     )
     return BurstRun.objects.create(**{**defaults, **fields})
@@ -52,9 +67,16 @@ class TestProductList:
         assert 'name="stock"' not in html and 'name="fence"' not in html and 'name="initial_stock"' not in html
 
     def test_adding_a_product_puts_its_initial_stock_on_sale(self, staff):
-        response = staff.post(f"{CHANGELIST}add/", {
-            "sku": "lamp", "name": "Lamp", "price": "12.50", "per_customer_limit": "1", "initial_stock": "30",
-        })
+        response = staff.post(
+            f"{CHANGELIST}add/",
+            {
+                "sku": "lamp",
+                "name": "Lamp",
+                "price": "12.50",
+                "per_customer_limit": "1",
+                "initial_stock": "30",
+            },
+        )
         assert response.status_code == 302, response.content.decode()[:2000]
         assert Product.objects.values_list("initial_stock", "stock").get(sku="lamp") == (30, 30)
 

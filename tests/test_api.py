@@ -4,6 +4,7 @@ The property tests send bodies of arbitrary shape; the pytest-django ``db`` fixt
 reset between hypothesis examples, so each example compares against a snapshot taken just
 before it.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,10 +89,13 @@ class TestPurchaseOutcomes:
         assert (response.status_code, response.json()["outcome"]) == (409, "sold_out")
         assert snapshot() == before
 
-    @pytest.mark.parametrize("window", [
-        {"sale_starts_at": timezone.now() + timedelta(hours=1)},
-        {"sale_ends_at": timezone.now() - timedelta(seconds=1)},
-    ])
+    @pytest.mark.parametrize(
+        "window",
+        [
+            {"sale_starts_at": timezone.now() + timedelta(hours=1)},
+            {"sale_ends_at": timezone.now() - timedelta(seconds=1)},
+        ],
+    )
     def test_outside_the_sale_window(self, client, make_product, window):
         make_product(stock=5, **window)
         before = snapshot()
@@ -103,6 +107,7 @@ class TestPurchaseOutcomes:
         make_product(stock=5)
         use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
         from inventory.backends import get_backend
+
         with get_backend().guard("phone-x"):
             before = snapshot()
             response = post_json(client, {"quantity": 1})
@@ -112,18 +117,34 @@ class TestPurchaseOutcomes:
 
 
 class TestPurchaseBadInput:
-    @pytest.mark.parametrize("quantity", [0, -1, -(10**30), 3, 101, 10**30, 1.5, 1.0, "1", "one", True, False, None,
-                                          [1], {"n": 1}, 1e309])
+    @pytest.mark.parametrize(
+        "quantity", [0, -1, -(10**30), 3, 101, 10**30, 1.5, 1.0, "1", "one", True, False, None, [1], {"n": 1}, 1e309]
+    )
     def test_bad_quantity_is_400(self, client, make_product, quantity):
         make_product(stock=5, limit=2)
         before = snapshot()
         assert_refused(post_json(client, {"quantity": quantity}), before, 400)
 
-    @pytest.mark.parametrize("body", [
-        b"", b"not json", b"{", b"[1]", b'"quantity"', b"1", b"null", b"\xff\xfe", b'{"quantity": NaN}',
-        b'{"quantity": 1, "price": 0}', b'{"quantity": 1' + b"0" * 900 + b"}", b"[" * 1000, b"{\"a\":" * 200,
-        b'{"quantity": 1e400}', ("9" * 1000).encode(),
-    ])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b"",
+            b"not json",
+            b"{",
+            b"[1]",
+            b'"quantity"',
+            b"1",
+            b"null",
+            b"\xff\xfe",
+            b'{"quantity": NaN}',
+            b'{"quantity": 1, "price": 0}',
+            b'{"quantity": 1' + b"0" * 900 + b"}",
+            b"[" * 1000,
+            b'{"a":' * 200,
+            b'{"quantity": 1e400}',
+            ("9" * 1000).encode(),
+        ],
+    )
     def test_malformed_body_is_400(self, client, make_product, body):
         make_product(stock=5, limit=2)
         before = snapshot()
@@ -146,7 +167,9 @@ class TestPurchaseBadInput:
         before = snapshot()
         assert_refused(post_json(client, {"quantity": 1}, CONTENT_LENGTH="lots"), before, 400)
 
-    @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
+    @pytest.mark.parametrize(
+        "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
+    )
     def test_wrong_content_type_is_415(self, client, make_product, content_type):
         make_product()
         before = snapshot()
@@ -234,7 +257,9 @@ json_values = st.recursive(
     max_leaves=12,
 )
 quantities = st.one_of(
-    st.integers(min_value=-3, max_value=8), st.integers(), json_values,
+    st.integers(min_value=-3, max_value=8),
+    st.integers(),
+    json_values,
 )
 bodies = st.one_of(
     st.fixed_dictionaries({"quantity": quantities}),
@@ -246,9 +271,13 @@ raw_bodies = st.one_of(
     st.binary(max_size=64),
     st.text(max_size=64).map(str.encode),
 )
-content_types = st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded"])
+content_types = st.sampled_from(
+    ["application/json", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded"]
+)
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """System checks for dangerous inventory configurations (``manage.py check``)."""
+
 from __future__ import annotations
 
 import pytest

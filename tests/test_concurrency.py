@@ -3,6 +3,7 @@
 Afterwards the database must show: exactly the stock sold, stock at zero, no customer past
 the limit, and every attempt accounted for by an outcome. The controls must fail the same way.
 """
+
 from __future__ import annotations
 
 import multiprocessing

@@ -1,4 +1,5 @@
 """``etcd_cluster start|status|stop`` on the slot's ports: real etcd processes, data under a temporary RUN_DIR."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -10,7 +11,7 @@ from inventory.etcd_cluster import EtcdCluster
 from tests import slots
 
 # Inside tests/locks/test_etcd.py's block (+120..+139), clear of its cluster (+120..+122, peers +130..+132).
-ENDPOINTS = [f"http://127.0.0.1:{slots.PORT_BASE + 123 + i}" for i in range(3)]
+ENDPOINTS = [f"http://127.0.0.1:{slots.ETCD_COMMAND_BASE_PORT + i}" for i in range(3)]
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_start_status_stop(etcd_settings, tmp_path):
     call_command("etcd_cluster", "start", stdout=out)
     assert out.getvalue().count("healthy (pid") == 3, out.getvalue()
     assert sorted(path.name for path in (tmp_path / "etcd").glob("*.etcd")) == [
-        f"etcd-{slots.PORT_BASE + 123 + i}.etcd" for i in range(3)
+        f"etcd-{slots.ETCD_COMMAND_BASE_PORT + i}.etcd" for i in range(3)
     ]
     call_command("etcd_cluster", "status", stdout=StringIO())
     out = StringIO()

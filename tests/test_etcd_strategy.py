@@ -4,6 +4,7 @@ The cluster listens on the slot's ports +126..+128 (peers +136..+138), the suite
 started here unless it runs (a session fixture may run it for every strategy's tests), and then
 stopped at the end of the module; before and after each test every member is up and healthy.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,7 +23,7 @@ from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ENDPOINTS = [f"http://127.0.0.1:{slots.PORT_BASE + 126 + i}" for i in range(3)]
+ENDPOINTS = [f"http://127.0.0.1:{slots.ETCD_BASE_PORT + i}" for i in range(3)]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """inventory.faults against real processes: private redis-server nodes, a master + replica, a child process."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,7 +19,7 @@ from inventory.replication import ReplicatedPair
 from inventory.services import audit, purchase
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 320  # five nodes, then a master + replica, all this module's own
+BASE_PORT = slots.FAULTS_BASE_PORT  # five nodes, then a master + replica, all this module's own
 
 
 @pytest.fixture
@@ -54,7 +55,11 @@ def test_kill_minority_leaves_a_quorum_and_recovery_restarts_the_nodes_empty(nod
     assert nodes[0].client().get("kept-in-memory") is None
     assert before <= fault.injected_at < fault.recovered_at <= after
     assert [fault.phase(t) for t in (before - 1, fault.injected_at, fault.recovered_at - 1e-6, after)] == [
-        "before", "during", "during", "after"]
+        "before",
+        "during",
+        "during",
+        "after",
+    ]
     start_s, end_s = fault.window(before)
     assert 0 <= start_s < end_s
 
@@ -109,8 +114,9 @@ def test_purchases_through_the_redis_strategy_across_a_failover_never_oversell(p
     """The shop's own path through the fault: a failover loses lock grants and fence increments; the
     promoted counter is behind the row's fence, so the storage check refuses until it passes it."""
     make_product("failover-x", stock=50)
-    strategy = load_backend("redis", config={**settings.INVENTORY, "REDIS_URL": pair.front.url,
-                                             "ACQUIRE_TIMEOUT_MS": 100})
+    strategy = load_backend(
+        "redis", config={**settings.INVENTORY, "REDIS_URL": pair.front.url, "ACQUIRE_TIMEOUT_MS": 100}
+    )
 
     def buy(customer: str) -> Outcome:
         return purchase(sku="failover-x", customer=customer, quantity=1, backend=strategy).outcome
@@ -138,9 +144,15 @@ def test_purchases_through_the_redis_strategy_across_a_failover_never_oversell(p
 
 
 def test_pause_worker_stops_the_given_child_past_the_lease_and_resumes_it():
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-                               "time.sleep(30)"])
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+            "time.sleep(30)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 5
         while not child_pids(parent.pid) and time.monotonic() < deadline:
@@ -167,15 +179,18 @@ def test_close_recovers_a_fault_left_injected(nodes):
     fault.close()  # nothing left to do
 
 
-@pytest.mark.parametrize("name, parts, message", [
-    ("kill-everything", {}, "unknown fault 'kill-everything': choose one of " + ", ".join(FAULT_NAMES)),
-    ("kill-minority", {}, "kill-minority needs the Redlock nodes"),
-    ("restart-redis", {}, "restart-redis needs a private Redis node"),
-    ("failover", {}, "failover needs a started master"),
-    ("pause-worker", {"workers": list}, "pause-worker needs the lock's lease"),
-    ("pause-worker", {"workers": list, "lease_ttl_ms": 1000, "hold_s": 1.0}, "does not outlast the 1000 ms lease"),
-    ("kill-etcd-member", {}, "kill-etcd-member needs the etcd cluster"),
-])
+@pytest.mark.parametrize(
+    "name, parts, message",
+    [
+        ("kill-everything", {}, "unknown fault 'kill-everything': choose one of " + ", ".join(FAULT_NAMES)),
+        ("kill-minority", {}, "kill-minority needs the Redlock nodes"),
+        ("restart-redis", {}, "restart-redis needs a private Redis node"),
+        ("failover", {}, "failover needs a started master"),
+        ("pause-worker", {"workers": list}, "pause-worker needs the lock's lease"),
+        ("pause-worker", {"workers": list, "lease_ttl_ms": 1000, "hold_s": 1.0}, "does not outlast the 1000 ms lease"),
+        ("kill-etcd-member", {}, "kill-etcd-member needs the etcd cluster"),
+    ],
+)
 def test_a_fault_missing_its_part_is_refused_with_what_to_give(name, parts, message):
     with pytest.raises(FaultError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_fault(name, **parts)

@@ -1,30 +1,59 @@
 """The burst's figures: merging Locust processes' summaries, percentiles, histogram, Server-Timing, medians."""
+
 from __future__ import annotations
 
 import pytest
 
 from loadtests.burst import shares
 from loadtests.figures import (
-    latency_histogram, log_buckets, median_run, merge, parse_server_timing, percentile, timeline,
+    latency_histogram,
+    log_buckets,
+    median_run,
+    merge,
+    parse_server_timing,
+    percentile,
+    timeline,
 )
 
 
 def summary(**fields) -> dict:
     base = {
-        "limit": 2, "prepared": 2, "sent": 2, "answered": 2, "busy": 0, "client_retries": 0, "transport_errors": 0,
-        "page_failures": 0, "conflicts": 0, "retries": 0, "constraint_hits": 0, "status_counts": {"409": 2},
-        "outcomes": {"sold_out": 2}, "latencies_ms": [10.0, 20.0], "server_timing": {"total": [1.0, 2.0]},
-        "first_sent_at": 100.0, "last_sent_at": 100.1, "last_answered_at": 101.0, "last_confirmed_at": None,
+        "limit": 2,
+        "prepared": 2,
+        "sent": 2,
+        "answered": 2,
+        "busy": 0,
+        "client_retries": 0,
+        "transport_errors": 0,
+        "page_failures": 0,
+        "conflicts": 0,
+        "retries": 0,
+        "constraint_hits": 0,
+        "status_counts": {"409": 2},
+        "outcomes": {"sold_out": 2},
+        "latencies_ms": [10.0, 20.0],
+        "server_timing": {"total": [1.0, 2.0]},
+        "first_sent_at": 100.0,
+        "last_sent_at": 100.1,
+        "last_answered_at": 101.0,
+        "last_confirmed_at": None,
     }
     return {**base, **fields}
 
 
 def test_merge_adds_counts_and_takes_times_across_processes():
-    merged = merge([
-        summary(status_counts={"201": 1, "409": 1}, last_confirmed_at=100.5, client_retries=3, conflicts=1),
-        summary(first_sent_at=99.9, last_sent_at=100.3, last_answered_at=102.0, latencies_ms=[30.0, 40.0],
-                server_timing={"lock": [5.0], "total": [3.0, 4.0]}),
-    ])
+    merged = merge(
+        [
+            summary(status_counts={"201": 1, "409": 1}, last_confirmed_at=100.5, client_retries=3, conflicts=1),
+            summary(
+                first_sent_at=99.9,
+                last_sent_at=100.3,
+                last_answered_at=102.0,
+                latencies_ms=[30.0, 40.0],
+                server_timing={"lock": [5.0], "total": [3.0, 4.0]},
+            ),
+        ]
+    )
     assert merged["sent"] == merged["answered"] == 4
     assert merged["status_counts"] == {"201": 1, "409": 3}
     assert merged["outcomes"] == {"sold_out": 4}
@@ -41,20 +70,37 @@ def test_merge_adds_counts_and_takes_times_across_processes():
 
 
 def test_merge_without_any_answer_has_no_times():
-    merged = merge([summary(sent=0, answered=0, latencies_ms=[], first_sent_at=None, last_sent_at=None,
-                            last_answered_at=None, status_counts={}, server_timing={})])
+    merged = merge(
+        [
+            summary(
+                sent=0,
+                answered=0,
+                latencies_ms=[],
+                first_sent_at=None,
+                last_sent_at=None,
+                last_answered_at=None,
+                status_counts={},
+                server_timing={},
+            )
+        ]
+    )
     assert merged["arrival_window_s"] is merged["drain_s"] is merged["sold_out_after_s"] is None
     assert merged["rps"] == 0.0 and merged["latency_histogram_ms"] == []
 
 
-@pytest.mark.parametrize("header, expected", [
-    ("lock;dur=1.5, hold;dur=0.25, db;dur=3, total;dur=4.75",
-     {"lock": 1.5, "hold": 0.25, "db": 3.0, "total": 4.75}),
-    ('db;desc="database";dur=2', {"db": 2.0}),
-    ("cache, db;dur=abc, total;dur=1", {"total": 1.0}),
-    ("", {}),
-    (None, {}),
-])
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        (
+            "lock;dur=1.5, hold;dur=0.25, db;dur=3, total;dur=4.75",
+            {"lock": 1.5, "hold": 0.25, "db": 3.0, "total": 4.75},
+        ),
+        ('db;desc="database";dur=2', {"db": 2.0}),
+        ("cache, db;dur=abc, total;dur=1", {"total": 1.0}),
+        ("", {}),
+        (None, {}),
+    ],
+)
 def test_parse_server_timing(header, expected):
     assert parse_server_timing(header) == expected
 

@@ -1,4 +1,5 @@
 """The floor endpoint: the purchase request path (CSRF, session, JSON checks) without storage."""
+
 from __future__ import annotations
 
 import json
@@ -44,14 +45,17 @@ def test_without_csrf_token_is_403_like_a_purchase(strict, make_product):
     assert snapshot() == before
 
 
-@pytest.mark.parametrize("body, content_type, status", [
-    (b"{not json", "application/json", 400),
-    ([1], "application/json", 400),
-    ({"quantity": 0}, "application/json", 400),
-    ({"quantity": 1, "coupon": "x"}, "application/json", 400),
-    ("quantity=1", "application/x-www-form-urlencoded", 415),
-    ("x" * 2000, "application/json", 413),
-])
+@pytest.mark.parametrize(
+    "body, content_type, status",
+    [
+        (b"{not json", "application/json", 400),
+        ([1], "application/json", 400),
+        ({"quantity": 0}, "application/json", 400),
+        ({"quantity": 1, "coupon": "x"}, "application/json", 400),
+        ("quantity=1", "application/x-www-form-urlencoded", 415),
+        ("x" * 2000, "application/json", 413),
+    ],
+)
 def test_bad_input_is_the_purchase_endpoints_4xx(client, make_product, body, content_type, status):
     make_product()
     before = snapshot()

@@ -1,4 +1,5 @@
 """``lockbench`` with a tiny measuring time: the JSON has every row, each with positive figures."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,23 @@ from django.core.management import call_command
 
 from tests import slots
 
-ROWS = ["floor-1node", "floor-5nodes", "ours-redis", "ours-redlock", "redis-py-lock", "python-redis-lock",
-        "pottery-redlock", "redlock-py", "ours-redis-async", "ours-redlock-async", "redis-py-lock-async",
-        "contended-polling", "contended-notified",
-        "floor-etcd", "ours-etcd"]  # the etcd rows: their own cluster on BASE_PORT+5..+10
+ROWS = [
+    "floor-1node",
+    "floor-5nodes",
+    "ours-redis",
+    "ours-redlock",
+    "redis-py-lock",
+    "python-redis-lock",
+    "pottery-redlock",
+    "redlock-py",
+    "ours-redis-async",
+    "ours-redlock-async",
+    "redis-py-lock-async",
+    "contended-polling",
+    "contended-notified",
+    "floor-etcd",
+    "ours-etcd",
+]  # the etcd rows: their own cluster on BASE_PORT+5..+10
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
 

@@ -3,6 +3,7 @@
 Each actor is a thread with its own database connection; the test tells it what to do next,
 so the interleavings are exact, not left to the scheduler.
 """
+
 from __future__ import annotations
 
 import queue
@@ -79,6 +80,7 @@ def write_in_transaction(shelf, *, token, fenced):
     def step():
         with transaction.atomic():
             return checked_write(shelf, quantity=1, token=token, fenced=fenced)
+
     return step
 
 
@@ -231,8 +233,9 @@ def test_optimistic_conflicts_are_retried_and_counted(actors, use_backend, make_
 
 
 @pytest.mark.parametrize("lock", ["redis", "redlock"])
-def test_a_holder_recovers_when_the_lock_service_forgot_its_counter(lock, use_backend, make_product, redis_client,
-                                                                    fresh_redlock_nodes):
+def test_a_holder_recovers_when_the_lock_service_forgot_its_counter(
+    lock, use_backend, make_product, redis_client, fresh_redlock_nodes
+):
     """After a restart the counter starts over while the row remembers a high fence: the holder
     raises the counter past it under its lock and writes on its second try (before: 503s until
     the counter caught up, one burned token per attempt)."""

@@ -6,6 +6,7 @@ connection, so the two buyers that get a pooled connection block on it while hol
 connection (the ``db`` strategy's known cost); the other six wait for the pool, time out and must
 be told "busy, retry", not a 500. Then the lock is released and the audit must balance.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ CSRF = "a" * 32
 
 def buy(base: str) -> tuple[int, str | None, dict]:
     request = urllib.request.Request(
-        f"{base}/api/products/{SKU}/purchase", data=b'{"quantity": 1}', method="POST",
+        f"{base}/api/products/{SKU}/purchase",
+        data=b'{"quantity": 1}',
+        method="POST",
         headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"},
     )
     try:
@@ -52,7 +55,9 @@ def test_more_buyers_than_connections_get_503_not_500(make_product, tmp_path):
     base = f"http://127.0.0.1:{port}"
     plan = BurstPlan(requests=BUYERS, stock=10, workers=1, threads=BUYERS, pool_max_size=POOL, pool_timeout_s=0.5)
     server = Child(
-        "gunicorn", [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"], cwd=settings.BASE_DIR,
+        "gunicorn",
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+        cwd=settings.BASE_DIR,
         env=server_environment(backend="db", port=port, plan=plan, access_log=tmp_path / "access.log"),
         log_path=tmp_path / "gunicorn.log",
     )

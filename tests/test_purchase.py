@@ -1,4 +1,5 @@
 """The purchase service: outcomes, and that every refusal leaves stock and orders unchanged."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -166,7 +167,9 @@ class TestRedlockNodeFailures:
         assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
         assert Product.objects.get(sku="phone-x").stock == 2
 
-    def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(self, use_backend, fresh_redlock_nodes, make_product):
+    def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(
+        self, use_backend, fresh_redlock_nodes, make_product
+    ):
         use_backend("redlock")
         make_product(stock=3)
         for index in (0, 2, 4):

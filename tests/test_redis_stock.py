@@ -1,4 +1,5 @@
 """``redis-stock`` (the seckill design), ``manage.py reconcile``, and the sold-out mark."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -22,8 +23,9 @@ def counter(client, sku="phone-x") -> int | None:
 
 
 class TestRedisStock:
-    def test_the_counter_is_loaded_from_the_database_and_moves_with_sales(self, use_backend, redis_client,
-                                                                          make_product):
+    def test_the_counter_is_loaded_from_the_database_and_moves_with_sales(
+        self, use_backend, redis_client, make_product
+    ):
         use_backend("redis-stock")
         make_product(stock=3, limit=2)
         assert counter(redis_client) is None

@@ -1,4 +1,5 @@
 """inventory.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
+
 from __future__ import annotations
 
 import socket
@@ -10,7 +11,7 @@ from inventory.nodes import NodeError, RedisNode
 from inventory.replication import ReplicatedPair
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 330  # this module's own master + replica, and a foreign node after them
+BASE_PORT = slots.REPLICATION_BASE_PORT  # this module's own master + replica, and a foreign node after them
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ refusal of bad input, the ``report`` command, and the dashboard's link to the la
 an unsafe run that oversold and a Redlock run with a fault and its phases); its figures are
 invented to exercise the report, not measured.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from loadtests import report
-from loadtests.report import svg
-from loadtests.report import ReportError, read_summary, render_report, sentence, sentences, write_report
+from loadtests.report import ReportError, read_summary, render_report, sentence, sentences, svg, write_report
 
 FIXTURE = Path(__file__).with_name("burst_fixture.json")
 
@@ -41,8 +41,10 @@ class TestSentences:
         assert len(said) == len(burst["runs"])
         floor, db, optimistic, redis, redlock, atomic, unsafe, faulted = said
         assert floor == "floor: 1,210 requests/s with no storage touched; every ratio in this report is against it."
-        assert db == ("db: sold 100 of 100 units, none oversold; 48 database connections at peak, "
-                      "p99 lock wait 41 ms, 0.62× floor.")
+        assert db == (
+            "db: sold 100 of 100 units, none oversold; 48 database connections at peak, "
+            "p99 lock wait 41 ms, 0.62× floor."
+        )
         assert "1,912 conflicts" in optimistic and "311 shoppers told busy" in optimistic
         assert "p99 lock wait 88 ms" in redis and "0.50× floor" in redis
         assert atomic == "atomic: sold 100 of 100 units, none oversold; 0.73× floor."
@@ -71,8 +73,9 @@ class TestSentences:
 
 
 def test_histogram_leaves_out_empty_buckets_below_the_first_filled_one_but_one():
-    chart = svg.histogram_chart([(1, 0), (2, 0), (5, 0), (10, 4), (20, 6)], colour="#000", percentiles={"p50": 10},
-                                title="t", desc="d")
+    chart = svg.histogram_chart(
+        [(1, 0), (2, 0), (5, 0), (10, 4), (20, 6)], colour="#000", percentiles={"p50": 10}, title="t", desc="d"
+    )
     assert re.findall(r"<title>([^<]*) ms: ", chart) == ["2–5", "5–10", "10–20"]
     # p50 = 10 ms is the top of the second of three equal buckets: two thirds across the plot.
     x = float(re.search(r'<line class="marker" x1="([\d.]+)"', chart).group(1))
@@ -91,8 +94,15 @@ class TestMissingKeys:
 
     def test_figures_of_the_wrong_type_are_treated_as_missing(self, burst):
         run = run_of(burst, "db")
-        run.update(rps="fast", oversold=True, status_counts=[1], server_timing=[], timeline="soon",
-                   latency_histogram_ms=[[1], ["a", 2], [5, "x"]], phases=[{"name": "during", "start_s": "x"}])
+        run.update(
+            rps="fast",
+            oversold=True,
+            status_counts=[1],
+            server_timing=[],
+            timeline="soon",
+            latency_histogram_ms=[[1], ["a", 2], [5, "x"]],
+            phases=[{"name": "during", "start_s": "x"}],
+        )
         html = render_report(burst)
         assert "fast" not in html and "soon" not in html
         db_article = next(a for a in articles(html) if 'data-backend="db"' in a)
@@ -104,14 +114,17 @@ class TestMissingKeys:
 
 
 class TestBadInput:
-    @pytest.mark.parametrize("data, message", [
-        ([], "must be a JSON object"),
-        ({}, 'no "runs" list'),
-        ({"runs": {"db": {}}}, 'no "runs" list'),
-        ({"runs": [3]}, "runs[0] must be an object"),
-        ({"runs": [{"backend": "db"}, {"rps": 5}]}, 'runs[1] has no "backend" name'),
-        ({"runs": [{"backend": " "}]}, 'runs[0] has no "backend" name'),
-    ])
+    @pytest.mark.parametrize(
+        "data, message",
+        [
+            ([], "must be a JSON object"),
+            ({}, 'no "runs" list'),
+            ({"runs": {"db": {}}}, 'no "runs" list'),
+            ({"runs": [3]}, "runs[0] must be an object"),
+            ({"runs": [{"backend": "db"}, {"rps": 5}]}, 'runs[1] has no "backend" name'),
+            ({"runs": [{"backend": " "}]}, 'runs[0] has no "backend" name'),
+        ],
+    )
     def test_refused_with_what_is_wrong(self, data, message):
         with pytest.raises(ReportError, match=re.escape(message)):
             render_report(data)
@@ -122,7 +135,7 @@ class TestPage:
         html = render_report(burst)
         found = articles(html)
         assert len(found) == len(burst["runs"])
-        for article, said in zip(found, sentences(burst)):
+        for article, said in zip(found, sentences(burst), strict=False):
             assert article.count("<svg") >= 2  # timeline and histogram at least
             assert f'<p class="sentence">{said}</p>' in article.replace("&#x27;", "'")
         faulted = found[-1]
@@ -161,8 +174,18 @@ class TestPage:
 
     def test_durability_of_each_strategy(self, burst):
         html = render_report(burst)
-        for name in ("floor", "db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock", "local",
-                     "unsafe"):
+        for name in (
+            "floor",
+            "db",
+            "optimistic",
+            "redis",
+            "redlock",
+            "etcd",
+            "atomic",
+            "redis-stock",
+            "local",
+            "unsafe",
+        ):
             assert f'<th scope="row">{name}' in html
         assert "this machine&#x27;s Redis keeps nothing across a restart" in html  # from the recorded config
         burst["machine"]["redis_persistence"] = {"save": "3600 1", "appendonly": "no"}
@@ -188,12 +211,15 @@ class TestCommand:
         assert out.getvalue().startswith(f"report: {tmp_path / 'r.html'} (")
         assert len(articles((tmp_path / "r.html").read_text())) == len(burst["runs"])
 
-    @pytest.mark.parametrize("content, message", [
-        (None, "no such file; write one with `manage.py flashsale --json"),
-        ("{not json", "not valid JSON (Expecting property name"),
-        ('{"runs": [{"rps": 3}]}', 'runs[0] has no "backend" name'),
-        (b"\xff\xfe", "cannot read it"),
-    ])
+    @pytest.mark.parametrize(
+        "content, message",
+        [
+            (None, "no such file; write one with `manage.py flashsale --json"),
+            ("{not json", "not valid JSON (Expecting property name"),
+            ('{"runs": [{"rps": 3}]}', 'runs[0] has no "backend" name'),
+            (b"\xff\xfe", "cannot read it"),
+        ],
+    )
     def test_bad_json_is_refused_and_writes_nothing(self, tmp_path, content, message):
         source = tmp_path / "burst.json"
         if isinstance(content, bytes):

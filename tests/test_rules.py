@@ -5,6 +5,7 @@ the rules moved into the section): a late confirmation after the sale ended, a l
 counted orders instead of units, an unhelpful sold-out message, an admin save that undid a
 purchase, and a retried request that could order twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,12 @@ class TestSoldOutSaysWhatIsLeft:
     def test_one_left_and_two_asked(self, backend, make_product, client, private_static_root):
         make_product(stock=1, limit=2)
         client.get("/products/phone-x/")
-        response = client.post("/api/products/phone-x/purchase", data=json.dumps({"quantity": 2}),
-                               content_type="application/json", HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value)
+        response = client.post(
+            "/api/products/phone-x/purchase",
+            data=json.dumps({"quantity": 2}),
+            content_type="application/json",
+            HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+        )
         assert response.status_code == 409
         body = response.json()
         assert (body["outcome"], body["units_left"]) == ("sold_out", 1)
@@ -107,16 +112,26 @@ def test_the_admin_form_saves_only_what_it_edits(admin_client, make_product, pri
                 assert purchase(sku="phone-x", customer="meanwhile", quantity=1).confirmed
             finally:
                 connection.close()
+
         thread = threading.Thread(target=buy)
         thread.start()
         thread.join(10)
 
     pre_save.connect(purchase_meanwhile, sender=Product)
     try:
-        response = admin_client.post(url, {
-            "sku": "phone-x", "name": "Renamed", "price": "9.99", "per_customer_limit": "1",
-            "sale_starts_at_0": "", "sale_starts_at_1": "", "sale_ends_at_0": "", "sale_ends_at_1": "",
-        })
+        response = admin_client.post(
+            url,
+            {
+                "sku": "phone-x",
+                "name": "Renamed",
+                "price": "9.99",
+                "per_customer_limit": "1",
+                "sale_starts_at_0": "",
+                "sale_starts_at_1": "",
+                "sale_ends_at_0": "",
+                "sale_ends_at_1": "",
+            },
+        )
     finally:
         pre_save.disconnect(purchase_meanwhile, sender=Product)
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -171,8 +186,13 @@ class TestIdempotencyKey:
         csrf = client.cookies["csrftoken"].value
 
         def post(key):
-            return client.post("/api/products/phone-x/purchase", data="{}", content_type="application/json",
-                               HTTP_X_CSRFTOKEN=csrf, HTTP_IDEMPOTENCY_KEY=key)
+            return client.post(
+                "/api/products/phone-x/purchase",
+                data="{}",
+                content_type="application/json",
+                HTTP_X_CSRFTOKEN=csrf,
+                HTTP_IDEMPOTENCY_KEY=key,
+            )
 
         first, second = post("abc"), post("abc")
         assert first.status_code == second.status_code == 201
@@ -185,14 +205,19 @@ class TestIdempotencyKey:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend, metrics", [("redis", {"lock", "hold", "db", "total"}), ("atomic", {"db", "total"})])
-def test_purchase_answers_carry_server_timing_and_counters(use_backend, make_product, client, private_static_root,
-                                                           backend, metrics):
+def test_purchase_answers_carry_server_timing_and_counters(
+    use_backend, make_product, client, private_static_root, backend, metrics
+):
     """Lock wait and hold are reported only by strategies that take a lock."""
     use_backend(backend)
     make_product(stock=3)
     client.get("/products/phone-x/")
-    response = client.post("/api/products/phone-x/purchase", data="{}", content_type="application/json",
-                           HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value)
+    response = client.post(
+        "/api/products/phone-x/purchase",
+        data="{}",
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+    )
     assert response.status_code == 201
     timing = dict(part.split(";", 1) for part in response["Server-Timing"].split(", "))
     assert set(timing) == metrics

@@ -1,5 +1,6 @@
 """Configuration: production settings pass ``check --deploy``, need a SECRET_KEY, keep DEBUG off
 under gunicorn, and static files are served by whitenoise from collectstatic's output."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(code_or_args: list[str], **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FLASHSALE_"))}
     return subprocess.run(
-        [sys.executable, *code_or_args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+        [sys.executable, *code_or_args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -58,9 +64,13 @@ def test_debug_is_off_under_gunicorn_even_in_development():
 def test_static_files_served_by_whitenoise_with_debug_off(tmp_path, settings, make_product):
     """What gunicorn does with DEBUG=0: hashed names from the manifest, files from STATIC_ROOT."""
     make_product()
-    storages = {**settings.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
-    with override_settings(DEBUG=False, STATIC_ROOT=tmp_path, STORAGES=storages, WHITENOISE_USE_FINDERS=False,
-                           WHITENOISE_AUTOREFRESH=False):
+    storages = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+    with override_settings(
+        DEBUG=False, STATIC_ROOT=tmp_path, STORAGES=storages, WHITENOISE_USE_FINDERS=False, WHITENOISE_AUTOREFRESH=False
+    ):
         call_command("collectstatic", "--noinput", verbosity=0)
         client = Client()
         html = client.get("/products/phone-x/").content.decode()

@@ -1,4 +1,5 @@
 """``simulate_clock_jump``: K of five Redlock nodes drop the lock's key early; the quorum and the fence decide."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -11,7 +12,7 @@ from inventory.models import Order, Product
 from inventory.services import audit
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 310  # five private nodes of the demo's own
+BASE_PORT = slots.SIMULATE_CLOCK_JUMP_BASE_PORT  # five private nodes of the demo's own
 
 
 def run(nodes: int) -> str:

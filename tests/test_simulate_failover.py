@@ -1,4 +1,5 @@
 """``simulate_failover`` fails a real Redis master over and succeeds only when every step held."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -11,7 +12,7 @@ from inventory.models import Order, Product
 from inventory.services import audit
 from tests import slots
 
-BASE_PORT = slots.PORT_BASE + 300  # 8 private ports of the demo's own
+BASE_PORT = slots.SIMULATE_FAILOVER_BASE_PORT  # 8 private ports of the demo's own
 
 
 def run(**options) -> str:

@@ -1,4 +1,5 @@
 """``simulate_pause`` runs the Kleppmann scenario for real and succeeds only when every step held."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -23,8 +24,15 @@ def test_every_step_of_the_pause_scenario_holds(backend):
     text = out.getvalue()
     assert "FAIL" not in text
     assert f"every step held ({backend})" in text
-    for step in ("A takes the lock", "A's lease ran out", "B takes the lock", "B writes with fence",
-                 "A's release is ignored", "A writes with stale fence", "B releases"):
+    for step in (
+        "A takes the lock",
+        "A's lease ran out",
+        "B takes the lock",
+        "B writes with fence",
+        "A's release is ignored",
+        "A writes with stale fence",
+        "B releases",
+    ):
         assert step in text, step
     assert "REFUSED by the storage check" in text
     product = Product.objects.get(sku="simulate-pause")

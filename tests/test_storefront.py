@@ -1,4 +1,5 @@
 """The storefront pages: sale states, the buy form's outcome pages, and form-level bad input."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -64,11 +65,14 @@ class TestProductPage:
         html = shopper.get("/products/phone-x/").content.decode()
         assert '<input type="hidden" name="quantity" value="1">' in html
 
-    @pytest.mark.parametrize("fields, label", [
-        ({"stock": 0}, "Sold out"),
-        ({"sale_starts_at": timezone.now() + timedelta(days=1)}, "Not on sale yet"),
-        ({"sale_ends_at": timezone.now() - timedelta(days=1)}, "Sale ended"),
-    ])
+    @pytest.mark.parametrize(
+        "fields, label",
+        [
+            ({"stock": 0}, "Sold out"),
+            ({"sale_starts_at": timezone.now() + timedelta(days=1)}, "Not on sale yet"),
+            ({"sale_ends_at": timezone.now() - timedelta(days=1)}, "Sale ended"),
+        ],
+    )
     def test_button_disabled_outside_a_live_sale(self, shopper, make_product, fields, label):
         stock = fields.pop("stock", 5)
         make_product(stock=stock, **fields)
@@ -108,10 +112,13 @@ class TestBuyOutcomes:
         assert "Sold out" in response.content.decode()
         assert Order.objects.count() == 0
 
-    @pytest.mark.parametrize("window, says", [
-        ({"sale_starts_at": timezone.now() + timedelta(hours=2)}, "The sale starts"),
-        ({"sale_ends_at": timezone.now() - timedelta(seconds=1)}, "The sale has ended"),
-    ])
+    @pytest.mark.parametrize(
+        "window, says",
+        [
+            ({"sale_starts_at": timezone.now() + timedelta(hours=2)}, "The sale starts"),
+            ({"sale_ends_at": timezone.now() - timedelta(seconds=1)}, "The sale has ended"),
+        ],
+    )
     def test_outside_the_sale_window_is_refused_and_changes_nothing(self, shopper, make_product, window, says):
         make_product(stock=5, **window)
         before = snapshot()
@@ -126,6 +133,7 @@ class TestBuyOutcomes:
         use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
         # Someone else holds the product's lock, so this purchase cannot get it in time.
         from inventory.backends import get_backend
+
         backend = get_backend()
         with backend.guard("phone-x"):
             before = snapshot()
@@ -138,8 +146,26 @@ class TestBuyOutcomes:
 
 
 class TestBuyBadInput:
-    @pytest.mark.parametrize("quantity", ["0", "-1", "-100", "3", "101", "99999999999999999999999", "9" * 900,
-                                          "1.5", "abc", "", " ", "1e3", "0x10", "NaN", "½"])
+    @pytest.mark.parametrize(
+        "quantity",
+        [
+            "0",
+            "-1",
+            "-100",
+            "3",
+            "101",
+            "99999999999999999999999",
+            "9" * 900,
+            "1.5",
+            "abc",
+            "",
+            " ",
+            "1e3",
+            "0x10",
+            "NaN",
+            "½",
+        ],
+    )
     def test_bad_quantity_is_a_400_page_and_changes_nothing(self, shopper, make_product, quantity):
         make_product(stock=5, limit=2)
         before = snapshot()

@@ -5,6 +5,7 @@ failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy 
 (a :class:`~inventory.backends.base.Strategy` subclass that describes itself) and one line in
 :data:`STRATEGIES`; the commands, the checks and the tests loop over this registry.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+from ..nodes import started_while_needed
 from .base import Grant, LockUnavailable, Outcome, Service, ServiceError, StaleFence, Strategy
 
 STRATEGIES = {
@@ -31,8 +33,18 @@ STRATEGIES = {
 }
 
 __all__ = [
-    "STRATEGIES", "Grant", "LockUnavailable", "Outcome", "Service", "ServiceError", "StaleFence", "Strategy",
-    "get_backend", "load_backend", "services_running", "strategy_class",
+    "STRATEGIES",
+    "Grant",
+    "LockUnavailable",
+    "Outcome",
+    "Service",
+    "ServiceError",
+    "StaleFence",
+    "Strategy",
+    "get_backend",
+    "load_backend",
+    "services_running",
+    "strategy_class",
 ]
 
 
@@ -99,13 +111,5 @@ def services_running(names: Iterable[str], *, config: dict | None = None) -> Ite
     for name in names:
         for service in strategy_class(name).services(config):
             needed.setdefault(service.description, service)
-    started: list[Service] = []
-    try:
-        for service in needed.values():
-            if not service.running():
-                service.start()
-                started.append(service)
+    with started_while_needed(needed.values()) as started:
         yield started
-    finally:
-        for service in started:
-            service.stop()

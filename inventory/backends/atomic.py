@@ -6,6 +6,7 @@ customer's units are an upsert that adds nothing past the limit. It is the hones
 one counter: it cannot oversell and never conflicts. What it cannot do is guard a section of
 several steps (check a payment, reserve elsewhere) that must see one consistent state.
 """
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -17,8 +18,9 @@ from .base import Grant, Outcome, Strategy
 from .section import Attempt, Refusal, allocate, create_order, decide, find_order, held_units, read_shelf
 
 
-def take_in_one_statement(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str,
-                          grant: Grant) -> Attempt:
+def take_in_one_statement(
+    strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> Attempt:
     """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
     now = timezone.now()
     with transaction.atomic():
@@ -35,9 +37,11 @@ def take_in_one_statement(strategy: Strategy, *, product_id: int, customer: str,
             stock=F("stock") - quantity, version=F("version") + 1
         )
         if taken:
-            return Attempt(order=create_order(
-                strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
-            ))
+            return Attempt(
+                order=create_order(
+                    strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+                )
+            )
         # Nothing taken: undo the units, then say why from the row as it is now.
         transaction.set_rollback(True)
     shelf = read_shelf(product_id)
@@ -51,5 +55,6 @@ class AtomicUpdateStrategy(Strategy):
     check_label = "WHERE stock >= q"
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
-        return take_in_one_statement(self, product_id=product_id, customer=customer, quantity=quantity, key=key,
-                                     grant=grant)
+        return take_in_one_statement(
+            self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+        )

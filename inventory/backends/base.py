@@ -20,6 +20,7 @@ A strategy also describes itself, so the commands and the checks need no list of
 ``services()`` (what must be running, and whether the project can start it), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -146,12 +147,14 @@ class Strategy:
     @classmethod
     def checks(cls, config: dict) -> list[django_checks.CheckMessage]:
         if cls.control:
-            return [django_checks.Warning(
-                f"INVENTORY_BACKEND={cls.name} is a control: it oversells under concurrency",
-                hint="use db, optimistic, redis, redlock or atomic; the controls exist to show that the audit "
-                     "catches oversell",
-                id="inventory.W001",
-            )]
+            return [
+                django_checks.Warning(
+                    f"INVENTORY_BACKEND={cls.name} is a control: it oversells under concurrency",
+                    hint="use db, optimistic, redis, redlock or atomic; the controls exist to show that the audit "
+                    "catches oversell",
+                    id="inventory.W001",
+                )
+            ]
         return []
 
     def close(self) -> None:

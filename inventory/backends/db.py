@@ -4,6 +4,7 @@ The guard is the row lock itself, taken by the section's read and held until com
 write needs no check of its own and no token. What can still go wrong: every waiting buyer
 holds a database connection while it waits, so a spike drains the connection pool.
 """
+
 from __future__ import annotations
 
 from .base import Grant, Strategy

@@ -13,6 +13,7 @@ Revisions only grow while the cluster's data lives (``RUN_DIR/etcd``); a wiped c
 again from revision 1, below the fences already on the rows, so purchases are refused (busy)
 until the sale is reset. There is no ``advance_fence``: etcd has no counter to raise.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -56,11 +57,13 @@ class EtcdLockStrategy(FencedLockStrategy):
     def checks(cls, config: dict) -> list[checks.CheckMessage]:
         members = len(config["ETCD_ENDPOINTS"])
         if members < 3 or members % 2 == 0:
-            return [checks.Warning(
-                f"ETCD_ENDPOINTS names {members} etcd members; a majority of them must answer for every grant",
-                hint="use 3 members (one may fail) or 5 (two may fail)",
-                id="inventory.W004",
-            )]
+            return [
+                checks.Warning(
+                    f"ETCD_ENDPOINTS names {members} etcd members; a majority of them must answer for every grant",
+                    hint="use 3 members (one may fail) or 5 (two may fail)",
+                    id="inventory.W004",
+                )
+            ]
         return []
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ the section again (read included) once. This is safe because the write also requ
 to be as read: a holder that lost its lock cannot advance (the lock service checks the token),
 and one that advanced while another writer slipped in still finds a new version and is refused.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,6 +79,7 @@ class FencedLockStrategy(Strategy):
         except LockError as exc:
             logger.warning("fence %s refused and the lock is no longer held (%s)", grant.token, exc)
             return None
-        logger.warning("fence %s was behind the row's %s (lock service restarted?): advanced to %s",
-                       grant.token, row_fence, token)
+        logger.warning(
+            "fence %s was behind the row's %s (lock service restarted?): advanced to %s", grant.token, row_fence, token
+        )
         return Grant(token=token, advance=grant.advance)

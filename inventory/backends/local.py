@@ -5,6 +5,7 @@ Across gunicorn worker processes or pods each process has its own lock, so two s
 overlap and both write back ``stock - q``: it oversells. Loads only with
 ``ALLOW_UNSAFE_BACKEND=1``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -12,7 +13,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterator
 
-from .base import Grant, LockUnavailable, NO_GRANT
+from .base import NO_GRANT, Grant, LockUnavailable
 from .unsafe import UnsafeStrategy
 
 

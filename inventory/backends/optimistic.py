@@ -6,6 +6,7 @@ sections read the same version and all but one are refused; each re-runs after a
 back-off, at most ``MAX_RETRIES`` times, and is then told "busy" (503 + Retry-After).
 What can still go wrong: retry storms, and shoppers told busy while stock is left.
 """
+
 from __future__ import annotations
 
 import random
@@ -31,4 +32,4 @@ class OptimisticStrategy(Strategy):
 
     def backoff_s(self, attempt: int) -> float:
         # Full jitter over an exponentially growing window: 0–2 ms, 0–4 ms, ... capped at 64 ms.
-        return random.uniform(0, min(64.0, self.options["BACKOFF_MS"] * 2 ** attempt)) / 1000
+        return random.uniform(0, min(64.0, self.options["BACKOFF_MS"] * 2**attempt)) / 1000

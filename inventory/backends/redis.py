@@ -4,6 +4,7 @@ and a fencing token from the same acquire script.
 What can still go wrong: with replication, a failover to a replica that never saw the lock
 forgets it and grants it twice; the storage check keeps the second holder's stale write out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import redis
 
 from ..locks import RedisLock
-from ..nodes import RedisNode
+from ..nodes import RedisNode, ping_error
 from .base import ServiceError
 from .fenced import FencedLockStrategy
 
@@ -32,11 +33,7 @@ class RedisService:
         return self.node is not None
 
     def running(self) -> bool:
-        try:
-            with redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1) as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
+        return ping_error(self.url, timeout_s=1) is None
 
     def start(self) -> None:
         if self.node is None:

@@ -13,6 +13,7 @@ drift (a Redis restart forgets the counter and reloads it; a crash between the s
 compensation strands units until ``reconcile``); the database's check refuses what Redis let
 through, so drift costs refusals, never oversell.
 """
+
 from __future__ import annotations
 
 import logging
@@ -124,10 +125,13 @@ class RedisStockStrategy(Strategy):
             logger.warning("redis-stock: Redis unavailable (%s)", exc)
             return Attempt(refusal=Refusal(Outcome.BUSY))
         if code != 3:
-            return Attempt(refusal={
-                0: Refusal(Outcome.NOT_ON_SALE), 1: Refusal(Outcome.LIMIT_REACHED),
-                2: Refusal(Outcome.SOLD_OUT, units_left=max(int(stock), 0)),
-            }[code])
+            return Attempt(
+                refusal={
+                    0: Refusal(Outcome.NOT_ON_SALE),
+                    1: Refusal(Outcome.LIMIT_REACHED),
+                    2: Refusal(Outcome.SOLD_OUT, units_left=max(int(stock), 0)),
+                }[code]
+            )
         try:
             attempt = take_in_one_statement(
                 self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
@@ -143,8 +147,9 @@ class RedisStockStrategy(Strategy):
         try:
             self.give_back(keys=keys, args=[customer, quantity])
         except redis.RedisError:
-            logger.exception("redis-stock: could not give %s unit(s) back to %s; run manage.py reconcile",
-                             quantity, keys[0])
+            logger.exception(
+                "redis-stock: could not give %s unit(s) back to %s; run manage.py reconcile", quantity, keys[0]
+            )
 
     @classmethod
     def services(cls, config: dict) -> list[RedisService]:

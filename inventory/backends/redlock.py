@@ -3,6 +3,7 @@
 What can still go wrong: a holder that pauses past its validity, or a clock that jumps,
 lets a second holder in; the storage check on the product row refuses the late writer.
 """
+
 from __future__ import annotations
 
 import redis
@@ -44,17 +45,21 @@ class RedlockStrategy(FencedLockStrategy):
     def checks(cls, config: dict) -> list[checks.CheckMessage]:
         nodes = len(config["REDLOCK_URLS"])
         if nodes < 3:
-            return [checks.Error(
-                f"Redlock needs at least 3 independent nodes; REDLOCK_URLS names {nodes}",
-                hint="with fewer than 3 a single node failure stops every purchase; use 5",
-                id="inventory.E002",
-            )]
+            return [
+                checks.Error(
+                    f"Redlock needs at least 3 independent nodes; REDLOCK_URLS names {nodes}",
+                    hint="with fewer than 3 a single node failure stops every purchase; use 5",
+                    id="inventory.E002",
+                )
+            ]
         if nodes % 2 == 0:
-            return [checks.Warning(
-                f"Redlock with an even number of nodes ({nodes}) tolerates no more failures than {nodes - 1}",
-                hint="use an odd number of nodes, such as 5",
-                id="inventory.W002",
-            )]
+            return [
+                checks.Warning(
+                    f"Redlock with an even number of nodes ({nodes}) tolerates no more failures than {nodes - 1}",
+                    hint="use an odd number of nodes, such as 5",
+                    id="inventory.W002",
+                )
+            ]
         return []
 
     @classmethod

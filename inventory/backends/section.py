@@ -16,6 +16,7 @@ whose read is still current is refused too (its token is not newer than a row fe
 newer grant has set), unless no newer grant has written yet, in which case nothing is lost.
 Any check of this kind alone prevents oversell; the lock then saves the conflicts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -104,7 +105,9 @@ def checked_write(shelf: Shelf, *, quantity: int, token: int | None, fenced: boo
 
 
 def held_units(product_id: int, customer: str) -> int:
-    return Allocation.objects.filter(product_id=product_id, customer=customer).values_list("units", flat=True).first() or 0
+    return (
+        Allocation.objects.filter(product_id=product_id, customer=customer).values_list("units", flat=True).first() or 0
+    )
 
 
 ALLOCATE = """
@@ -131,13 +134,18 @@ def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
 
 def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Order:
     return Order.objects.create(
-        product_id=product_id, customer=customer, quantity=quantity, backend=strategy.name,
-        fence=grant.token, idempotency_key=key,
+        product_id=product_id,
+        customer=customer,
+        quantity=quantity,
+        backend=strategy.name,
+        fence=grant.token,
+        idempotency_key=key,
     )
 
 
-def attempt_section(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str,
-                    grant: Grant) -> Attempt:
+def attempt_section(
+    strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> Attempt:
     """One run of read → decide → write → record, in one transaction."""
     with transaction.atomic():
         shelf = strategy.read(product_id)
@@ -150,6 +158,7 @@ def attempt_section(strategy: Strategy, *, product_id: int, customer: str, quant
         if not strategy.write(shelf, quantity=quantity, grant=grant):
             return Attempt(conflict=shelf)
         allocate(product_id=product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        order = create_order(strategy, product_id=product_id, customer=customer, quantity=quantity, key=key,
-                             grant=grant)
+        order = create_order(
+            strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+        )
     return Attempt(order=order)

@@ -95,6 +95,7 @@ What is not guaranteed
 * Failover of one replicated Redis (Sentinel): replication is asynchronous, the promoted replica
   may not have the key. Use Redlock across independent masters instead.
 """
+
 from ._core import Lease, LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .sync import RedisLock, Redlock
 

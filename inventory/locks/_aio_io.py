@@ -6,9 +6,11 @@ redis-py's own ``read_response(timeout=...)`` returns None on timeout and keeps 
 reply still owed, which a later command would then read as its own answer. Here a cancelled
 read closes the connection (redis-py disconnects on any BaseException during a read).
 """
+
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import weakref
@@ -18,20 +20,19 @@ from typing import Callable, Sequence
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._core import Script, node_name, pack_eval, pack_evalsha, signal_key
-from ._sync_io import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
+from ._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
+from ._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
 
 Client = aioredis.Redis
 
 
-class Node:
-    """Idle asyncio connections to one node, per client and per event loop (see ``_sync_io.Node``)."""
+class NodeConnections:
+    """Idle asyncio connections to one node, per client and per event loop (see ``_connections.NodeConnections``)."""
 
-    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, Node]" = weakref.WeakKeyDictionary()
+    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
 
     def __init__(self, client: aioredis.Redis) -> None:
         kwargs = connection_kwargs(client)
@@ -49,7 +50,7 @@ class Node:
         self.pending: tuple | None = None
 
     @classmethod
-    def of(cls, client: aioredis.Redis) -> "Node":
+    def of(cls, client: aioredis.Redis) -> "NodeConnections":
         node = cls._registry.get(client)
         if node is None:
             node = cls._registry[client] = cls(client)
@@ -70,10 +71,9 @@ class Node:
 
 
 async def _disconnect(conn) -> None:
-    try:
+    # Closing a broken socket may fail; it is dropped either way.
+    with contextlib.suppress(Exception):
         await conn.disconnect(nowait=True)
-    except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is dropped either way
-        pass
 
 
 async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadline: float):
@@ -87,7 +87,7 @@ async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadl
             return await conn.read_response(timeout=math.inf)
 
 
-async def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: Sequence):
+async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
     """Run a script on one node over ``conn``; connect, send and reply within ``node.timeout_s``."""
     deadline = asyncio.get_running_loop().time() + node.timeout_s
     try:
@@ -106,7 +106,7 @@ async def eval_one(node: Node, conn, script: Script, keys: Sequence[str], argv: 
         raise
 
 
-async def call_one(node: Node, script: Script, keys: Sequence[str], argv: Sequence):
+async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence):
     conn = node.take()
     try:
         return await eval_one(node, conn, script, keys, argv)
@@ -124,7 +124,7 @@ async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
     return False
 
 
-def _pending_connect(node: Node, started: float):
+def _pending_connect(node: NodeConnections, started: float):
     """The asyncio version of ``_sync_io._pending_connect``: ``(conn, None)``, ``(None, error)``
     or ``(None, None)``."""
     conn, task, since = node.pending
@@ -141,81 +141,113 @@ def _pending_connect(node: Node, started: float):
     return conn, None
 
 
-async def eval_all(nodes: Sequence[Node], script: Script, keys: Sequence[str], argv: Sequence,
-                   timeout_s: float, held: list | None = None) -> list:
+async def eval_all(
+    nodes: Sequence[NodeConnections],
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    timeout_s: float,
+    held: list | None = None,
+) -> list:
     """Write the script call to every node, then read every reply against one deadline (same
     contract as ``_sync_io.eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    deadline = started + timeout_s
-    packed = pack_evalsha(script, keys, argv)
-    replies: list = [None] * len(nodes)
-    conns: list = [None] * len(nodes)
-    connects: dict = {}
-    round_open = [True]
+    round_ = _Round(nodes, script, keys, argv, timeout_s)
     for index, node in enumerate(nodes):
+        await round_.send(index, node)
+    await round_.finish_connects()
+    await round_.read_all()
+    round_.give_back(held)
+    return round_.replies
+
+
+class _Round(Round):
+    """One :func:`eval_all`, with the connect tasks it waits for."""
+
+    def __init__(
+        self, nodes: Sequence[NodeConnections], script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        super().__init__(nodes, script, keys, argv, timeout_s, started=self.loop.time())
+        self.connects: dict = {}
+        self.round_open = [True]
+
+    async def send(self, index: int, node: NodeConnections) -> None:
+        """Write the command to one node, or start its connect; a failure is that node's reply."""
         conn = None
         if node.pending is not None:
-            if node.pending[1].get_loop() is not loop:
+            if node.pending[1].get_loop() is not self.loop:
                 node.pending = None
             else:
-                conn, replies[index] = _pending_connect(node, started)
-                if replies[index] is not None:
-                    continue
-        conn = conns[index] = conn or node.take()
+                conn, self.replies[index] = _pending_connect(node, self.started)
+                if self.replies[index] is not None:
+                    return
+        conn = self.conns[index] = conn or node.take()
         if not conn.is_connected:
-            connects[index] = loop.create_task(_connect_and_send(conn, packed, round_open))
-            continue
+            self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
+            return
         try:
-            await conn.send_packed_command(packed, check_health=False)
+            await conn.send_packed_command(self.packed, check_health=False)
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
             await _disconnect(conn)
-            replies[index] = error
-    if connects:
-        done, _ = await asyncio.wait(connects.values(), timeout=max(deadline - loop.time(), 0))
-        round_open[0] = False
-        for index, task in connects.items():
-            conn = conns[index]
+            self.replies[index] = error
+
+    async def finish_connects(self) -> None:
+        """Wait for the connects until the deadline; one still running stays pending on its node."""
+        if not self.connects:
+            return
+        done, _ = await asyncio.wait(self.connects.values(), timeout=max(self.deadline - self.loop.time(), 0))
+        self.round_open[0] = False
+        for index, task in self.connects.items():
+            conn = self.conns[index]
+            name = self.nodes[index].name
             if task not in done:
-                nodes[index].pending = (conn, task, started)
-                conns[index] = None
-                replies[index] = RedisTimeoutError(f"{nodes[index].name}: connect did not finish within "
-                                                   f"{timeout_s * 1000:.0f} ms")
+                self.nodes[index].pending = (conn, task, self.started)
+                self.conns[index] = None
+                self.replies[index] = RedisTimeoutError(
+                    f"{name}: connect did not finish within {self.timeout_s * 1000:.0f} ms"
+                )
                 continue
             try:
                 sent = task.result()
             except Exception as error:  # noqa: BLE001
-                replies[index] = error
+                self.replies[index] = error
                 await _disconnect(conn)
             else:
                 if not sent:
-                    replies[index] = RedisTimeoutError(f"{nodes[index].name}: connected too late")
-    for index, conn in enumerate(conns):
-        if conn is None or replies[index] is not None:
-            continue
-        try:
-            replies[index] = await _read(conn, script, keys, argv, deadline)
-        except ResponseError as error:
-            replies[index] = error
-        except TimeoutError:
-            await _disconnect(conn)
-            replies[index] = RedisTimeoutError(f"{nodes[index].name} did not answer within "
-                                               f"{timeout_s * 1000:.0f} ms")
-        except Exception as error:  # noqa: BLE001
-            await _disconnect(conn)
-            replies[index] = error
-    for index, conn in enumerate(conns):
-        if conn is not None:
-            if held is not None and not held and conn.is_connected and type(replies[index]) is int \
-                    and replies[index] <= 0:
+                    self.replies[index] = RedisTimeoutError(f"{name}: connected too late")
+
+    async def read_all(self) -> None:
+        """Read each node's reply until the deadline; a connection that timed out is closed."""
+        for index, conn in enumerate(self.conns):
+            if conn is None or self.replies[index] is not None:
+                continue
+            try:
+                self.replies[index] = await _read(conn, self.script, self.keys, self.argv, self.deadline)
+            except ResponseError as error:
+                self.replies[index] = error
+            except TimeoutError:
+                await _disconnect(conn)
+                self.replies[index] = RedisTimeoutError(
+                    f"{self.nodes[index].name} did not answer within {self.timeout_s * 1000:.0f} ms"
+                )
+            except Exception as error:  # noqa: BLE001
+                await _disconnect(conn)
+                self.replies[index] = error
+
+    def give_back(self, held: list | None) -> None:
+        """Every connection back to its node, but the first refusing one when ``held`` asks for it."""
+        for index, conn in enumerate(self.conns):
+            if conn is None:
+                continue
+            reply = self.replies[index]
+            if held is not None and not held and conn.is_connected and type(reply) is int and reply <= 0:
                 held.append((index, conn))
             else:
-                nodes[index].give(conn)
-    return replies
+                self.nodes[index].give(conn)
 
 
-async def block_on_signal(node: Node, conn, name: str, wait_s: float) -> None:
+async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
     """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list (same
     contract as ``_sync_io.block_on_signal``)."""
     wait_s = max(wait_s, 0.001)

@@ -3,13 +3,14 @@
 Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
 ``_aio_io.py`` and ``_sync_io.py``.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -33,6 +34,16 @@ class Lease:
 
     def remaining_ms(self) -> float:
         return (self.valid_until - time.monotonic()) * 1000.0
+
+
+class Attempt(NamedTuple):
+    """One try to acquire: the :class:`Lease` if it was granted. If not, ``hint_ms`` is the longest
+    wait a refusal announced (the holder's remaining TTL), and ``split`` says some nodes granted but
+    too few: every contender may have failed at once, so the next try waits a random delay."""
+
+    lease: Lease | None
+    hint_ms: float
+    split: bool
 
 
 class LockError(Exception):
@@ -236,16 +247,41 @@ def node_name(client) -> str:
 # Redlock's reading of one round's replies (a list with, per node, its reply or its exception).
 # Both twins decide through these, so the quorum rules are written once.
 
+
+class Round:
+    """What one script call on every node keeps (``eval_all`` in each I/O twin): the command, one
+    connection and one reply per node, and the deadline every reply is read against."""
+
+    def __init__(
+        self, nodes: Sequence, script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float, *, started: float
+    ) -> None:
+        self.nodes = nodes
+        self.script, self.keys, self.argv = script, keys, argv
+        self.timeout_s = timeout_s
+        self.started = started
+        self.deadline = started + timeout_s
+        self.packed = pack_evalsha(script, keys, argv)
+        self.replies: list = [None] * len(nodes)
+        self.conns: list = [None] * len(nodes)
+
+
 def granted_votes(replies: Sequence) -> dict[int, int]:
     """The nodes that granted an acquire: node index → that node's fence counter."""
     return {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
 
 
-def fence_and_laggards(granted: dict[int, int]) -> tuple[int, list[int]]:
-    """The grant's fence (the highest counter among the granting nodes) and the nodes below it,
-    which must have the fence written back before the lock is granted."""
+class FenceVote(NamedTuple):
+    """The fence a majority's counters give (the highest), and the granting nodes whose counter is
+    below it: they must have the fence written back before the lock is granted."""
+
+    fence: int
+    laggards: list[int]
+
+
+def fence_and_laggards(granted: dict[int, int]) -> FenceVote:
+    """The :class:`FenceVote` of the granting nodes (node index → that node's fence counter)."""
     fence = max(granted.values())
-    return fence, [i for i, counter in granted.items() if counter < fence]
+    return FenceVote(fence, [i for i, counter in granted.items() if counter < fence])
 
 
 def confirmations(replies: Sequence) -> int:
@@ -258,16 +294,24 @@ def validity_ms(ttl_ms: float, start: float, drift: float, now: float | None = N
     return ttl_ms - ((time.monotonic() if now is None else now) - start) * 1000.0 - drift
 
 
-def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> tuple[list[int], float, str | None]:
-    """After a round that granted nothing: the nodes that answered, the longest wait a refusal
-    announced (ms), and, when too few answered to ever form a majority, why."""
+class RefusedRound(NamedTuple):
+    """A round that granted nothing: the nodes that answered, the longest wait a refusal announced
+    (ms), and, when too few answered to ever form a majority, why (else None)."""
+
+    answered: list[int]
+    hint_ms: float
+    unavailable: str | None
+
+
+def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> RefusedRound:
+    """The :class:`RefusedRound` of a round's replies (one per node, in ``node_names``' order)."""
     answered = [i for i, r in enumerate(replies) if type(r) is int]
     unavailable = None
     if len(answered) < quorum:
-        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies) if type(r) is not int)
+        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies, strict=True) if type(r) is not int)
         unavailable = f"only {len(answered)} of {len(replies)} nodes answered, {quorum} needed ({failures})"
     hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
-    return answered, hint_ms, unavailable
+    return RefusedRound(answered, hint_ms, unavailable)
 
 
 def majority_denies(replies: Sequence, quorum: int) -> bool:

@@ -4,6 +4,7 @@ Playwright's own browser download does not work here, so the tests launch /usr/b
 (installed by ``make system`` / scripts/ensure-system.sh). A failing test leaves a screenshot
 in artifacts/screenshots/.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 

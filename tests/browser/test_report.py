@@ -1,5 +1,6 @@
 """The burst report in a real Chromium: opened from its file, it shows a chart and a sentence per
 strategy, fits a phone's width, and requests nothing but itself."""
+
 from __future__ import annotations
 
 import json
@@ -71,12 +72,22 @@ def test_fits_a_phone(browser, tmp_path):
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_report_of_a_real_burst(browser, tmp_path):
-    """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the report ``flashsale --report`` wrote, the page."""
+    """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the report ``flashsale --report``
+    wrote, the page."""
     burst_json, report_html = tmp_path / "burst.json", tmp_path / "report.html"
     try:
         out = StringIO()
-        call_command("flashsale", backends="db", requests=200, stock=20, sku="report-burst",
-                     json_path=str(burst_json), report_path=str(report_html), stdout=out, stderr=StringIO())
+        call_command(
+            "flashsale",
+            backends="db",
+            requests=200,
+            stock=20,
+            sku="report-burst",
+            json_path=str(burst_json),
+            report_path=str(report_html),
+            stdout=out,
+            stderr=StringIO(),
+        )
     except CommandError as exc:
         pytest.fail(f"the burst failed: {exc}")
     assert out.getvalue().splitlines()[-1] == f"report: {report_html}"

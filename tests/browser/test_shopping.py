@@ -1,4 +1,5 @@
 """A shopper and a member of staff in a real Chromium against the live server."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -57,7 +58,10 @@ def test_sold_out_appears_without_a_reload(live_server, page, make_product):
 
     # Another shopper buys the last unit while this page stays open.
     other = Client()
-    assert other.post("/api/products/phone-x/purchase", data={"quantity": 1}, content_type="application/json").status_code == 201
+    assert (
+        other.post("/api/products/phone-x/purchase", data={"quantity": 1}, content_type="application/json").status_code
+        == 201
+    )
 
     expect(page.get_by_role("button", name="Sold out")).to_be_disabled(timeout=5_000)
     expect(page.locator('[data-role="state"]')).to_have_text("Sold out")
@@ -70,14 +74,31 @@ def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_
     make_product("phone-x", stock=100, name="Phone X")
     make_product("earbuds", stock=250, name="Earbuds")
     now = timezone.now()
-    for i, (backend, rps, p99, stalls) in enumerate([("db", 780.0, 240.0, 1.0), ("redis", 1350.0, 120.0, 0.6), ("redlock", 990.0, 310.0, 1.4)]):
+    for i, (backend, rps, p99, stalls) in enumerate(
+        [("db", 780.0, 240.0, 1.0), ("redis", 1350.0, 120.0, 0.6), ("redlock", 990.0, 310.0, 1.4)]
+    ):
         BurstRun.objects.create(
-            started_at=now - timedelta(minutes=10 - i), backend=backend, sku="phone-x", requests=5000,
-            stock_initial=100, stock_final=0, orders=100, oversold=0, undersold=0,
-            status_counts={"201": 100, "409": 4900}, errors_5xx=0, rps=rps, p50_ms=p99 / 5, p95_ms=p99 / 2,
-            p99_ms=p99, duration_s=5000 / rps, invariants_ok=True,
-            timeline=[[t / 4, max(0, round(100 - 100 * (t / 4) / (stalls * 2.5))), min(5000, round(rps * t / 4))]
-                      for t in range(int(4 * 5000 / rps) + 1)],
+            started_at=now - timedelta(minutes=10 - i),
+            backend=backend,
+            sku="phone-x",
+            requests=5000,
+            stock_initial=100,
+            stock_final=0,
+            orders=100,
+            oversold=0,
+            undersold=0,
+            status_counts={"201": 100, "409": 4900},
+            errors_5xx=0,
+            rps=rps,
+            p50_ms=p99 / 5,
+            p95_ms=p99 / 2,
+            p99_ms=p99,
+            duration_s=5000 / rps,
+            invariants_ok=True,
+            timeline=[
+                [t / 4, max(0, round(100 - 100 * (t / 4) / (stalls * 2.5))), min(5000, round(rps * t / 4))]
+                for t in range(int(4 * 5000 / rps) + 1)
+            ],
         )
 
     page.goto(f"{live_server.url}/admin/dashboard/")

@@ -4,6 +4,7 @@ The five nodes (ports 7679-7683, no persistence) are started once per session. F
 pause and restart them; the ``cluster`` fixture brings every node back up and empty before each
 test, so no test sees another's faults or keys.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -6,8 +6,10 @@
 * :class:`StallOnEval`: a TCP relay to a real node that stops relaying commands at the first
   ``EVAL``: the node answers ``EVALSHA`` (``NOSCRIPT`` after a restart) but not the fallback.
 """
+
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -88,7 +90,5 @@ class StallOnEval:
         self.closed.set()
         self.server.close()
         for sock in self._sockets:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass

@@ -1,4 +1,5 @@
 """The asyncio twins against the same real servers: same semantics as the blocking locks."""
+
 from __future__ import annotations
 
 import asyncio
@@ -77,8 +78,7 @@ def test_async_watchdog_renews_then_reports_loss(single, name):
 
         try:
             with pytest.raises(LockLost) as raised:
-                async with AsyncRedisLock(client, name, ttl_ms=300, timeout_ms=0, watchdog=True,
-                                          on_lost=on_lost):
+                async with AsyncRedisLock(client, name, ttl_ms=300, timeout_ms=0, watchdog=True, on_lost=on_lost):
                     await asyncio.sleep(0.8)  # outlives the TTL only because the watchdog renews
                     assert await client.get(name) is not None and not lost
                     await client.delete(name)

@@ -4,8 +4,10 @@ killed and paused, and a holder frozen past its session lease.
 The cluster (slot ports +120..+122, peers +130..+132) is new for the module and removed at the
 end; before and after each test every member is resumed, restarted and healthy again.
 """
+
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -20,7 +22,7 @@ from inventory.locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
 from inventory.locks.etcd import WATCH_RECHECK_S, EtcdClient, EtcdLock
 from tests import slots
 
-CLIENT_PORTS = [slots.PORT_BASE + 120 + i for i in range(3)]
+CLIENT_PORTS = [slots.LOCK_ETCD_BASE_PORT + i for i in range(3)]
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-etcd-{slots.SLOT}"
 CALL_TIMEOUT_MS = 300
 # Room for a loaded two-core machine on top of the bounds the lock promises.
@@ -65,7 +67,7 @@ def test_acquire_release_leaves_no_key_and_fences_strictly_increase(client, name
         lock.release()
         fences.append(lease.fence)
     assert keys_under(client, name) == []
-    assert all(a < b for a, b in zip(fences, fences[1:])), fences
+    assert all(a < b for a, b in itertools.pairwise(fences)), fences
     with pytest.raises(NotOwned):
         lock.release()
 
@@ -155,7 +157,7 @@ def test_a_member_killed_mid_run_still_grants(cluster, client, name):
     assert errors == []
     after = [fence for at, fence in fences if at > killed_at + 0.1]
     assert len(after) > 10, f"only {len(after)} grants after the leader died"
-    assert all(a < b for (_, a), (_, b) in zip(fences, fences[1:]))
+    assert all(a < b for (_, a), (_, b) in itertools.pairwise(fences))
 
 
 def test_majority_killed_fails_fast_with_quorum_unavailable(cluster, client, name):

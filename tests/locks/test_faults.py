@@ -4,8 +4,10 @@ Every test here failed on the library before the fix (the commit that added it s
 printed). The private nodes come from the ``cluster`` fixture; node 0 doubles as the single
 node of :class:`RedisLock` where a test must freeze, restart or count commands on it.
 """
+
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -186,10 +188,8 @@ def test_a_waiter_whose_node_restarts_answers_at_once(twin, cluster, name):
 
     def wait(other: Twin) -> None:
         lock = other.RedisLock(other.client(nodes[0].port), name, ttl_ms=10_000, timeout_ms=4_000)
-        try:
+        with contextlib.suppress(NotAcquired):
             other(lock.acquire())
-        except NotAcquired:
-            pass
         answered.append(time.monotonic())
 
     waiter = twin.spawn(wait)
@@ -239,8 +239,7 @@ def test_a_redlock_holder_advances_its_fence_on_a_majority(twin, cluster, name):
         twin(after.advance_fence(5_000_000))
 
 
-def test_a_clock_jump_on_one_node_of_a_bare_majority_admits_a_second_holder_with_a_higher_fence(
-        twin, cluster, name):
+def test_a_clock_jump_on_one_node_of_a_bare_majority_admits_a_second_holder_with_a_higher_fence(twin, cluster, name):
     """What the docstring must say: Redlock does not tolerate a jump on a minority when the grant
     had only a bare majority; the fence still orders the two holders for the storage check."""
     nodes, sync_clients = cluster
@@ -248,8 +247,9 @@ def test_a_clock_jump_on_one_node_of_a_bare_majority_admits_a_second_holder_with
     nodes[3].pause()
     nodes[4].pause()
     try:
-        first = twin(twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0,
-                                  node_timeout_ms=NODE_TIMEOUT_MS).acquire())
+        first = twin(
+            twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS).acquire()
+        )
     finally:
         nodes[3].resume()
         nodes[4].resume()
@@ -258,8 +258,7 @@ def test_a_clock_jump_on_one_node_of_a_bare_majority_admits_a_second_holder_with
         client.delete(name)  # the frozen nodes ran the acquire late; their copies play no part
     sync_clients[0].pexpire(name, 1)  # node 0's clock jumps forward: its copy expires early
     time.sleep(0.01)
-    second = twin(twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0,
-                               node_timeout_ms=NODE_TIMEOUT_MS).acquire())
+    second = twin(twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS).acquire())
     assert first.remaining_ms() > 0 and second.remaining_ms() > 0, "two leases valid at once"
     assert second.fence > first.fence
 
@@ -272,12 +271,14 @@ def test_a_waiter_that_gives_up_leaves_the_count_within_timeout_plus_one_node_ti
 
         def make(timeout_ms):
             return twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=timeout_ms)
+
         node_timeout_s, counted = 0.2, sync_clients[:1]
     else:
         clients = twin.clients([node.port for node in nodes])
 
         def make(timeout_ms):
             return twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=timeout_ms, node_timeout_ms=NODE_TIMEOUT_MS)
+
         node_timeout_s, counted = NODE_TIMEOUT_MS / 1000, sync_clients
     holder = make(0)
     twin(holder.acquire())

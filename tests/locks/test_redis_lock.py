@@ -1,4 +1,5 @@
 """RedisLock against the machine's Redis (database 11): grants, fences, expiry, extend, waiting."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -71,9 +72,8 @@ def test_extend_resets_ttl_only_for_the_owner_and_is_bounded(single, name):
 
 
 def test_leaving_with_block_after_expiry_raises_lock_lost(single, name):
-    with pytest.raises(LockLost):
-        with RedisLock(single, name, ttl_ms=100, timeout_ms=0):
-            time.sleep(0.15)
+    with pytest.raises(LockLost), RedisLock(single, name, ttl_ms=100, timeout_ms=0):
+        time.sleep(0.15)
 
 
 def test_waiter_wakes_on_release_not_on_timeout(single, name):
@@ -102,7 +102,8 @@ def test_release_hands_the_lock_to_a_waiter_before_a_newcomer(single, name):
     holder.acquire()
     granted: list = []
     waiter = threading.Thread(
-        target=lambda: granted.append(RedisLock(single, name, ttl_ms=10_000, timeout_ms=5_000).acquire()))
+        target=lambda: granted.append(RedisLock(single, name, ttl_ms=10_000, timeout_ms=5_000).acquire())
+    )
     waiter.start()
     time.sleep(0.2)
     holder.release()
@@ -148,8 +149,10 @@ def test_threads_never_overlap(single, name, wait):
 def test_lost_update_counter_across_processes(single, name):
     processes, times = 8, 25
     ctx = multiprocessing.get_context("fork")
-    workers = [ctx.Process(target=increment_under_lock, args=("redis", [SINGLE_URL], name, SINGLE_URL, times))
-               for _ in range(processes)]
+    workers = [
+        ctx.Process(target=increment_under_lock, args=("redis", [SINGLE_URL], name, SINGLE_URL, times))
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -161,8 +164,9 @@ def test_lost_update_counter_across_processes(single, name):
 @pytest.mark.slow
 def test_watchdog_keeps_a_short_lock_across_long_work(single, name):
     lost = []
-    with RedisLock(single, name, ttl_ms=1_000, timeout_ms=0, watchdog=True,
-                   on_lost=lambda lease, error: lost.append(error)) as lease:
+    with RedisLock(
+        single, name, ttl_ms=1_000, timeout_ms=0, watchdog=True, on_lost=lambda lease, error: lost.append(error)
+    ) as lease:
         for _ in range(5):
             time.sleep(1.0)
             with pytest.raises(NotAcquired):
@@ -175,12 +179,20 @@ def test_watchdog_keeps_a_short_lock_across_long_work(single, name):
 def test_watchdog_reports_loss_when_key_is_removed(single, name):
     lost = []
     started = time.monotonic()
-    with pytest.raises(LockLost) as raised:
-        with RedisLock(single, name, ttl_ms=600, timeout_ms=0, watchdog=True,
-                       on_lost=lambda lease, error: lost.append((lease, error))) as lease:
-            single.delete(name)
-            while not lost and time.monotonic() - started < 3:
-                time.sleep(0.01)
+    with (
+        pytest.raises(LockLost) as raised,
+        RedisLock(
+            single,
+            name,
+            ttl_ms=600,
+            timeout_ms=0,
+            watchdog=True,
+            on_lost=lambda lease, error: lost.append((lease, error)),
+        ) as lease,
+    ):
+        single.delete(name)
+        while not lost and time.monotonic() - started < 3:
+            time.sleep(0.01)
     assert lost and lost[0][0].token == lease.token
     assert raised.value is lost[0][1]
     assert isinstance(raised.value.__cause__, NotOwned)

@@ -2,6 +2,7 @@
 
 Every test that takes a ``twin`` runs twice: with :class:`Redlock` and with :class:`AsyncRedlock`.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,7 +25,7 @@ SLACK_S = 0.4
 
 def gray_code_subsets(count: int):
     """Every subset of range(count), each differing from the previous in one element."""
-    for i in range(2 ** count):
+    for i in range(2**count):
         code = i ^ (i >> 1)
         yield frozenset(bit for bit in range(count) if code >> bit & 1)
 
@@ -119,8 +120,7 @@ def test_expiry_then_stale_release_is_ignored(twin, cluster, name):
 
 def test_extend_needs_a_majority_within_validity(twin, cluster, name):
     nodes, clients = cluster
-    lock = twin.Redlock(twin.clients([node.port for node in nodes]), name, ttl_ms=400, timeout_ms=0,
-                        max_extensions=3)
+    lock = twin.Redlock(twin.clients([node.port for node in nodes]), name, ttl_ms=400, timeout_ms=0, max_extensions=3)
     first = twin(lock.acquire())
     time.sleep(0.2)
     second = twin(lock.extend(ttl_ms=1_000))
@@ -140,8 +140,9 @@ def test_extend_needs_a_majority_within_validity(twin, cluster, name):
 
 def test_extend_after_validity_is_refused(twin, cluster, name):
     nodes, _ = cluster
-    lock = twin.Redlock(twin.clients([node.port for node in nodes]), name, ttl_ms=100, timeout_ms=0,
-                        node_timeout_ms=NODE_TIMEOUT_MS)
+    lock = twin.Redlock(
+        twin.clients([node.port for node in nodes]), name, ttl_ms=100, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS
+    )
     twin(lock.acquire())
     time.sleep(0.12)
     with pytest.raises(NotOwned):
@@ -153,8 +154,10 @@ def test_lost_update_counter_across_processes(cluster, single, name):
     nodes, _ = cluster
     processes, times = 8, 20
     ctx = multiprocessing.get_context("fork")
-    workers = [ctx.Process(target=increment_under_lock, args=("redlock", nodes.urls, name, SINGLE_URL, times))
-               for _ in range(processes)]
+    workers = [
+        ctx.Process(target=increment_under_lock, args=("redlock", nodes.urls, name, SINGLE_URL, times))
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -210,7 +213,7 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
         thread.join(120)
     assert len(grants) == 1_000
     broken = [i for i, (a, b) in enumerate(itertools.pairwise(grants)) if a >= b]
-    assert not broken, f"fences must strictly increase: {grants[max(broken[0] - 3, 0):broken[0] + 4]}"
+    assert not broken, f"fences must strictly increase: {grants[max(broken[0] - 3, 0) : broken[0] + 4]}"
     assert faults["kills"] >= 5
     assert not errors
 
@@ -219,8 +222,9 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
 def test_watchdog_keeps_a_short_lock_across_long_work(cluster, name):
     _, clients = cluster
     lost = []
-    with Redlock(clients, name, ttl_ms=1_000, timeout_ms=0, watchdog=True,
-                 on_lost=lambda lease, error: lost.append(error)) as lease:
+    with Redlock(
+        clients, name, ttl_ms=1_000, timeout_ms=0, watchdog=True, on_lost=lambda lease, error: lost.append(error)
+    ) as lease:
         for _ in range(5):
             time.sleep(1.0)
             with pytest.raises(NotAcquired):
@@ -233,13 +237,16 @@ def test_watchdog_reports_loss_when_keys_are_removed(cluster, name):
     _, clients = cluster
     lost = []
     started = time.monotonic()
-    with pytest.raises(LockLost) as raised:
-        with Redlock(clients, name, ttl_ms=600, timeout_ms=0, watchdog=True,
-                     on_lost=lambda lease, error: lost.append(error)):
-            for client in clients:
-                client.delete(name)
-            while not lost and time.monotonic() - started < 3:
-                time.sleep(0.01)
+    with (
+        pytest.raises(LockLost) as raised,
+        Redlock(
+            clients, name, ttl_ms=600, timeout_ms=0, watchdog=True, on_lost=lambda lease, error: lost.append(error)
+        ),
+    ):
+        for client in clients:
+            client.delete(name)
+        while not lost and time.monotonic() - started < 3:
+            time.sleep(0.01)
     assert lost and raised.value is lost[0]
     assert time.monotonic() - started < 1.0
 

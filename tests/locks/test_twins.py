@@ -1,4 +1,5 @@
 """The blocking twin is generated from the asyncio one: fail when ``sync.py`` is stale or hand-edited."""
+
 from __future__ import annotations
 
 import subprocess

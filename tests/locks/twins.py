@@ -5,6 +5,7 @@ returns (``twin(lock.acquire())``): a value as is, a coroutine on the twin's own
 thread that needs its own locks calls :meth:`Twin.spawn`, which gives the body a fresh twin (own
 loop, own clients), so asyncio clients are never shared across loops.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,6 +58,7 @@ class Twin:
 
     def spawn(self, body) -> threading.Thread:
         """Start ``body(twin)`` in a thread with a twin of its own; join the returned thread."""
+
         def run() -> None:
             twin = Twin(self.kind)
             try:

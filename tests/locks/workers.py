@@ -1,4 +1,5 @@
 """Process bodies for the multi-process lock tests (module level so they can be pickled)."""
+
 from __future__ import annotations
 
 import time

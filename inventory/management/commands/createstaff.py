@@ -3,6 +3,7 @@
 The password comes from ``FLASHSALE_ADMIN_PASSWORD``; without it a random one is generated and
 printed once (it is stored only as a hash, so it cannot be shown again).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,9 @@ class Command(BaseCommand):
         if not username:
             raise CommandError("--username must not be empty")
         if User._default_manager.filter(**{User.USERNAME_FIELD: username}).exists():
-            raise CommandError(f"user {username!r} already exists; set a new password with: manage.py changepassword {username}")
+            raise CommandError(
+                f"user {username!r} already exists; set a new password with: manage.py changepassword {username}"
+            )
         password = os.environ.get(PASSWORD_ENV, "")
         generated = not password
         if generated:

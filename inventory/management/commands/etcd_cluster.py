@@ -1,4 +1,5 @@
 """Start, stop or report the private 3-member etcd cluster that the ``etcd`` strategy uses."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError

@@ -20,8 +20,10 @@ Then contended handoff: 8 processes take one single-node lock in a loop, hold it
 ``contended-polling`` waits by random sleeps, ``contended-notified`` by ``BLPOP`` on the release
 signal. Those rows add ``p99_wait_ms``, the 99th percentile of time from asking to holding.
 """
+
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import multiprocessing
@@ -32,19 +34,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import asyncio
-
 import redis
 import redis.asyncio as aioredis
-from hiredis import pack_command
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from hiredis import pack_command
 
 from inventory.etcd_bench import etcd_rows
 from inventory.locks import RedisLock, Redlock
 from inventory.locks._core import Script
 from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
 from inventory.nodes import NodeError, RedisNodes
+from inventory.ports import LOCKBENCH_BASE_PORT
 
 LOCK_NAME = "lockbench:lock"
 TTL_MS = 10_000
@@ -101,6 +102,7 @@ def _ours_redis(client: redis.Redis) -> Callable[[], None]:
         lock = RedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
         lock.acquire()
         lock.release()
+
     return op
 
 
@@ -109,17 +111,20 @@ def _ours_redlock(clients: list[redis.Redis]) -> Callable[[], None]:
         lock = Redlock(clients, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
         lock.acquire()
         lock.release()
+
     return op
 
 
 def _async_batches(loop: asyncio.AbstractEventLoop, op_async) -> Callable[[], None]:
     """One call runs ten awaited operations on ``loop``: the slice loop counts ten per call."""
+
     async def ten() -> None:
         for _ in range(10):
             await op_async()
 
     def op() -> None:
         loop.run_until_complete(ten())
+
     op.batch = 10
     return op
 
@@ -129,6 +134,7 @@ def _ours_redis_async(loop, client: aioredis.Redis) -> Callable[[], None]:
         lock = AsyncRedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
         await lock.acquire()
         await lock.release()
+
     return _async_batches(loop, op)
 
 
@@ -137,6 +143,7 @@ def _ours_redlock_async(loop, clients: list[aioredis.Redis]) -> Callable[[], Non
         lock = AsyncRedlock(clients, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
         await lock.acquire()
         await lock.release()
+
     return _async_batches(loop, op)
 
 
@@ -146,6 +153,7 @@ def _redis_py_lock_async(loop, client: aioredis.Redis) -> Callable[[], None]:
         if not await lock.acquire(blocking=False):
             raise RuntimeError("redis-py's asyncio Lock refused an uncontended lock")
         await lock.release()
+
     return _async_batches(loop, op)
 
 
@@ -155,6 +163,7 @@ def _redis_py_lock(client: redis.Redis) -> Callable[[], None]:
         if not lock.acquire(blocking=False):
             raise RuntimeError("redis-py Lock refused an uncontended lock")
         lock.release()
+
     return op
 
 
@@ -166,6 +175,7 @@ def _python_redis_lock(client: redis.Redis) -> Callable[[], None]:
         if not lock.acquire(blocking=False):
             raise RuntimeError("python-redis-lock refused an uncontended lock")
         lock.release()
+
     return op
 
 
@@ -177,6 +187,7 @@ def _pottery(clients: list[redis.Redis]) -> Callable[[], None]:
         if not lock.acquire(blocking=False):
             raise RuntimeError("pottery Redlock refused an uncontended lock")
         lock.release()
+
     return op
 
 
@@ -190,6 +201,7 @@ def _redlock_py(ports: list[int]) -> Callable[[], None]:
         if not grant:
             raise RuntimeError("redlock-py refused an uncontended lock")
         manager.unlock(grant)
+
     return op
 
 
@@ -218,11 +230,17 @@ class Command(BaseCommand):
     help = "Benchmark lock acquire+release/s: floors, our locks, peer libraries, contended handoff."
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", required=True, help="where to write {\"rows\": [...]}")
+        parser.add_argument("--json", required=True, help='where to write {"rows": [...]}')
         parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per row (default 5)")
-        parser.add_argument("--rounds", type=int, default=0,
-                            help="interleaved slices per uncontended row (default: one per 0.2 s of --seconds)")
-        parser.add_argument("--base-port", type=int, default=7779, help="first of five private node ports")
+        parser.add_argument(
+            "--rounds",
+            type=int,
+            default=0,
+            help="interleaved slices per uncontended row (default: one per 0.2 s of --seconds)",
+        )
+        parser.add_argument(
+            "--base-port", type=int, default=LOCKBENCH_BASE_PORT, help="first of five private node ports"
+        )
 
     def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
         if seconds <= 0:
@@ -316,12 +334,16 @@ class Command(BaseCommand):
             results = ctx.Queue()
             start_at = time.monotonic() + 0.5
             stop_at = start_at + seconds
-            workers = [ctx.Process(target=_contender, args=(nodes[0].port, mode, start_at, stop_at, results))
-                       for _ in range(CONTENDERS)]
+            workers = [
+                ctx.Process(target=_contender, args=(nodes[0].port, mode, start_at, stop_at, results))
+                for _ in range(CONTENDERS)
+            ]
             for worker in workers:
                 worker.start()
             while time.monotonic() < stop_at:
-                self._progress(f"contended-{wait:<9} {CONTENDERS} processes, {max(stop_at - time.monotonic(), 0):4.1f}s left")
+                self._progress(
+                    f"contended-{wait:<9} {CONTENDERS} processes, {max(stop_at - time.monotonic(), 0):4.1f}s left"
+                )
                 time.sleep(0.25)
             waits: list[float] = []
             for _ in workers:
@@ -329,13 +351,15 @@ class Command(BaseCommand):
             for worker in workers:
                 worker.join(30)
             ops = len(waits) / seconds
-            rows.append({
-                "name": f"contended-{wait}",
-                "ops_per_s": round(ops, 1),
-                "us_per_op": round(1e6 / ops, 1),
-                "p99_wait_ms": round(p99(waits) * 1000, 2),
-                "median_wait_ms": round(statistics.median(waits) * 1000, 2),
-            })
+            rows.append(
+                {
+                    "name": f"contended-{wait}",
+                    "ops_per_s": round(ops, 1),
+                    "us_per_op": round(1e6 / ops, 1),
+                    "p99_wait_ms": round(p99(waits) * 1000, 2),
+                    "median_wait_ms": round(statistics.median(waits) * 1000, 2),
+                }
+            )
         self._progress("")
         return rows
 
@@ -351,15 +375,19 @@ class Command(BaseCommand):
             ratio = by_name[numerator] / by_name[denominator]
             verdict = "met" if ratio >= target else "NOT met"
             out.write(f"  {numerator} / {denominator} = {ratio:5.2f}x  (target >= {target}x)  {verdict}")
-        out.write("  asyncio twins: "
-                  f"ours-redis-async / redis-py-lock-async = "
-                  f"{by_name['ours-redis-async'] / by_name['redis-py-lock-async']:5.2f}x, "
-                  f"ours-redlock-async / ours-redis-async = "
-                  f"{by_name['ours-redlock-async'] / by_name['ours-redis-async']:5.2f}x")
+        out.write(
+            "  asyncio twins: "
+            f"ours-redis-async / redis-py-lock-async = "
+            f"{by_name['ours-redis-async'] / by_name['redis-py-lock-async']:5.2f}x, "
+            f"ours-redlock-async / ours-redis-async = "
+            f"{by_name['ours-redlock-async'] / by_name['ours-redis-async']:5.2f}x"
+        )
         contended = {row["name"]: row for row in rows if "p99_wait_ms" in row}
         if len(contended) == 2:
             poll, notify = contended["contended-polling"], contended["contended-notified"]
-            out.write(f"  contended: notified/polling throughput {notify['ops_per_s'] / poll['ops_per_s']:.2f}x, "
-                      f"p99 wait {notify['p99_wait_ms']:.1f} ms vs {poll['p99_wait_ms']:.1f} ms")
+            out.write(
+                f"  contended: notified/polling throughput {notify['ops_per_s'] / poll['ops_per_s']:.2f}x, "
+                f"p99 wait {notify['p99_wait_ms']:.1f} ms vs {poll['p99_wait_ms']:.1f} ms"
+            )
         out.write(f"\nwrote {path}")
         sys.stdout.flush()

@@ -1,14 +1,14 @@
 """Check the services the shop needs; create the database and start the Redlock nodes."""
+
 from __future__ import annotations
 
 import psycopg
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from psycopg import sql
 
 from inventory.backends.redlock import project_nodes
-from inventory.nodes import NodeError
+from inventory.nodes import NodeError, ping_error
 
 
 def ensure_database() -> bool:
@@ -48,12 +48,11 @@ class Command(BaseCommand):
         if ensure_database():
             self.stdout.write(f"created database {settings.DATABASES['default']['NAME']}")
         url = settings.INVENTORY["REDIS_URL"]
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=2).ping()
-        except redis.RedisError as exc:
+        error = ping_error(url, timeout_s=2)
+        if error is not None:
             raise CommandError(
-                f"Redis at {url} does not answer ({exc}): install and start it (Debian: apt-get install redis-server)"
-            ) from exc
+                f"Redis at {url} does not answer ({error}): install and start it (Debian: apt-get install redis-server)"
+            ) from error
         if not no_nodes:
             try:
                 project_nodes().start()

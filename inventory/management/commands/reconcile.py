@@ -7,6 +7,7 @@ Run it when no sale is in flight: a purchase between its Redis decrement and its
 commit looks like drift of one unit, and reconciling then refuses that purchase's database
 write (the database's check), never oversells.
 """
+
 from __future__ import annotations
 
 import redis
@@ -65,6 +66,8 @@ class Command(BaseCommand):
         in_db = dict(Allocation.objects.filter(product=product).values_list("customer", "units"))
         for customer in sorted(set(in_redis) | set(in_db)):
             if in_redis.get(customer, 0) != in_db.get(customer, 0):
-                lines.append(f"customer {customer}: {in_redis.get(customer, 0)} unit(s) in Redis, "
-                             f"{in_db.get(customer, 0)} in the database")
+                lines.append(
+                    f"customer {customer}: {in_redis.get(customer, 0)} unit(s) in Redis, "
+                    f"{in_db.get(customer, 0)} in the database"
+                )
         return lines

@@ -1,4 +1,5 @@
 """Start, stop or report the private Redis nodes that the ``redlock`` backend uses."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -29,4 +30,6 @@ class Command(BaseCommand):
             down += not row["answers"]
             self.stdout.write(f"{row['url']:<28} {state}")
         if action == "status" and down:
-            raise CommandError(f"{down} of {len(nodes)} Redlock nodes are down: run `python manage.py redlock_nodes start`")
+            raise CommandError(
+                f"{down} of {len(nodes)} Redlock nodes are down: run `python manage.py redlock_nodes start`"
+            )

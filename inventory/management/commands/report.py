@@ -1,4 +1,5 @@
 """``manage.py report``: render a burst's JSON as the self-contained HTML report."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", dest="json_path", default=str(DEFAULT_JSON),
-                            help=f"the burst JSON to read (default {DEFAULT_JSON})")
-        parser.add_argument("--out", default=str(LATEST_REPORT),
-                            help=f"where to write the report (default {LATEST_REPORT}, the one the admin links)")
+        parser.add_argument(
+            "--json",
+            dest="json_path",
+            default=str(DEFAULT_JSON),
+            help=f"the burst JSON to read (default {DEFAULT_JSON})",
+        )
+        parser.add_argument(
+            "--out",
+            default=str(LATEST_REPORT),
+            help=f"where to write the report (default {LATEST_REPORT}, the one the admin links)",
+        )
 
     def handle(self, *args, json_path: str, out: str, **options):
         source = Path(json_path)

@@ -1,4 +1,5 @@
 """Create (or reset) the demo products."""
+
 from __future__ import annotations
 
 from decimal import Decimal

@@ -20,24 +20,25 @@ stopping it only if it was down. There A's pause stops its session's keepalive t
 process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
 session, as two processes would.
 """
+
 from __future__ import annotations
 
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.etcd import project_cluster
-from inventory.demos import Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.etcd_cluster import EtcdCluster
-from inventory.locks import NotOwned, RedisLock, Redlock
+from inventory.backends.section import Shelf
+from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.locks import Lease, NotOwned, RedisLock, Redlock
 from inventory.locks.etcd import EtcdClient, EtcdLock
+from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
+from inventory.ports import SIMULATE_PAUSE_BASE_PORT
 
 SKU = "simulate-pause"
 STOCK = 10
@@ -45,27 +46,19 @@ TTL_MS = 500
 PAUSE_S = TTL_MS / 1000 * 1.5
 
 
-@contextmanager
-def cluster_while_needed(cluster: EtcdCluster | None) -> Iterator[None]:
-    """Start the etcd cluster if it is down, and then stop it at the end; leave a running one be."""
-    started = cluster is not None and not cluster.running()
-    if started:
-        cluster.start()
-    try:
-        yield
-    finally:
-        if started:
-            cluster.stop()
-
-
 class Command(BaseCommand):
     help = "Narrate a lock holder pausing past its TTL: its release is ignored and its late write refused by storage."
 
     def add_arguments(self, parser):
         parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
-        parser.add_argument("--base-port", type=int, default=7789, help="first of the five Redlock node ports")
-        parser.add_argument("--unfenced", action="store_true",
-                            help="turn the storage check off: the late write lands (shows the damage)")
+        parser.add_argument(
+            "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"
+        )
+        parser.add_argument(
+            "--unfenced",
+            action="store_true",
+            help="turn the storage check off: the late write lands (shows the damage)",
+        )
 
     def handle(self, *args, backend: str, base_port: int, unfenced: bool, **options):
         self.narrator = Narrator(self.stdout)
@@ -74,7 +67,8 @@ class Command(BaseCommand):
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
         cluster = project_cluster() if backend == "etcd" else None
         try:
-            with started_while_needed(nodes if backend == "redlock" else []), cluster_while_needed(cluster):
+            needed = [*nodes] if backend == "redlock" else [cluster] if cluster is not None else []
+            with started_while_needed(needed):
                 if cluster is not None:
                     clients = [EtcdClient(cluster.endpoints)]
                 elif backend == "redis":
@@ -88,14 +82,56 @@ class Command(BaseCommand):
                         client.close()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
-        failures = self.narrator.failures
-        if failures:
-            raise CommandError(f"{len(failures)} step(s) did not hold: " + "; ".join(failures))
+        self.narrator.check()
         if self.fenced:
             self.narrator.say(f"every step held ({backend})")
         else:
-            self.narrator.say(f"every step held ({backend}, unfenced): the late write landed and the audit shows "
-                              f"the oversell the storage check prevents (exit 0: the damage was shown)")
+            self.narrator.say(
+                f"every step held ({backend}, unfenced): the late write landed and the audit shows "
+                f"the oversell the storage check prevents (exit 0: the damage was shown)"
+            )
+
+    def a_takes_and_pauses(self, backend: str, clients: list, name: str, product: Product) -> Holder:
+        """A takes the lock, reads, and pauses past its lease."""
+        step, note = self.narrator.step, self.narrator.note
+        lock_a = self.make_lock(backend, clients, name)
+        lease_a = lock_a.acquire()
+        shelf_a = read_shelf(product.pk)
+        step(
+            lease_a.fence > 0,
+            f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
+            f"A reads stock {shelf_a.stock} and decides to sell 1",
+        )
+        pause_s = PAUSE_S
+        if backend == "etcd":
+            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
+            pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
+        time.sleep(pause_s)
+        step(
+            lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
+            f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired",
+        )
+        return Holder(lock_a, lease_a, shelf_a)
+
+    def a_writes_late(self, backend: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
+        """A writes what it decided before its pause, with its stale fence, after B's write."""
+        landed = write_order(
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
+        )
+        after_a = read_shelf(product.pk)
+        stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
+        if self.fenced:
+            self.narrator.step(
+                not landed and after_a == after_b,
+                f"{stale}: REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
+                f"(stock {after_a.stock}, row fence {after_a.fence})",
+            )
+        else:
+            self.narrator.step(
+                landed and after_a.stock == STOCK - 1,
+                f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
+            )
 
     def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
         if backend == "redis":
@@ -118,36 +154,30 @@ class Command(BaseCommand):
         majority = 1 if backend == "etcd" else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
-        say(f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
-            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}")
+        say(
+            f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
+            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
+        )
 
-        lock_a = self.make_lock(backend, clients, name)
-        lease_a = lock_a.acquire()
-        shelf_a = read_shelf(product.pk)
-        step(lease_a.fence > 0, f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
-                                f"A reads stock {shelf_a.stock} and decides to sell 1")
-
-        pause_s = PAUSE_S
-        if backend == "etcd":
-            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
-            pause_s = lease_a.remaining_ms() / 1000 * 1.5
-        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
-        time.sleep(pause_s)
-        step(lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
-             f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired")
+        lock_a, lease_a, shelf_a = self.a_takes_and_pauses(backend, clients, name, product)
 
         lock_b = self.make_lock(backend, clients, name)
         lease_b = lock_b.acquire()
         shelf_b = read_shelf(product.pk)
-        step(lease_b.fence > lease_a.fence, f"B takes the lock: fence {lease_b.fence} > A's {lease_a.fence}; "
-                                            f"B reads stock {shelf_b.stock}")
+        step(
+            lease_b.fence > lease_a.fence,
+            f"B takes the lock: fence {lease_b.fence} > A's {lease_a.fence}; B reads stock {shelf_b.stock}",
+        )
 
-        accepted = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced,
-                               backend=backend)
+        accepted = write_order(
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=backend
+        )
         after_b = read_shelf(product.pk)
         recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"
-        step(accepted and after_b.stock == STOCK - 1,
-             f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})")
+        step(
+            accepted and after_b.stock == STOCK - 1,
+            f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})",
+        )
 
         note("A wakes up, still believing it holds the lock")
         try:
@@ -156,25 +186,18 @@ class Command(BaseCommand):
         except NotOwned:
             refused = True
         holding = self.holders(clients, name, lease_b.token)
-        step(refused and holding >= majority,
-             f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)")
+        step(
+            refused and holding >= majority,
+            f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)",
+        )
 
-        landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced,
-                             backend=backend)
-        after_a = read_shelf(product.pk)
-        if self.fenced:
-            step(not landed and after_a == after_b,
-                 f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                 f"REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
-                 f"(stock {after_a.stock}, row fence {after_a.fence})")
-        else:
-            step(landed and after_a.stock == STOCK - 1,
-                 f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1}): "
-                 f"LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written")
+        self.a_writes_late(backend, product, lease_a, shelf_a, after_b)
 
         lock_b.release()
         step(self.holders(clients, name, lease_b.token) == 0, "B releases; no node holds the lock")
         oversold, line = audit_line(SKU)
         expected = 0 if self.fenced else 1
-        step(oversold == expected, line + ("" if self.fenced else " -- Kleppmann's point: the lock alone did not "
-                                                                  "protect the write"))
+        step(
+            oversold == expected,
+            line + ("" if self.fenced else " -- Kleppmann's point: the lock alone did not protect the write"),
+        )

@@ -12,10 +12,9 @@
     if (cell && cell.textContent !== String(value)) cell.textContent = value;
   }
 
-  function render(products) {
-    var totalStock = 0, totalOrders = 0, allOk = true;
+  // The server judges the invariant (inventory.services.AuditReport); this page only shows its verdict.
+  function render(products, totals) {
     products.forEach(function (p) {
-      totalStock += p.stock; totalOrders += p.orders; allOk = allOk && p.invariant_ok;
       var row = root.querySelector('tr[data-sku="' + p.sku + '"]');
       if (!row) return;
       ["stock", "initial_stock", "sold", "ordered", "fence"].forEach(function (f) { set(row, f, p[f]); });
@@ -26,15 +25,17 @@
       bar.setAttribute("aria-valuenow", p.stock);
       bar.setAttribute("aria-valuemax", p.initial_stock);
       bar.firstElementChild.style.width = p.percent_left + "%";
-      row.querySelector('[data-field="invariant"]').innerHTML = p.invariant_ok
-        ? '<span class="invariant invariant-ok">✔ holds</span>'
-        : '<span class="invariant invariant-broken">✘ broken</span>';
+      var mark = document.createElement("span");
+      mark.className = "invariant " + (p.invariant_ok ? "invariant-ok" : "invariant-broken");
+      mark.textContent = p.invariant_ok ? "✔ holds" : "✘ broken";
+      mark.title = p.problems.join("; ");
+      row.querySelector('[data-field="invariant"]').replaceChildren(mark);
     });
-    document.getElementById("total-stock").textContent = totalStock;
-    document.getElementById("total-orders").textContent = totalOrders;
+    document.getElementById("total-stock").textContent = totals.stock;
+    document.getElementById("total-orders").textContent = totals.orders;
     var tile = document.getElementById("invariant-tile");
-    tile.className = "tile " + (allOk ? "tile-ok" : "tile-bad");
-    document.getElementById("invariant-summary").textContent = allOk ? "✔ holds" : "✘ broken";
+    tile.className = "tile " + (totals.invariant_ok ? "tile-ok" : "tile-bad");
+    document.getElementById("invariant-summary").textContent = totals.invariant_ok ? "✔ holds" : "✘ broken";
   }
 
   function poll() {
@@ -42,7 +43,7 @@
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
       .then(function (data) {
-        render(data.products);
+        render(data.products, data.totals);
         heading.classList.remove("live-stale");
         note.textContent = "updated " + new Date().toLocaleTimeString();
       })

@@ -17,8 +17,10 @@ gunicorn master it started). It never looks for processes by name.
 >>> fault.inject(); time.sleep(fault.hold_s); fault.recover()
 >>> fault.phase(t)     # 'before', 'during' or 'after' for a time.monotonic() t
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -119,8 +121,15 @@ class KillProcesses(Fault):
     ``members`` is called at inject time, so a caller can pick then (an etcd cluster's leader, say).
     """
 
-    def __init__(self, *, name: str, description: str, members: Callable[[], Sequence[Restartable]],
-                 hold_s: float, strategies: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        members: Callable[[], Sequence[Restartable]],
+        hold_s: float,
+        strategies: frozenset[str] | None = None,
+    ) -> None:
         self.name, self.description, self.strategies = name, description, strategies
         super().__init__(hold_s=hold_s)
         self._members = members
@@ -189,8 +198,14 @@ class PauseWorker(Fault):
     description = "a gunicorn worker is frozen (SIGSTOP) past the lock's lease, then resumed (SIGCONT)"
     strategies = FAULT_STRATEGIES["pause-worker"]
 
-    def __init__(self, *, workers: Callable[[], Sequence[int]], hold_s: float,
-                 holding: Callable[[Sequence[int]], set[int]] | None = None, search_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        workers: Callable[[], Sequence[int]],
+        hold_s: float,
+        holding: Callable[[Sequence[int]], set[int]] | None = None,
+        search_s: float = 2.0,
+    ) -> None:
         super().__init__(hold_s=hold_s)
         self._workers = workers
         self._holding = holding
@@ -223,10 +238,9 @@ class PauseWorker(Fault):
             time.sleep(0.001)
 
     def _recover(self) -> None:
-        try:
+        # It may have died while stopped (its master killed it): then there is nothing to resume.
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # it died while stopped (its master killed it): nothing left to resume
 
 
 def process_state(pid: int) -> str:
@@ -257,10 +271,19 @@ def child_pids(parent: int) -> list[int]:
 FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
 
 
-def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node: RedisNode | None = None,
-               pair: ReplicatedPair | None = None, workers: Callable[[], Sequence[int]] | None = None,
-               lease_ttl_ms: int | None = None, etcd_cluster=None, hold_s: float | None = None,
-               lag_s: float = 0.2, holding: Callable[[Sequence[int]], set[int]] | None = None) -> Fault:
+def make_fault(
+    name: str,
+    *,
+    redlock_nodes: RedisNodes | None = None,
+    redis_node: RedisNode | None = None,
+    pair: ReplicatedPair | None = None,
+    workers: Callable[[], Sequence[int]] | None = None,
+    lease_ttl_ms: int | None = None,
+    etcd_cluster=None,
+    hold_s: float | None = None,
+    lag_s: float = 0.2,
+    holding: Callable[[Sequence[int]], set[int]] | None = None,
+) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
     * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
@@ -275,6 +298,7 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
     * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
     """
+
     def need(part, what: str):
         if part is None:
             raise FaultError(f"{name} needs {what}")
@@ -287,20 +311,27 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
         which = "a minority" if name == "kill-minority" else "a majority"
         return KillProcesses(
-            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
+            name=name,
+            strategies=FAULT_STRATEGIES[name],
+            hold_s=2.0 if hold_s is None else hold_s,
             description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
             members=lambda: list(nodes)[:count],
         )
     if name == "restart-redis":
         node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
         return KillProcesses(
-            name=name, strategies=FAULT_STRATEGIES[name], hold_s=1.0 if hold_s is None else hold_s,
+            name=name,
+            strategies=FAULT_STRATEGIES[name],
+            hold_s=1.0 if hold_s is None else hold_s,
             description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
             members=lambda: [node],
         )
     if name == "failover":
-        return Failover(pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
-                        hold_s=1.0 if hold_s is None else hold_s, lag_s=lag_s)
+        return Failover(
+            pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
+            hold_s=1.0 if hold_s is None else hold_s,
+            lag_s=lag_s,
+        )
     if name == "pause-worker":
         workers = need(workers, "the worker pids it may pause (workers=callable returning pids)")
         ttl_ms = need(lease_ttl_ms, "the lock's lease (lease_ttl_ms)")
@@ -316,7 +347,9 @@ def make_fault(name: str, *, redlock_nodes: RedisNodes | None = None, redis_node
             return [leader if leader is not None else cluster[0]]
 
         return KillProcesses(
-            name=name, strategies=FAULT_STRATEGIES[name], hold_s=2.0 if hold_s is None else hold_s,
+            name=name,
+            strategies=FAULT_STRATEGIES[name],
+            hold_s=2.0 if hold_s is None else hold_s,
             description="the etcd leader (else member 0) is killed, then restarted with its data",
             members=victim,
         )

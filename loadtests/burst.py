@@ -15,6 +15,7 @@ gunicorn gets the database, Redis and lock settings of *this* process explicitly
 environment, so the burst hits the same database whether the command runs from a shell or
 inside a pytest-django test (whose database is ``test_<name>``).
 """
+
 from __future__ import annotations
 
 import json
@@ -133,8 +134,9 @@ def database_url() -> str:
     return f"{url}?{urlencode(options)}" if options else url
 
 
-def server_environment(*, backend: str, port: int, plan: BurstPlan, access_log: Path,
-                       overrides: dict[str, str] | None = None) -> dict[str, str]:
+def server_environment(
+    *, backend: str, port: int, plan: BurstPlan, access_log: Path, overrides: dict[str, str] | None = None
+) -> dict[str, str]:
     """One pod's environment: this process's services, the strategy, the sizing of its workers;
     ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off)."""
     inventory = settings.INVENTORY
@@ -175,11 +177,17 @@ def collect_static() -> None:
     stylesheet was never collected (every product page would be a 500).
     """
     env = {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DJANGO_DEBUG": "0", "DATABASE_URL": database_url(),
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "shop.settings",
+        "DJANGO_DEBUG": "0",
+        "DATABASE_URL": database_url(),
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True,
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
@@ -218,9 +226,7 @@ class ConnectionSampler(threading.Thread):
     """The most connections to the run's database seen at once (``pg_stat_activity``, every 50 ms),
     the runner's own included, the sampler's not."""
 
-    QUERY = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    )
+    QUERY = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
 
     def __init__(self, url: str) -> None:
         super().__init__(name="pg-connection-sampler", daemon=True)
@@ -248,8 +254,9 @@ class ConnectionSampler(threading.Thread):
 class Row:
     """The processes and files of one row while it runs."""
 
-    def __init__(self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.backend = backend
         self.env = env or {}
         self.plan = plan
@@ -267,19 +274,24 @@ class Row:
         for pod in range(self.plan.pods):
             port = free_port()
             self.access_log(pod).unlink(missing_ok=True)
-            self.pods.append(Child(
-                f"gunicorn pod {pod}",
-                [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-                cwd=settings.BASE_DIR,
-                env=server_environment(
-                    backend=self.backend, port=port, plan=self.plan, access_log=self.access_log(pod),
-                    overrides=self.env,
-                ),
-                log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
-                nice=POD_NICE,
-            ))
+            self.pods.append(
+                Child(
+                    f"gunicorn pod {pod}",
+                    [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+                    cwd=settings.BASE_DIR,
+                    env=server_environment(
+                        backend=self.backend,
+                        port=port,
+                        plan=self.plan,
+                        access_log=self.access_log(pod),
+                        overrides=self.env,
+                    ),
+                    log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
+                    nice=POD_NICE,
+                )
+            )
             self.ports.append(port)
-        for pod, port in zip(self.pods, self.ports):
+        for pod, port in zip(self.pods, self.ports, strict=False):
             wait_until_answers(pod, f"http://127.0.0.1:{port}/api/products/{self.plan.sku}")
 
     def start_locusts(self) -> None:
@@ -292,24 +304,55 @@ class Row:
         env["PYTHONPATH"] = str(settings.BASE_DIR)
         run_for = int(plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s)
         offset = 0
-        for index, (share, user_count) in enumerate(zip(purchases, users)):
+        for index, (share, user_count) in enumerate(zip(purchases, users, strict=False)):
             user_count = max(1, min(user_count, share))
-            self.locusts.append(Child(
-                f"locust {index}",
-                [
-                    sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-                    "--loglevel", "WARNING", "--host", hosts.split(",")[0], "--hosts", hosts,
-                    "-u", str(user_count), "-r", str(user_count), "-t", f"{run_for}s",
-                    "--scenario", "closed" if closed else "spike", "--purchases", str(share),
-                    "--user-offset", str(offset), "--sku", plan.sku, "--max-retries", str(plan.max_retries),
-                    "--path", "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase"),
-                    "--start-file", str(self.start_file),
-                    "--summary-json", str(self.summary_path(index)), "--progress-file", str(self.progress_path(index)),
-                ],
-                cwd=settings.BASE_DIR,
-                env=env,
-                log_path=self.run_dir / f"{self.backend}-locust{index}.log",
-            ))
+            self.locusts.append(
+                Child(
+                    f"locust {index}",
+                    [
+                        sys.executable,
+                        "-m",
+                        "locust",
+                        "-f",
+                        str(LOCUSTFILE),
+                        "--headless",
+                        "--only-summary",
+                        "--loglevel",
+                        "WARNING",
+                        "--host",
+                        hosts.split(",")[0],
+                        "--hosts",
+                        hosts,
+                        "-u",
+                        str(user_count),
+                        "-r",
+                        str(user_count),
+                        "-t",
+                        f"{run_for}s",
+                        "--scenario",
+                        "closed" if closed else "spike",
+                        "--purchases",
+                        str(share),
+                        "--user-offset",
+                        str(offset),
+                        "--sku",
+                        plan.sku,
+                        "--max-retries",
+                        str(plan.max_retries),
+                        "--path",
+                        "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase"),
+                        "--start-file",
+                        str(self.start_file),
+                        "--summary-json",
+                        str(self.summary_path(index)),
+                        "--progress-file",
+                        str(self.progress_path(index)),
+                    ],
+                    cwd=settings.BASE_DIR,
+                    env=env,
+                    log_path=self.run_dir / f"{self.backend}-locust{index}.log",
+                )
+            )
             offset += user_count
 
     def summary_path(self, index: int) -> Path:
@@ -357,12 +400,18 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
     progress = Progress(backend=backend, requests=plan.requests)
     faulted = None
     if plan.fault and backend != FLOOR:
-        faulted = FaultRun(plan.fault, backend=backend, fenced=plan.fenced, requests=plan.requests,
-                           database_url=database_url())
+        faulted = FaultRun(
+            plan.fault, backend=backend, fenced=plan.fenced, requests=plan.requests, database_url=database_url()
+        )
     env = {} if plan.fenced or backend == FLOOR else {"INVENTORY_FENCED": "0"}
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch, faulted or nullcontext():
-        row = Row(backend=backend, plan=plan, run_dir=run_dir, scratch=Path(scratch),
-                  env={**env, **(faulted.env if faulted else {})})
+        row = Row(
+            backend=backend,
+            plan=plan,
+            run_dir=run_dir,
+            scratch=Path(scratch),
+            env={**env, **(faulted.env if faulted else {})},
+        )
         sampler = ConnectionSampler(database_url())
         sampler.start()
         try:
@@ -381,7 +430,7 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
         finally:
             row.stop()
             peak_connections = sampler.stop()
-        missing = [locust for locust, summary in zip(row.locusts, summaries) if summary is None]
+        missing = [locust for locust, summary in zip(row.locusts, summaries, strict=False) if summary is None]
         if missing:
             raise BurstError(
                 f"{missing[0].name} exited with code {missing[0].process.returncode} and no summary: "
@@ -390,13 +439,19 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
         figures = merge(summaries)
         figures["server_purchases"] = row.server_purchases()
         figures["timeline"] = timeline(
-            progress.samples, opened_at=progress.opened_at or 0.0,
-            sent_times=figures["sent_times"], answer_times=figures["answer_times"],
+            progress.samples,
+            opened_at=progress.opened_at or 0.0,
+            sent_times=figures["sent_times"],
+            answer_times=figures["answer_times"],
         )
         if faulted:
             figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return record(
-        backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections,
+        backend=backend,
+        plan=plan,
+        figures=figures,
+        started_at=started_at,
+        peak_db_connections=peak_connections,
     )
 
 
@@ -449,7 +504,11 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
     busy = figures["busy"]
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
     problems = judge(
-        backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx,
+        backend=backend,
+        plan=plan,
+        figures=figures,
+        report=report,
+        errors_5xx=errors_5xx,
     )
     counts = figures["status_counts"]
     row = {
@@ -494,17 +553,38 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": {
-            "locust_processes": plan.locust_processes, "workers": plan.workers, "threads": plan.threads,
-            "pool_max_size": plan.pool_max_size, "pool_timeout_s": plan.pool_timeout_s,
+            "locust_processes": plan.locust_processes,
+            "workers": plan.workers,
+            "threads": plan.threads,
+            "pool_max_size": plan.pool_max_size,
+            "pool_timeout_s": plan.pool_timeout_s,
             "users": plan.requests if plan.scenario == "spike" else plan.users,
         },
     }
     if report is not None:
         BurstRun.objects.create(
-            started_at=started_at, sku=plan.sku, timeline=figures["timeline"],
-            **{k: row[k] for k in (
-                "backend", "requests", "stock_initial", "stock_final", "orders", "oversold", "undersold",
-                "status_counts", "errors_5xx", "rps", "p50_ms", "p95_ms", "p99_ms", "duration_s", "invariants_ok",
-            )},
+            started_at=started_at,
+            sku=plan.sku,
+            timeline=figures["timeline"],
+            **{
+                k: row[k]
+                for k in (
+                    "backend",
+                    "requests",
+                    "stock_initial",
+                    "stock_final",
+                    "orders",
+                    "oversold",
+                    "undersold",
+                    "status_counts",
+                    "errors_5xx",
+                    "rps",
+                    "p50_ms",
+                    "p95_ms",
+                    "p99_ms",
+                    "duration_s",
+                    "invariants_ok",
+                )
+            },
         )
     return row

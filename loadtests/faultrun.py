@@ -12,6 +12,7 @@ Every part it started is stopped on exit, and a fault still injected is recovere
 on error or Ctrl-C. The ``redis`` strategy's faults never touch the machine's Redis: the pods
 get ``REDIS_URL`` of the private node (or of the pair's front relay, which runs in this process).
 """
+
 from __future__ import annotations
 
 import threading
@@ -81,8 +82,10 @@ class FaultRun:
         if self.name in ("kill-minority", "kill-majority"):
             nodes = project_nodes()
             if list(settings.INVENTORY["REDLOCK_URLS"]) != nodes.urls:
-                raise FaultError(f"{self.name} kills only the project's own Redlock nodes ({', '.join(nodes.urls)}); "
-                                 "REDLOCK_URLS names others")
+                raise FaultError(
+                    f"{self.name} kills only the project's own Redlock nodes ({', '.join(nodes.urls)}); "
+                    "REDLOCK_URLS names others"
+                )
             return make_fault(self.name, redlock_nodes=nodes)
         if self.name == "restart-redis":
             self.node = RedisNode(port=base, run_dir=self.run_dir)
@@ -110,8 +113,9 @@ class FaultRun:
     def start(self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int]) -> None:
         """The pods run: start the thread that injects the fault after a third of the answers."""
         self.pod_pid = pod_pid
-        self.timer = FaultTimer(self.fault, answered=answered,
-                                trigger=max(1, round(self.requests * INJECT_AFTER_FRACTION)))
+        self.timer = FaultTimer(
+            self.fault, answered=answered, trigger=max(1, round(self.requests * INJECT_AFTER_FRACTION))
+        )
         self.timer.start()
 
     def finish(self) -> None:

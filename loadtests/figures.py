@@ -8,9 +8,11 @@ Times in a summary are wall-clock seconds (``time.time()``): the processes run o
 (or on machines with synchronised clocks), so the first send of one and the last answer of
 another are comparable.
 """
+
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import statistics
 from collections import Counter
@@ -20,8 +22,17 @@ TIMING_KEYS = {"lock": "lock_wait_ms", "hold": "lock_hold_ms", "db": "db_ms", "t
 
 #: Counters that merge by addition.
 COUNTS = (
-    "limit", "prepared", "sent", "answered", "busy", "client_retries", "transport_errors", "page_failures",
-    "conflicts", "retries", "constraint_hits",
+    "limit",
+    "prepared",
+    "sent",
+    "answered",
+    "busy",
+    "client_retries",
+    "transport_errors",
+    "page_failures",
+    "conflicts",
+    "retries",
+    "constraint_hits",
 )
 
 
@@ -41,10 +52,8 @@ def parse_server_timing(header: str | None) -> dict[str, float]:
         for param in params:
             key, _, value = param.partition("=")
             if key.strip().lower() == "dur" and name:
-                try:
+                with contextlib.suppress(ValueError):
                     durations[name] = float(value.strip().strip('"'))
-                except ValueError:
-                    pass
     return durations
 
 
@@ -82,8 +91,13 @@ def _elapsed(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(max(0.0, end - start), 3)
 
 
-def timeline(samples: list[tuple[float, float, int | None]], *, opened_at: float, sent_times: list[float],
-             answer_times: list[float]) -> list[list]:
+def timeline(
+    samples: list[tuple[float, float, int | None]],
+    *,
+    opened_at: float,
+    sent_times: list[float],
+    answer_times: list[float],
+) -> list[list]:
     """``[[seconds since the opening, stock left, purchases sent, purchases answered], ...]``.
 
     ``samples`` are the runner's (wall clock, seconds since the opening, stock) readings; the two
@@ -119,6 +133,7 @@ def merge(summaries: list[dict]) -> dict:
     merged["sent_times"] = sorted(t for summary in summaries for t in summary.get("sent_times", []))
     merged["answer_times"] = sorted(t for summary in summaries for t in summary.get("answer_times", []))
     merged["purchases"] = sorted(p for summary in summaries for p in summary.get("purchases", []))
+
     def times(key: str) -> list[float]:
         return [s[key] for s in summaries if s.get(key) is not None]
 
@@ -147,8 +162,9 @@ def merge(summaries: list[dict]) -> dict:
     return merged
 
 
-def fault_phases(purchases: list[list], *, opened_at: float, injected_at: float | None,
-                 recovered_at: float | None) -> list[dict]:
+def fault_phases(
+    purchases: list[list], *, opened_at: float, injected_at: float | None, recovered_at: float | None
+) -> list[dict]:
     """The purchases split by send time into ``before`` / ``during`` / ``after`` a fault's window.
 
     ``purchases`` are ``[sent, answered, status, lock ms, [503 answered at, ...]]`` (wall clock, as
@@ -171,15 +187,18 @@ def fault_phases(purchases: list[list], *, opened_at: float, injected_at: float 
     for name, start, end in bounds:
         stop = end if end is not None else max(last, start)
         inside = [p for p in purchases if start <= p[0] < stop or (end is None and p[0] >= start)]
-        found.append({
-            "name": name,
-            "start_s": round(max(0.0, start - opened_at), 3),
-            "end_s": round(max(0.0, stop - opened_at), 3),
-            "status_counts": dict(sorted(Counter(str(p[2]) for p in inside).items())),
-            "p99_ms": round(percentile(sorted((p[1] - p[0]) * 1000 for p in inside), 0.99), 1),
-            "busy_answers": sum(start <= at and (end is None or at < stop) for p in purchases
-                                for at in (p[4] if len(p) > 4 else ())),
-        })
+        found.append(
+            {
+                "name": name,
+                "start_s": round(max(0.0, start - opened_at), 3),
+                "end_s": round(max(0.0, stop - opened_at), 3),
+                "status_counts": dict(sorted(Counter(str(p[2]) for p in inside).items())),
+                "p99_ms": round(percentile(sorted((p[1] - p[0]) * 1000 for p in inside), 0.99), 1),
+                "busy_answers": sum(
+                    start <= at and (end is None or at < stop) for p in purchases for at in (p[4] if len(p) > 4 else ())
+                ),
+            }
+        )
     return found
 
 

@@ -3,6 +3,7 @@
 Each problem is one sentence; a row with none has ``invariants_ok``. No Django import: the audit
 comes in as an ``inventory.services.AuditReport`` (or None for the floor).
 """
+
 from __future__ import annotations
 
 #: The spike's target: every purchase sent within this many seconds of the first (client clock).

@@ -28,6 +28,7 @@ Run alone (one process, one pod)::
 ``manage.py flashsale`` drives it and merges the processes' summaries (``loadtests/figures.py``).
 The progress file is rewritten every 0.1 s: ``{phase, prepared, sent, answered, limit}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,8 +114,12 @@ class Sale:
 
     def progress(self) -> dict:
         return {
-            "phase": self.phase, "prepared": self.prepared, "page_failures": self.page_failures,
-            "sent": self.sent, "answered": self.answered, "limit": self.limit,
+            "phase": self.phase,
+            "prepared": self.prepared,
+            "page_failures": self.page_failures,
+            "sent": self.sent,
+            "answered": self.answered,
+            "limit": self.limit,
         }
 
     def summary(self) -> dict:
@@ -343,8 +348,12 @@ class Shopper(User):
             self.connection.close()
             status, headers, body, error = 0, None, b"", exc
         self.environment.events.request.fire(
-            request_type=method, name=name, response_time=(time.perf_counter() - started) * 1000,
-            response_length=len(body), exception=error, context={},
+            request_type=method,
+            name=name,
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=len(body),
+            exception=error,
+            context={},
         )
         return status, headers, body, sent_at if sent_at is not None else time.time()
 
@@ -357,12 +366,17 @@ class Shopper(User):
             cookies = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
             if status == 200 and "csrftoken" in cookies:
                 sale.prepared += 1
-                return self.connection.request("POST", options.path.format(sku=options.sku), {
-                    "Content-Type": "application/json",
-                    "X-CSRFToken": cookies["csrftoken"],
-                    "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items()),
-                    "Idempotency-Key": secrets.token_urlsafe(16),
-                }, json.dumps({"quantity": options.quantity}).encode())
+                return self.connection.request(
+                    "POST",
+                    options.path.format(sku=options.sku),
+                    {
+                        "Content-Type": "application/json",
+                        "X-CSRFToken": cookies["csrftoken"],
+                        "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items()),
+                        "Idempotency-Key": secrets.token_urlsafe(16),
+                    },
+                    json.dumps({"quantity": options.quantity}).encode(),
+                )
             gevent.sleep(0.1 * (attempt + 1))
         sale.page_failures += 1
         return None
@@ -389,8 +403,9 @@ class Shopper(User):
             gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
         self.record(status, headers, body, busy=retry_after is not None, started=started, busy_at=busy_at)
 
-    def record(self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float,
-               busy_at: list[float]) -> None:
+    def record(
+        self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float, busy_at: list[float]
+    ) -> None:
         finished = time.time()
         sale.answered += 1
         sale.last_answered_at = finished

@@ -3,8 +3,10 @@
 Every child logs to a file, gets SIGTERM if the runner dies (Linux, even on SIGKILL), and is
 stopped group-wide (so gunicorn's workers go with their arbiter). No Django import.
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -59,7 +61,7 @@ class Child:
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
         self.process = subprocess.Popen(
             args,
             cwd=cwd,
@@ -86,10 +88,8 @@ class Child:
         try:
             if self.running():
                 self._signal_group(sig)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    pass
             # Leftovers in the group (gunicorn workers of a killed arbiter) die too.
             self._signal_group(signal.SIGKILL)
             self.process.wait(STOP_TIMEOUT_S)
@@ -97,10 +97,8 @@ class Child:
             self._log.close()
 
     def _signal_group(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def wait_until_answers(server: Child, url: str) -> None:

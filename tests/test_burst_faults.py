@@ -4,8 +4,10 @@ and the real lock services, which the fault kills and restarts.
 Each run is a small deep sale (every purchase through the lock); the assertions come from the
 command's JSON and from the database. ``transaction=True``: the pods must see the committed rows.
 """
+
 from __future__ import annotations
 
+import itertools
 import json
 from io import StringIO
 
@@ -24,13 +26,22 @@ REQUESTS = 600
 
 def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_recovery():
     # [sent, answered, status, lock ms, resends] on the wall clock; the sale opened at 100.0.
-    purchases = [[100.1, 100.2, 201, 1.0, []], [100.9, 103.5, 201, 900.0, [101.2]], [101.5, 101.6, 503, 5.0, [101.6]],
-                 [102.0, 102.1, 201, 2.0, []], [102.1, 102.4, 503, 1.0, [102.4]], [102.2, 102.6, 201, 3.0, []]]
+    purchases = [
+        [100.1, 100.2, 201, 1.0, []],
+        [100.9, 103.5, 201, 900.0, [101.2]],
+        [101.5, 101.6, 503, 5.0, [101.6]],
+        [102.0, 102.1, 201, 2.0, []],
+        [102.1, 102.4, 503, 1.0, [102.4]],
+        [102.2, 102.6, 201, 3.0, []],
+    ]
 
     phases = fault_phases(purchases, opened_at=100.0, injected_at=101.0, recovered_at=102.0)
 
     assert [(p["name"], p["start_s"], p["end_s"]) for p in phases] == [
-        ("before", 0.0, 1.0), ("during", 1.0, 2.0), ("after", 2.0, 3.5)]
+        ("before", 0.0, 1.0),
+        ("during", 1.0, 2.0),
+        ("after", 2.0, 3.5),
+    ]
     assert [p["status_counts"] for p in phases] == [{"201": 2}, {"503": 1}, {"201": 2, "503": 1}]
     # By answer time: the purchase sent before the fault was answered 503 during it.
     assert [p["busy_answers"] for p in phases] == [0, 2, 1]
@@ -39,8 +50,9 @@ def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_reco
     assert resumed_after(purchases, recovered_at=102.0) == pytest.approx(0.1)
     assert resumed_after(purchases, recovered_at=None) is None
     assert resumed_after(purchases, recovered_at=103.6) is None
-    assert [p["name"] for p in fault_phases(purchases, opened_at=100.0, injected_at=None, recovered_at=None)] \
-        == ["before"]
+    assert [p["name"] for p in fault_phases(purchases, opened_at=100.0, injected_at=None, recovered_at=None)] == [
+        "before"
+    ]
 
 
 def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
@@ -48,8 +60,16 @@ def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
     out = StringIO()
     error = None
     try:
-        call_command("flashsale", sku=SKU, scenario="deep", requests=REQUESTS, json_path=str(path), stdout=out,
-                     stderr=StringIO(), **options)
+        call_command(
+            "flashsale",
+            sku=SKU,
+            scenario="deep",
+            requests=REQUESTS,
+            json_path=str(path),
+            stdout=out,
+            stderr=StringIO(),
+            **options,
+        )
     except CommandError as exc:
         error = exc
     return json.loads(path.read_text()), out.getvalue(), error
@@ -60,7 +80,7 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     assert (run["backend"], run["fault"], run["scenario"]) == (backend, fault, "deep")
     assert [phase["name"] for phase in run["phases"]] == ["before", "during", "after"]
     assert run["phases"][0]["start_s"] == 0.0
-    for earlier, later in zip(run["phases"], run["phases"][1:]):
+    for earlier, later in itertools.pairwise(run["phases"]):
         assert earlier["end_s"] == later["start_s"]
     assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == REQUESTS
     assert run["phases"][0]["status_counts"].get("201", 0) >= REQUESTS // 3 - 100  # injected after a third
@@ -113,8 +133,10 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
     "options, message",
     [
         ({"backends": "redlock", "fault": "kill-minority", "scenario": "spike"}, "use --scenario deep, not spike"),
-        ({"backends": "redis", "fault": "kill-majority"},
-         "--fault kill-majority does not apply to redis: use --backends redlock"),
+        (
+            {"backends": "redis", "fault": "kill-majority"},
+            "--fault kill-majority does not apply to redis: use --backends redlock",
+        ),
         ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --backends redis"),
         ({"backends": "db", "fault": "pause-worker"}, "use --backends etcd,redis,redlock"),
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --backends etcd"),

@@ -20,8 +20,10 @@ machine (it needs Django's database connection and the shop's Redis settings) an
 :func:`complete_machine` fills in what a recorded block lacks; ``manage.py report`` does that
 before rendering. :func:`read_summary` gives back the sentences of a written report.
 """
+
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -52,6 +54,7 @@ class ReportError(ValueError):
 
 
 # Reading figures: every key may be missing, and a present key may hold something unexpected.
+
 
 def number(value: object) -> float | None:
     """``value`` if it is a finite number (not a bool), else None."""
@@ -100,7 +103,7 @@ def plural(n: float, one: str, many: str) -> str:
 def validate(data: object) -> list[dict]:
     """The runs of a burst document; :class:`ReportError` saying what is wrong otherwise."""
     if not isinstance(data, dict):
-        raise ReportError(f"the top level must be a JSON object with a \"runs\" list, not {type(data).__name__}")
+        raise ReportError(f'the top level must be a JSON object with a "runs" list, not {type(data).__name__}')
     runs = data.get("runs")
     if not isinstance(runs, list):
         raise ReportError('there is no "runs" list at the top level')
@@ -125,6 +128,7 @@ def with_floor_ratios(runs: list[dict]) -> list[dict]:
 
 # The sentence: what this run showed, from its own figures only.
 
+
 def sentence(run: dict) -> str:
     """One plain sentence saying what ``run`` showed: first whether the stock came out right, then
     what it cost (connections, conflicts, busy answers, lock waits, throughput against the floor),
@@ -136,8 +140,11 @@ def sentence(run: dict) -> str:
         return f"floor: {said} with no storage touched; every ratio in this report is against it."
     outcome = _outcome(run, name)
     costs = _costs(run, name)
-    text = f"{name}: {'; '.join(filter(None, [', '.join(outcome), ', '.join(costs)]))}" if outcome or costs \
+    text = (
+        f"{name}: {'; '.join(filter(None, [', '.join(outcome), ', '.join(costs)]))}"
+        if outcome or costs
         else f"{name}: this run carries no figures"
+    )
     fault = _fault(run)
     return f"{text}{'; ' + fault if fault else ''}."
 
@@ -221,13 +228,18 @@ def phases(run: dict) -> list[dict]:
     if not isinstance(found, list):
         return []
     return [
-        p for p in found
-        if isinstance(p, dict) and isinstance(p.get("name"), str) and figure(p, "start_s") is not None
-        and figure(p, "end_s") is not None and p["end_s"] >= p["start_s"]
+        p
+        for p in found
+        if isinstance(p, dict)
+        and isinstance(p.get("name"), str)
+        and figure(p, "start_s") is not None
+        and figure(p, "end_s") is not None
+        and p["end_s"] >= p["start_s"]
     ]
 
 
 # How durable each strategy's lock state is.
+
 
 def redis_persistence(machine: dict) -> str:
     """What the machine's Redis keeps across a restart, from ``machine["redis_persistence"]``."""
@@ -250,24 +262,24 @@ def durability(name: str, machine: dict) -> str:
     facts = {
         "floor": "No lock and no storage: nothing to keep.",
         "db": "The row lock lives in PostgreSQL for one transaction; stock and orders go to its write-ahead "
-              "log, flushed at commit. A crash aborts the holder's transaction and frees the lock; nothing "
-              "committed is lost.",
+        "log, flushed at commit. A crash aborts the holder's transaction and frees the lock; nothing "
+        "committed is lost.",
         "optimistic": "No lock: the version column in PostgreSQL (write-ahead log, flushed at commit) is the "
-                      "whole guard.",
+        "whole guard.",
         "redis": f"The lock key lives in one Redis; {redis}. A restart or a failover to a replica that never "
-                 "saw the key frees the lock early; the fence in PostgreSQL still refuses the stale holder's write.",
-        "redlock": "Five private redis-server nodes run with --save \"\" --appendonly no: a restarted node comes "
-                   "back empty, so restarting a majority within one TTL lets a second holder in; the fence in "
-                   "PostgreSQL refuses the late write.",
+        "saw the key frees the lock early; the fence in PostgreSQL still refuses the stale holder's write.",
+        "redlock": 'Five private redis-server nodes run with --save "" --appendonly no: a restarted node comes '
+        "back empty, so restarting a majority within one TTL lets a second holder in; the fence in "
+        "PostgreSQL refuses the late write.",
         "etcd": "The lock key is a Raft write, fsynced to the write-ahead log on disk of a majority of the "
-                "three members before it is acknowledged: it survives restarts. Its lease can still expire "
-                "while a holder is paused; the fence (its create revision) refuses the late write.",
+        "three members before it is acknowledged: it survives restarts. Its lease can still expire "
+        "while a holder is paused; the fence (its create revision) refuses the late write.",
         "atomic": "No lock: one conditional UPDATE in PostgreSQL (write-ahead log, flushed at commit).",
         "redis-stock": f"The stock counter lives in Redis; {redis}. Orders are written to PostgreSQL after the "
-                       "decrement, so a Redis restart leaves the two apart until `reconcile` rebuilds the "
-                       "counter from the database.",
+        "decrement, so a Redis restart leaves the two apart until `reconcile` rebuilds the "
+        "counter from the database.",
         "local": "A threading.Lock in each gunicorn worker's memory: gone with the process and never shared "
-                 "between processes or pods.",
+        "between processes or pods.",
         "unsafe": "No lock at all.",
     }
     return facts.get(name, "Not recorded for this strategy.")
@@ -289,6 +301,7 @@ GUARD_STATE = [
 
 
 # The machine.
+
 
 def machine_info() -> dict:
     """Cores, memory and the versions of what the burst ran on, measured now.
@@ -321,7 +334,9 @@ def machine_info() -> dict:
             info["redis"] = client.info("server")["redis_version"]
             try:
                 info["redis_persistence"] = {
-                    **client.config_get("save"), **client.config_get("appendonly"), **client.config_get("appendfsync"),
+                    **client.config_get("save"),
+                    **client.config_get("appendonly"),
+                    **client.config_get("appendfsync"),
                 }
             except redis.ResponseError:  # CONFIG renamed or disabled on this server
                 info["redis_persistence"] = "not readable (CONFIG is disabled)"
@@ -333,8 +348,15 @@ def machine_info() -> dict:
 
 #: What :func:`machine_info` measures (``redis_persistence`` only when Redis answers), as the page names it.
 MACHINE_LABELS = {
-    "cores": "CPU cores", "memory_bytes": "Memory", "os": "OS", "python": "Python", "django": "Django",
-    "postgresql": "PostgreSQL", "redis": "Redis", "redis_persistence": "Redis persistence", "etcd": "etcd",
+    "cores": "CPU cores",
+    "memory_bytes": "Memory",
+    "os": "OS",
+    "python": "Python",
+    "django": "Django",
+    "postgresql": "PostgreSQL",
+    "redis": "Redis",
+    "redis_persistence": "Redis persistence",
+    "etcd": "etcd",
 }
 MACHINE_KEYS = tuple(MACHINE_LABELS)
 #: Names the burst runner may use for what :func:`machine_info` calls otherwise.
@@ -349,8 +371,11 @@ def complete_machine(recorded: object) -> dict:
         return known
     measured = machine_info()
     missing = [key for key in MACHINE_KEYS if key not in known and key in measured]
-    return {**known, **{key: measured[key] for key in missing},
-            "measured": f"when the report was written: {', '.join(MACHINE_LABELS[key] for key in missing)}"}
+    return {
+        **known,
+        **{key: measured[key] for key in missing},
+        "measured": f"when the report was written: {', '.join(MACHINE_LABELS[key] for key in missing)}",
+    }
 
 
 def _memory_bytes() -> int | None:
@@ -372,6 +397,7 @@ def _etcd_version() -> str:
 
 
 # Rendering.
+
 
 def esc(value: object) -> str:
     return escape(str(value), quote=True)
@@ -512,21 +538,43 @@ def _num_cell(value: float | None, formatter=count, *, bad: bool = False) -> str
 def _comparison(shown: list[View]) -> str:
     runs = [v.run for v in shown]
     statuses = sorted({s for run in runs if isinstance(run.get("status_counts"), dict) for s in run["status_counts"]})
-    head = ["strategy", "scenario", "pods", "requests", "req/s", "× floor", *statuses, "oversold", "undersold",
-            "lost", "conflicts", "retries", "constraint hits", "peak DB conn.", "p50 ms", "p99 ms", "verdict"]
+    head = [
+        "strategy",
+        "scenario",
+        "pods",
+        "requests",
+        "req/s",
+        "× floor",
+        *statuses,
+        "oversold",
+        "undersold",
+        "lost",
+        "conflicts",
+        "retries",
+        "constraint hits",
+        "peak DB conn.",
+        "p50 ms",
+        "p99 ms",
+        "verdict",
+    ]
     rows = []
     for v in shown:
         run = v.run
         scenario = " · ".join(str(run[k]) for k in ("scenario", "fault") if isinstance(run.get(k), str) and run[k])
         cells = [
             f"<td>{esc(scenario or MISSING)}</td>",
-            _num_cell(figure(run, "pods")), _num_cell(figure(run, "requests")), _num_cell(figure(run, "rps")),
+            _num_cell(figure(run, "pods")),
+            _num_cell(figure(run, "requests")),
+            _num_cell(figure(run, "rps")),
             _num_cell(1.0 if v.name == "floor" else figure(run, "floor_ratio"), ratio),
             *[_num_cell(status_count(run, s)) for s in statuses],
             *[_num_cell(figure(run, k), bad=True) for k in ("oversold", "undersold", "lost")],
-            _num_cell(figure(run, "conflicts")), _num_cell(figure(run, "retries")),
-            _num_cell(figure(run, "constraint_hits"), bad=True), _num_cell(figure(run, "peak_db_connections")),
-            _num_cell(figure(run, "p50_ms"), ms), _num_cell(figure(run, "p99_ms"), ms),
+            _num_cell(figure(run, "conflicts")),
+            _num_cell(figure(run, "retries")),
+            _num_cell(figure(run, "constraint_hits"), bad=True),
+            _num_cell(figure(run, "peak_db_connections")),
+            _num_cell(figure(run, "p50_ms"), ms),
+            _num_cell(figure(run, "p99_ms"), ms),
         ]
         verdict = _verdict(run)
         rows.append(
@@ -544,23 +592,33 @@ def _comparison(shown: list[View]) -> str:
 
 
 def _floor_chart(shown: list[View]) -> str:
-    bars = [(v.label, figure(v.run, "floor_ratio"), v.colour) for v in shown
-            if v.name != "floor" and figure(v.run, "floor_ratio") is not None]
+    bars = [
+        (v.label, figure(v.run, "floor_ratio"), v.colour)
+        for v in shown
+        if v.name != "floor" and figure(v.run, "floor_ratio") is not None
+    ]
     if not bars:
         return ""
     desc = "; ".join(f"{label}: {ratio(value)} the floor's throughput" for label, value, _ in bars)
     chart = svg.hbar_chart(
-        [(label, [("", value)]) for label, value, _ in bars], colours=[c for _, _, c in bars],
-        unit="× the floor's requests/s", title="Throughput as a share of the floor", desc=desc,
-        reference=("floor", 1.0), value_format=ratio,
+        [(label, [("", value)]) for label, value, _ in bars],
+        colours=[c for _, _, c in bars],
+        unit="× the floor's requests/s",
+        title="Throughput as a share of the floor",
+        desc=desc,
+        reference=("floor", 1.0),
+        value_format=ratio,
     )
     return f'<figure class="card overview"><figcaption>Throughput as a share of the floor</figcaption>{chart}</figure>'
 
 
 def _machine_section(machine: dict, command: object) -> str:
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in machine_rows(machine))
-    said = f"<pre><code>{esc(command)}</code></pre>" if isinstance(command, str) and command else \
-        "<p>The JSON does not record the command.</p>"
+    said = (
+        f"<pre><code>{esc(command)}</code></pre>"
+        if isinstance(command, str) and command
+        else "<p>The JSON does not record the command.</p>"
+    )
     described = f'<dl class="machine">{rows}</dl>' if rows else "<p>The JSON does not describe the machine.</p>"
     return f'<section aria-labelledby="machine"><h2 id="machine">Command and machine</h2>{said}{described}</section>'
 
@@ -568,18 +626,21 @@ def _machine_section(machine: dict, command: object) -> str:
 def _strategy(v: View, machine: dict) -> str:
     run = v.run
     pods, requests = figure(run, "pods"), figure(run, "requests")
-    facts = [str(run.get("scenario") or ""), plural(pods, "pod", "pods") if pods else "",
-             plural(requests, "request", "requests") if requests is not None else "",
-             f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else ""]
+    facts = [
+        str(run.get("scenario") or ""),
+        plural(pods, "pod", "pods") if pods else "",
+        plural(requests, "request", "requests") if requests is not None else "",
+        f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",
+    ]
     figures = [_timeline_figure(v), _rate_figure(v), _histogram_figure(v), _split_figure(v)]
     problems = run.get("problems") if isinstance(run.get("problems"), list) else []
     problem_list = "".join(f"<li>{esc(p)}</li>" for p in problems)
     return (
         f'<article class="strategy" id="{v.anchor}" data-backend="{esc(v.name)}" style="--accent:{esc(v.colour)}">'
-        f'<h3>{esc(v.label)} <small>{esc(" · ".join(f for f in facts if f))}</small></h3>'
+        f"<h3>{esc(v.label)} <small>{esc(' · '.join(f for f in facts if f))}</small></h3>"
         f'<p class="sentence">{esc(v.sentence)}</p>'
         f'<p class="durability"><strong>Lock state:</strong> {esc(durability(v.name, machine))}</p>'
-        f'{f"<ul class=problems>{problem_list}</ul>" if problem_list else ""}'
+        f"{f'<ul class=problems>{problem_list}</ul>' if problem_list else ''}"
         f"{_floor_share(v)}"
         f'<div class="charts">{"".join(figures)}</div>{_phase_table(run)}</article>'
     )
@@ -610,18 +671,23 @@ def _timeline_figure(v: View) -> str:
     found = phases(run)
     what = "Stock over time" if label == "units left" else f"{label.capitalize()} over time"
     if points:
-        desc = (f"{label} from {count(points[0][1])} at {points[0][0]:.1f} s to {count(points[-1][1])} "
-                f"at {points[-1][0]:.1f} s")
+        desc = (
+            f"{label} from {count(points[0][1])} at {points[0][0]:.1f} s to {count(points[-1][1])} "
+            f"at {points[-1][0]:.1f} s"
+        )
         sold_out = figure(run, "sold_out_after_s")
         if sold_out is not None:
             desc += f"; sold out after {sold_out:.1f} s"
     else:
-        return (f'<figure class="card"><figcaption>{esc(what)}</figcaption><p class="no-chart">This run has no '
-                "timeline.</p></figure>")
+        return (
+            f'<figure class="card"><figcaption>{esc(what)}</figcaption><p class="no-chart">This run has no '
+            "timeline.</p></figure>"
+        )
     if found:
         desc += "; phases: " + ", ".join(f"{p['name']} {p['start_s']:.1f}–{p['end_s']:.1f} s" for p in found)
-    chart = svg.timeline_chart(points, phases=found, colour=v.colour, title=f"{v.label}: {what.lower()}",
-                               y_label=label, desc=desc)
+    chart = svg.timeline_chart(
+        points, phases=found, colour=v.colour, title=f"{v.label}: {what.lower()}", y_label=label, desc=desc
+    )
     return f'<figure class="card"><figcaption>{esc(what)}</figcaption>{chart}</figure>'
 
 
@@ -631,7 +697,7 @@ def _rate_figure(v: View) -> str:
     rows = [r for r in _timeline_rows(v.run) if len(r) > 3 and number(r[3]) is not None]
     if not found or len(rows) < 2:
         return ""
-    points = [(b[0], max(0.0, (b[3] - a[3]) / (b[0] - a[0]))) for a, b in zip(rows, rows[1:]) if b[0] > a[0]]
+    points = [(b[0], max(0.0, (b[3] - a[3]) / (b[0] - a[0]))) for a, b in itertools.pairwise(rows) if b[0] > a[0]]
     if not points:
         return ""
     by_phase = []
@@ -639,9 +705,14 @@ def _rate_figure(v: View) -> str:
         inside = [rate for t, rate in points if p["start_s"] < t <= p["end_s"]]
         if inside:
             by_phase.append(f"{p['name']}: {count(sum(inside) / len(inside))} answers/s on average")
-    chart = svg.timeline_chart(points, phases=found, colour=v.colour,
-                               title=f"{v.label}: purchases answered per second",
-                               y_label="answers/s", desc="; ".join(by_phase) or "no samples inside the phases")
+    chart = svg.timeline_chart(
+        points,
+        phases=found,
+        colour=v.colour,
+        title=f"{v.label}: purchases answered per second",
+        y_label="answers/s",
+        desc="; ".join(by_phase) or "no samples inside the phases",
+    )
     return f'<figure class="card"><figcaption>Purchases answered per second</figcaption>{chart}</figure>'
 
 
@@ -649,20 +720,26 @@ def _histogram_figure(v: View) -> str:
     run = v.run
     raw = run.get("latency_histogram_ms")
     buckets = sorted(
-        (b[0], b[1]) for b in (raw if isinstance(raw, list) else [])
+        (b[0], b[1])
+        for b in (raw if isinstance(raw, list) else [])
         if isinstance(b, list) and len(b) == 2 and number(b[0]) is not None and isinstance(b[1], int)
     )
     known = {q: figure(run, f"{q}_ms") for q in ("p50", "p95", "p99") if figure(run, f"{q}_ms") is not None}
     said = ", ".join(f"{q} {ms(value)} ms" for q, value in known.items())
     if not buckets:
-        return (f'<figure class="card"><figcaption>Latency</figcaption><p class="no-chart">This run has no latency '
-                f'histogram{"; " + esc(said) if said else ""}.</p></figure>')
+        return (
+            f'<figure class="card"><figcaption>Latency</figcaption><p class="no-chart">This run has no latency '
+            f"histogram{'; ' + esc(said) if said else ''}.</p></figure>"
+        )
     busiest = max(buckets, key=lambda b: b[1])
-    desc = (f"{count(sum(c for _, c in buckets))} purchase requests in {len(buckets)} buckets; most "
-            f"({count(busiest[1])}) took up to {ms(busiest[0])} ms; {said or 'no percentiles'}")
-    chart = svg.histogram_chart(buckets, colour=v.colour, percentiles=known,
-                                title=f"{v.label}: latency of purchase requests", desc=desc)
-    table = "".join(f"<tr><td>≤ {ms(u)}</td><td class=\"num\">{count(c)}</td></tr>" for u, c in buckets if c)
+    desc = (
+        f"{count(sum(c for _, c in buckets))} purchase requests in {len(buckets)} buckets; most "
+        f"({count(busiest[1])}) took up to {ms(busiest[0])} ms; {said or 'no percentiles'}"
+    )
+    chart = svg.histogram_chart(
+        buckets, colour=v.colour, percentiles=known, title=f"{v.label}: latency of purchase requests", desc=desc
+    )
+    table = "".join(f'<tr><td>≤ {ms(u)}</td><td class="num">{count(c)}</td></tr>' for u, c in buckets if c)
     return (
         f'<figure class="card"><figcaption>Latency distribution <small>(purchase POSTs)</small></figcaption>{chart}'
         '<details><summary>Counts per bucket</summary><table class="small"><thead><tr><th scope="col">ms</th>'
@@ -678,17 +755,24 @@ def _floor_share(v: View) -> str:
     if value is None:
         return f'<p class="share-text">Throughput: {cell(rps)} requests/s; no floor row to compare with.</p>'
     desc = f"{ratio(value)} the floor's throughput" + (f" ({count(rps)} requests/s)" if rps is not None else "")
-    chart = svg.hbar_chart([("throughput", [("", value)])], colours=[v.colour], unit="× the floor's requests/s",
-                           title=f"{v.label}: throughput as a share of the floor", desc=desc,
-                           reference=("floor", 1.0), value_format=ratio)
-    return (f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>'
-            f"{chart}</figure>")
+    chart = svg.hbar_chart(
+        [("throughput", [("", value)])],
+        colours=[v.colour],
+        unit="× the floor's requests/s",
+        title=f"{v.label}: throughput as a share of the floor",
+        desc=desc,
+        reference=("floor", 1.0),
+        value_format=ratio,
+    )
+    return (
+        f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>'
+        f"{chart}</figure>"
+    )
 
 
 def _split_figure(v: View) -> str:
     run = v.run
-    parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"),
-             ("total", "total_ms")]
+    parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"), ("total", "total_ms")]
     rows = []
     for label, key in parts:
         p50, p99 = timing(run, key, "p50"), timing(run, key, "p99")
@@ -697,15 +781,22 @@ def _split_figure(v: View) -> str:
         if p50 is not None or p99 is not None:
             rows.append((label, [("p50", p50 or 0.0), ("p99", p99 or 0.0)]))
     if not rows:
-        return ('<figure class="card"><figcaption>Server-side split</figcaption><p class="no-chart">This run has no '
-                "Server-Timing figures.</p></figure>")
+        return (
+            '<figure class="card"><figcaption>Server-side split</figcaption><p class="no-chart">This run has no '
+            "Server-Timing figures.</p></figure>"
+        )
     desc = "; ".join(f"{label}: p50 {ms(bars[0][1])} ms, p99 {ms(bars[1][1])} ms" for label, bars in rows)
     locked = any(label.startswith("lock") for label, _ in rows)
     note = "lock hold includes the database work done under the lock" if locked else "no lock taken"
-    chart = svg.hbar_chart(rows, colours=["#94a3b8", "#334155"], unit="ms on the server",
-                           title=f"{v.label}: where a request's server time went", desc=desc, value_format=ms)
-    return (f'<figure class="card"><figcaption>Server-side split <small>({note})</small></figcaption>'
-            f"{chart}</figure>")
+    chart = svg.hbar_chart(
+        rows,
+        colours=["#94a3b8", "#334155"],
+        unit="ms on the server",
+        title=f"{v.label}: where a request's server time went",
+        desc=desc,
+        value_format=ms,
+    )
+    return f'<figure class="card"><figcaption>Server-side split <small>({note})</small></figcaption>{chart}</figure>'
 
 
 def _phase_table(run: dict) -> str:
@@ -714,32 +805,40 @@ def _phase_table(run: dict) -> str:
         return ""
     statuses = sorted({s for p in found if isinstance(p.get("status_counts"), dict) for s in p["status_counts"]})
     answers = any(figure(p, "busy_answers") is not None for p in found)
-    head = "".join(f'<th scope="col">{esc(h)}</th>' for h in
-                   ["phase", "seconds", *statuses, "p99 ms", *(["503 answers received"] if answers else [])])
+    head = "".join(
+        f'<th scope="col">{esc(h)}</th>'
+        for h in ["phase", "seconds", *statuses, "p99 ms", *(["503 answers received"] if answers else [])]
+    )
     rows = []
     for p in found:
         counts = p.get("status_counts") if isinstance(p.get("status_counts"), dict) else {}
-        cells = [f"{p['start_s']:.1f}–{p['end_s']:.1f}",
-                 *[cell(figure(counts, s) if s in counts else 0) for s in statuses], cell(figure(p, "p99_ms"), ms),
-                 *([cell(figure(p, "busy_answers"))] if answers else [])]
-        rows.append(f'<tr><th scope="row">{esc(p["name"])}</th>'
-                    + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
+        cells = [
+            f"{p['start_s']:.1f}–{p['end_s']:.1f}",
+            *[cell(figure(counts, s) if s in counts else 0) for s in statuses],
+            cell(figure(p, "p99_ms"), ms),
+            *([cell(figure(p, "busy_answers"))] if answers else []),
+        ]
+        rows.append(
+            f'<tr><th scope="row">{esc(p["name"])}</th>' + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>"
+        )
     extra = []
     if figure(run, "max_lock_wait_ms") is not None:
         extra.append(f"longest lock wait {ms(figure(run, 'max_lock_wait_ms'))} ms")
     if figure(run, "resumed_after_s") is not None:
         extra.append(f"served again {figure(run, 'resumed_after_s'):.1f} s after the fault")
     note = f"<p>{esc('; '.join(extra).capitalize())}.</p>" if extra else ""
-    return (f'<div class="table-scroll"><table class="phases"><caption>Before, during and after '
-            f"{esc(run.get('fault') or 'the fault')}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>{note}")
+    return (
+        f'<div class="table-scroll"><table class="phases"><caption>Before, during and after '
+        f"{esc(run.get('fault') or 'the fault')}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>{note}"
+    )
 
 
 def _durability_table(shown: list[View], machine: dict) -> str:
     ran = {v.name for v in shown}
     rows = "".join(
         f'<tr{" class=ran" if name in ran else ""}><th scope="row">{esc(name)}'
-        f'{" <span class=ran-mark>in this burst</span>" if name in ran else ""}</th>'
+        f"{' <span class=ran-mark>in this burst</span>' if name in ran else ''}</th>"
         f'<td data-label="lives in">{esc(where)}</td><td data-label="across a restart">'
         f"{esc(durability(name, machine))}</td></tr>"
         for name, where in GUARD_STATE

@@ -5,6 +5,7 @@ width of its container (a phone's screen included). Each has ``role="img"``, a `
 a ``<desc>`` naming the figures it draws, linked by ``aria-labelledby``. Every piece of text
 passes through :func:`esc`, so labels taken from the JSON are inert.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,8 +42,17 @@ def _svg(*, height: int, title: str, desc: str, body: list[str], css_class: str)
 class Plot:
     """The plot area of a chart and the linear scales from data to viewBox units."""
 
-    def __init__(self, *, height: int, x_max: float, y_max: float, left: int = 44, right: int = 12,
-                 top: int = 22, bottom: int = 34):
+    def __init__(
+        self,
+        *,
+        height: int,
+        x_max: float,
+        y_max: float,
+        left: int = 44,
+        right: int = 12,
+        top: int = 22,
+        bottom: int = 34,
+    ):
         self.height, self.left, self.right, self.top, self.bottom = height, left, right, top, bottom
         self.x_ticks, self.y_ticks = nice_ticks(x_max), nice_ticks(y_max)
         self.x_max, self.y_max = self.x_ticks[-1], self.y_ticks[-1]
@@ -62,23 +72,30 @@ class Plot:
         for tick in self.y_ticks:
             y = num(self.y(tick))
             parts.append(f'<line class="grid" x1="{self.left}" x2="{WIDTH - self.right}" y1="{y}" y2="{y}"/>')
-            parts.append(f'<text class="tick" x="{self.left - 5}" y="{num(self.y(tick) + 4)}" text-anchor="end">'
-                         f"{fmt(tick)}</text>")
+            parts.append(
+                f'<text class="tick" x="{self.left - 5}" y="{num(self.y(tick) + 4)}" text-anchor="end">'
+                f"{fmt(tick)}</text>"
+            )
         parts.append(f'<text class="axis-label" x="{self.left}" y="12">{esc(label)}</text>')
         return parts
 
     def x_axis(self, label: str) -> list[str]:
         parts = [f'<line class="axis" x1="{self.left}" x2="{WIDTH - self.right}" y1="{self.base}" y2="{self.base}"/>']
         for tick in self.x_ticks:
-            parts.append(f'<text class="tick" x="{num(self.x(tick))}" y="{self.base + 14}" text-anchor="middle">'
-                         f"{fmt(tick)}</text>")
-        parts.append(f'<text class="axis-label" x="{WIDTH - self.right}" y="{self.height - 3}" text-anchor="end">'
-                     f"{esc(label)}</text>")
+            parts.append(
+                f'<text class="tick" x="{num(self.x(tick))}" y="{self.base + 14}" text-anchor="middle">'
+                f"{fmt(tick)}</text>"
+            )
+        parts.append(
+            f'<text class="axis-label" x="{WIDTH - self.right}" y="{self.height - 3}" text-anchor="end">'
+            f"{esc(label)}</text>"
+        )
         return parts
 
 
-def timeline_chart(points: Sequence[tuple[float, float]], *, phases: Sequence[dict], colour: str, title: str,
-                   y_label: str, desc: str) -> str:
+def timeline_chart(
+    points: Sequence[tuple[float, float]], *, phases: Sequence[dict], colour: str, title: str, y_label: str, desc: str
+) -> str:
     """One line over time (seconds) through ``points`` (at least one), with the fault phases as
     labelled bands behind it. ``phases`` are ``{"name", "start_s", "end_s"}`` with numeric bounds already checked.
     """
@@ -87,15 +104,21 @@ def timeline_chart(points: Sequence[tuple[float, float]], *, phases: Sequence[di
     body = []
     for phase in phases:
         x1, x2 = plot.x(phase["start_s"]), plot.x(phase["end_s"])
-        body.append(f'<rect class="phase phase-{esc(phase["name"])}" x="{num(x1)}" y="{plot.top}" '
-                    f'width="{num(max(x2 - x1, 0.5))}" height="{num(plot.base - plot.top)}">'
-                    f'<title>{esc(phase["name"])}: {fmt(phase["start_s"])}–{fmt(phase["end_s"])} s</title></rect>')
-        body.append(f'<text class="phase-label" x="{num((x1 + x2) / 2)}" y="{plot.top + 11}" text-anchor="middle">'
-                    f'{esc(phase["name"])}</text>')
+        body.append(
+            f'<rect class="phase phase-{esc(phase["name"])}" x="{num(x1)}" y="{plot.top}" '
+            f'width="{num(max(x2 - x1, 0.5))}" height="{num(plot.base - plot.top)}">'
+            f"<title>{esc(phase['name'])}: {fmt(phase['start_s'])}–{fmt(phase['end_s'])} s</title></rect>"
+        )
+        body.append(
+            f'<text class="phase-label" x="{num((x1 + x2) / 2)}" y="{plot.top + 11}" text-anchor="middle">'
+            f"{esc(phase['name'])}</text>"
+        )
     body += plot.y_axis(y_label) + plot.x_axis("seconds")
     path = " ".join(f"{num(plot.x(x))},{num(plot.y(y))}" for x, y in points)
-    body.append(f'<polyline class="line" points="{path}" fill="none" stroke="{esc(colour)}" stroke-width="2.5" '
-                'stroke-linejoin="round"/>')
+    body.append(
+        f'<polyline class="line" points="{path}" fill="none" stroke="{esc(colour)}" stroke-width="2.5" '
+        'stroke-linejoin="round"/>'
+    )
     return _svg(height=210, title=title, desc=desc, body=body, css_class="chart-timeline")
 
 
@@ -113,8 +136,9 @@ def _marker_x(value: float, bounds: Sequence[float], lower: float, slot: float, 
     return None
 
 
-def histogram_chart(buckets: Sequence[tuple[float, int]], *, colour: str, percentiles: dict[str, float],
-                    title: str, desc: str) -> str:
+def histogram_chart(
+    buckets: Sequence[tuple[float, int]], *, colour: str, percentiles: dict[str, float], title: str, desc: str
+) -> str:
     """Counts per latency bucket (``(upper bound ms, count)``, ascending), one equal-width bar per
     bucket, with the percentiles drawn as labelled lines where they fall. Empty buckets below the
     first filled one but one are left out; the axis starts at the bound below the first bar."""
@@ -132,15 +156,20 @@ def histogram_chart(buckets: Sequence[tuple[float, int]], *, colour: str, percen
     bucket_lower = lower
     for i, (upper, count) in enumerate(buckets):
         x, top = plot.left + slot * i, plot.y(count)
-        body.append(f'<rect x="{num(x + 0.5)}" y="{num(top)}" width="{num(max(slot - 1, 0.5))}" '
-                    f'height="{num(plot.base - top)}" fill="{esc(colour)}">'
-                    f"<title>{fmt(bucket_lower)}–{fmt(upper)} ms: {count} requests</title></rect>")
+        body.append(
+            f'<rect x="{num(x + 0.5)}" y="{num(top)}" width="{num(max(slot - 1, 0.5))}" '
+            f'height="{num(plot.base - top)}" fill="{esc(colour)}">'
+            f"<title>{fmt(bucket_lower)}–{fmt(upper)} ms: {count} requests</title></rect>"
+        )
         if (i + 1) % every == 0 or i == len(buckets) - 1:
-            body.append(f'<text class="tick" x="{num(x + slot)}" y="{plot.base + 14}" text-anchor="middle">'
-                        f"{fmt(upper)}</text>")
+            body.append(
+                f'<text class="tick" x="{num(x + slot)}" y="{plot.base + 14}" text-anchor="middle">{fmt(upper)}</text>'
+            )
         bucket_lower = upper
-    body.append(f'<text class="axis-label" x="{WIDTH - plot.right}" y="{height - 3}" text-anchor="end">'
-                "ms (bucket bounds)</text>")
+    body.append(
+        f'<text class="axis-label" x="{WIDTH - plot.right}" y="{height - 3}" text-anchor="end">'
+        "ms (bucket bounds)</text>"
+    )
     bounds = [upper for upper, _ in buckets]
     for k, (name, value) in enumerate(percentiles.items()):
         x = _marker_x(value, bounds, lower, slot, plot.left)
@@ -149,14 +178,23 @@ def histogram_chart(buckets: Sequence[tuple[float, int]], *, colour: str, percen
         # A label that would run past the right edge goes on the left of its line.
         label_x, anchor = (x + 3, "start") if x < WIDTH - plot.right - 26 else (x - 3, "end")
         body.append(f'<line class="marker" x1="{num(x)}" x2="{num(x)}" y1="{plot.top}" y2="{plot.base}"/>')
-        body.append(f'<text class="marker-label" x="{num(label_x)}" y="{plot.top + 10 + 11 * k}" '
-                    f'text-anchor="{anchor}">{esc(name)}</text>')
+        body.append(
+            f'<text class="marker-label" x="{num(label_x)}" y="{plot.top + 10 + 11 * k}" '
+            f'text-anchor="{anchor}">{esc(name)}</text>'
+        )
     return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-histogram")
 
 
-def hbar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, colours: Sequence[str], unit: str,
-               title: str, desc: str, reference: tuple[str, float] | None = None,
-               value_format: Callable[[float], str] = fmt) -> str:
+def hbar_chart(
+    rows: Sequence[tuple[str, Sequence[tuple[str, float]]]],
+    *,
+    colours: Sequence[str],
+    unit: str,
+    title: str,
+    desc: str,
+    reference: tuple[str, float] | None = None,
+    value_format: Callable[[float], str] = fmt,
+) -> str:
     """Horizontal bars: per row label, one bar per (series name, value), values printed at the end.
 
     ``colours`` go by series position (or by row when every row has one bar and there are as many
@@ -166,8 +204,7 @@ def hbar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, colou
     bar_h, gap = 13, 9
     height = 24 + 30 + len(rows) * (per_row * bar_h + gap)
     values = [v for _, bars in rows for _, v in bars] + ([reference[1]] if reference else [])
-    plot = Plot(height=height, x_max=max(values, default=1) * 1.15 or 1, y_max=1, left=84, right=14, top=20,
-                bottom=30)
+    plot = Plot(height=height, x_max=max(values, default=1) * 1.15 or 1, y_max=1, left=84, right=14, top=20, bottom=30)
     body = []
     for tick in plot.x_ticks:
         x = num(plot.x(tick))
@@ -180,22 +217,29 @@ def hbar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, colou
 
     y = plot.top + gap / 2
     for i, (label, bars) in enumerate(rows):
-        body.append(f'<text class="tick row-label" x="{plot.left - 6}" y="{num(y + per_row * bar_h / 2 + 4)}" '
-                    f'text-anchor="end">{esc(label)}</text>')
+        body.append(
+            f'<text class="tick row-label" x="{plot.left - 6}" y="{num(y + per_row * bar_h / 2 + 4)}" '
+            f'text-anchor="end">{esc(label)}</text>'
+        )
         for j, (series, value) in enumerate(bars):
             width = plot.x(value) - plot.left
-            body.append(f'<rect x="{plot.left}" y="{num(y + j * bar_h)}" width="{num(max(width, 1))}" '
-                        f'height="{bar_h - 2}" fill="{esc(colour(i, j))}" rx="2">'
-                        f"<title>{esc(label)} {esc(series)}: {value_format(value)} {esc(unit)}</title></rect>")
-            body.append(f'<text class="value" x="{num(plot.left + max(width, 1) + 4)}" '
-                        f'y="{num(y + j * bar_h + bar_h - 4)}">{value_format(value)}{esc(_suffix(series, per_row))}'
-                        "</text>")
+            body.append(
+                f'<rect x="{plot.left}" y="{num(y + j * bar_h)}" width="{num(max(width, 1))}" '
+                f'height="{bar_h - 2}" fill="{esc(colour(i, j))}" rx="2">'
+                f"<title>{esc(label)} {esc(series)}: {value_format(value)} {esc(unit)}</title></rect>"
+            )
+            body.append(
+                f'<text class="value" x="{num(plot.left + max(width, 1) + 4)}" '
+                f'y="{num(y + j * bar_h + bar_h - 4)}">{value_format(value)}{esc(_suffix(series, per_row))}'
+                "</text>"
+            )
         y += per_row * bar_h + gap
     if reference:
         x = num(plot.x(reference[1]))
         body.append(f'<line class="reference" x1="{x}" x2="{x}" y1="{plot.top - 4}" y2="{plot.base}"/>')
-        body.append(f'<text class="marker-label" x="{x}" y="{plot.top - 7}" text-anchor="middle">'
-                    f"{esc(reference[0])}</text>")
+        body.append(
+            f'<text class="marker-label" x="{x}" y="{plot.top - 7}" text-anchor="middle">{esc(reference[0])}</text>'
+        )
     return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-bars")
 
 

@@ -1,4 +1,5 @@
 """``manage.py flashsale``: one flash sale per strategy, next to a floor row, audited and compared."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,14 @@ from inventory.backends.fenced import FencedLockStrategy
 from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
 from inventory.nodes import NodeError
 from loadtests.burst import (
-    FLOOR, SCENARIOS, BurstError, BurstPlan, Progress, collect_static, database_url, default_locust_processes,
+    FLOOR,
+    SCENARIOS,
+    BurstError,
+    BurstPlan,
+    Progress,
+    collect_static,
+    database_url,
+    default_locust_processes,
     run_row,
 )
 from loadtests.figures import median_run
@@ -31,16 +39,36 @@ SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
 COLUMNS = [
-    ("backend", 11), ("requests", 8), ("2xx", 5), ("409", 5), ("503", 4), ("5xx", 3), ("net", 3), ("stock", 5),
-    ("orders", 6), ("oversold", 8), ("undersold", 9), ("window s", 8), ("drain s", 7), ("sold out s", 10),
-    ("rps", 6), ("×floor", 6), ("p50 ms", 6), ("p99 ms", 6), ("lock p99", 8), ("db p99", 6), ("conns", 5), ("ok", 3),
+    ("backend", 11),
+    ("requests", 8),
+    ("2xx", 5),
+    ("409", 5),
+    ("503", 4),
+    ("5xx", 3),
+    ("net", 3),
+    ("stock", 5),
+    ("orders", 6),
+    ("oversold", 8),
+    ("undersold", 9),
+    ("window s", 8),
+    ("drain s", 7),
+    ("sold out s", 10),
+    ("rps", 6),
+    ("×floor", 6),
+    ("p50 ms", 6),
+    ("p99 ms", 6),
+    ("lock p99", 8),
+    ("db p99", 6),
+    ("conns", 5),
+    ("ok", 3),
 ]
 
 
 def table_row(values: list) -> str:
     cells = ("-" if value is None else str(value) for value in values)
     return "  ".join(
-        cell.rjust(width) if i else cell.ljust(width) for i, ((_, width), cell) in enumerate(zip(COLUMNS, cells))
+        cell.rjust(width) if i else cell.ljust(width)
+        for i, ((_, width), cell) in enumerate(zip(COLUMNS, cells, strict=False))
     )
 
 
@@ -53,15 +81,28 @@ def run_cells(run: dict) -> list:
     floor = run["backend"] == FLOOR
     timing = run.get("server_timing") or {}
     return [
-        run["backend"] + (f" #{run['round']}" if run.get("round") else ""), run["requests"],
-        sum(n for status, n in counts.items() if status.startswith("2")), counts.get("409", 0), counts.get("503", 0),
-        run["errors_5xx"], run["transport_errors"],
-        None if floor else run["stock_final"], None if floor else run["orders"],
-        None if floor else run["oversold"], None if floor else run["undersold"],
-        fixed(run["arrival_window_s"], 2), fixed(run["drain_s"], 2), fixed(run["sold_out_after_s"], 2),
-        fixed(run["rps"]), fixed(run["floor_ratio"], 2), fixed(run["p50_ms"]), fixed(run["p99_ms"]),
-        fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1), fixed((timing.get("db_ms") or {}).get("p99"), 1),
-        run["peak_db_connections"], "yes" if run["invariants_ok"] else "NO",
+        run["backend"] + (f" #{run['round']}" if run.get("round") else ""),
+        run["requests"],
+        sum(n for status, n in counts.items() if status.startswith("2")),
+        counts.get("409", 0),
+        counts.get("503", 0),
+        run["errors_5xx"],
+        run["transport_errors"],
+        None if floor else run["stock_final"],
+        None if floor else run["orders"],
+        None if floor else run["oversold"],
+        None if floor else run["undersold"],
+        fixed(run["arrival_window_s"], 2),
+        fixed(run["drain_s"], 2),
+        fixed(run["sold_out_after_s"], 2),
+        fixed(run["rps"]),
+        fixed(run["floor_ratio"], 2),
+        fixed(run["p50_ms"]),
+        fixed(run["p99_ms"]),
+        fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1),
+        fixed((timing.get("db_ms") or {}).get("p99"), 1),
+        run["peak_db_connections"],
+        "yes" if run["invariants_ok"] else "NO",
     ]
 
 
@@ -72,13 +113,17 @@ def phase_lines(run: dict) -> list[str]:
     lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
     for phase in run.get("phases") or []:
         counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
-        lines.append(f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
-                     f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}")
+        lines.append(
+            f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
+            f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}"
+        )
     if run.get("fault"):
         resumed = run.get("resumed_after_s")
         wait = run.get("max_lock_wait_ms")
-        lines.append(f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
-                     f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery")
+        lines.append(
+            f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
+            f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
+        )
     return lines
 
 
@@ -98,41 +143,88 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
         parser.add_argument(
-            "--backends", default="db,redis,redlock",
+            "--backends",
+            default="db,redis,redlock",
             help="comma-separated strategies, or all (every strategy that is not a control)",
         )
         parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
         parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
         parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
         parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
-        parser.add_argument("--users", type=int, default=BurstPlan.users,
-                            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})")
-        parser.add_argument("--workers", type=int, default=BurstPlan.workers,
-                            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})")
-        parser.add_argument("--threads", type=int, default=BurstPlan.threads,
-                            help=f"threads per gunicorn worker (default {BurstPlan.threads})")
-        parser.add_argument("--locust-processes", type=int, default=None,
-                            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)")
+        parser.add_argument(
+            "--users",
+            type=int,
+            default=BurstPlan.users,
+            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=BurstPlan.workers,
+            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=BurstPlan.threads,
+            help=f"threads per gunicorn worker (default {BurstPlan.threads})",
+        )
+        parser.add_argument(
+            "--locust-processes",
+            type=int,
+            default=None,
+            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)",
+        )
         parser.add_argument("--repeat", type=int, default=1, help="run every row N times; report median and range")
         parser.add_argument(
-            "--timeout", type=float, default=None,
+            "--timeout",
+            type=float,
+            default=None,
             help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
         )
         parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
-        parser.add_argument("--report", dest="report_path", default="",
-                            help="write the self-contained HTML report here (e.g. artifacts/report.html)")
         parser.add_argument(
-            "--fault", choices=FAULT_NAMES, default=None, metavar="NAME",
-            help="inject a fault into every row of the deep scenario and report before/during/after: "
-                 + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
+            "--report",
+            dest="report_path",
+            default="",
+            help="write the self-contained HTML report here (e.g. artifacts/report.html)",
         )
-        parser.add_argument("--unfenced", action="store_true",
-                            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
-                                 f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail")
+        parser.add_argument(
+            "--fault",
+            choices=FAULT_NAMES,
+            default=None,
+            metavar="NAME",
+            help="inject a fault into every row of the deep scenario and report before/during/after: "
+            + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
+        )
+        parser.add_argument(
+            "--unfenced",
+            action="store_true",
+            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
+            f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail",
+        )
 
-    def handle(self, *args, scenario: str, backends: str, requests: int, stock: int, sku: str, pods: int, users: int,
-               workers: int, threads: int, locust_processes: int | None, repeat: int, timeout: float | None,
-               json_path: str, report_path: str = "", fault: str | None = None, unfenced: bool = False, **options):
+    def handle(
+        self,
+        *args,
+        scenario: str,
+        backends: str,
+        requests: int,
+        stock: int,
+        sku: str,
+        pods: int,
+        users: int,
+        workers: int,
+        threads: int,
+        locust_processes: int | None,
+        repeat: int,
+        timeout: float | None,
+        json_path: str,
+        report_path: str = "",
+        fault: str | None = None,
+        unfenced: bool = False,
+        **options,
+    ):
         if scenario not in SCENARIOS:
             raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
         if backends.strip() == "all":
@@ -147,25 +239,44 @@ class Command(BaseCommand):
             timeout = max(BurstPlan.timeout_s, requests * 0.05)
         if locust_processes is None:
             locust_processes = default_locust_processes(scenario=scenario, requests=requests)
-        for flag, value, least in (("--requests", requests, 1), ("--stock", stock, 0), ("--users", users, 1),
-                                   ("--workers", workers, 1), ("--threads", threads, 1), ("--pods", pods, 1),
-                                   ("--locust-processes", locust_processes, 1), ("--repeat", repeat, 1),
-                                   ("--timeout", timeout, 1)):
+        for flag, value, least in (
+            ("--requests", requests, 1),
+            ("--stock", stock, 0),
+            ("--users", users, 1),
+            ("--workers", workers, 1),
+            ("--threads", threads, 1),
+            ("--pods", pods, 1),
+            ("--locust-processes", locust_processes, 1),
+            ("--repeat", repeat, 1),
+            ("--timeout", timeout, 1),
+        ):
             if value < least:
                 raise CommandError(f"{flag} must be {least} or more, not {value:g}")
         if locust_processes > requests:
             raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
         if not SKU_PATTERN.match(sku):
             raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
-        for flag, value, example in (("--json", json_path, "artifacts/burst.json"),
-                                     ("--report", report_path, "artifacts/report.html")):
+        for flag, value, example in (
+            ("--json", json_path, "artifacts/burst.json"),
+            ("--report", report_path, "artifacts/report.html"),
+        ):
             if value and Path(value).is_dir():
                 raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
         self.check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
-            requests=requests, stock=stock, scenario=scenario, sku=sku, pods=pods, users=users, workers=workers,
-            threads=threads, pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
-            locust_processes=locust_processes, timeout_s=timeout, fault=fault, fenced=not unfenced,
+            requests=requests,
+            stock=stock,
+            scenario=scenario,
+            sku=sku,
+            pods=pods,
+            users=users,
+            workers=workers,
+            threads=threads,
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
+            locust_processes=locust_processes,
+            timeout_s=timeout,
+            fault=fault,
+            fenced=not unfenced,
         )
         started_at = timezone.now()
         controls = [name for name in names if strategy_class(name).control]
@@ -221,8 +332,11 @@ class Command(BaseCommand):
             oversold = sum(run["oversold"] for run in runs)
             self.stdout.write(
                 f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
-                + (f"the audit found {oversold} unit(s) oversold, which the fence prevents" if oversold
-                   else "this time no unit was oversold (the race was not hit)")
+                + (
+                    f"the audit found {oversold} unit(s) oversold, which the fence prevents"
+                    if oversold
+                    else "this time no unit was oversold (the race was not hit)"
+                )
             )
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
@@ -235,19 +349,25 @@ class Command(BaseCommand):
             plain = [name for name in names if not issubclass(strategy_class(name), FencedLockStrategy)]
             if plain:
                 fenced = [name for name in STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
-                raise CommandError(f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
-                                   f"use --backends from {','.join(fenced)}")
+                raise CommandError(
+                    f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
+                    f"use --backends from {','.join(fenced)}"
+                )
         if fault is None:
             return
         if fault not in FAULT_NAMES:
             raise CommandError(f"unknown fault {fault!r}: use one of {', '.join(FAULT_NAMES)}")
         if scenario != "deep":
-            raise CommandError(f"--fault runs in the deep scenario (every purchase through the lock): "
-                               f"use --scenario deep, not {scenario}")
+            raise CommandError(
+                f"--fault runs in the deep scenario (every purchase through the lock): "
+                f"use --scenario deep, not {scenario}"
+            )
         wrong = [name for name in names if name not in FAULT_STRATEGIES[fault]]
         if wrong:
-            raise CommandError(f"--fault {fault} does not apply to {', '.join(wrong)}: "
-                               f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}")
+            raise CommandError(
+                f"--fault {fault} does not apply to {', '.join(wrong)}: "
+                f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}"
+            )
 
     def run_one(self, name: str, plan: BurstPlan) -> dict:
         try:
@@ -324,15 +444,18 @@ class Command(BaseCommand):
         last = [0.0]
 
         def show(progress: Progress) -> None:
-            text = f"{progress.backend}: " + {
-                "starting": "starting the pods",
-                "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",
-                "countdown": f"{progress.prepared} shoppers ready, the sale opens in {progress.opens_in_s:.1f}s",
-                "burst": (
-                    f"{progress.sent}/{progress.requests} purchases sent, {progress.answered} answered, "
-                    f"stock left {'?' if progress.stock is None else progress.stock}, {progress.elapsed_s:.1f}s"
-                ),
-            }[progress.phase]
+            text = (
+                f"{progress.backend}: "
+                + {
+                    "starting": "starting the pods",
+                    "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",
+                    "countdown": f"{progress.prepared} shoppers ready, the sale opens in {progress.opens_in_s:.1f}s",
+                    "burst": (
+                        f"{progress.sent}/{progress.requests} purchases sent, {progress.answered} answered, "
+                        f"stock left {'?' if progress.stock is None else progress.stock}, {progress.elapsed_s:.1f}s"
+                    ),
+                }[progress.phase]
+            )
             if tty:
                 self.stdout.write(f"\r{text}\033[K", ending="")
                 self.stdout.flush()

@@ -304,53 +304,91 @@ def make_fault(
             raise FaultError(f"{name} needs {what}")
         return part
 
-    if name in ("kill-minority", "kill-majority"):
-        nodes = need(redlock_nodes, "the Redlock nodes (redlock_nodes=RedisNodes)")
-        count = (len(nodes) - 1) // 2 if name == "kill-minority" else len(nodes) // 2 + 1
-        if count < 1:
-            raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
-        which = "a minority" if name == "kill-minority" else "a majority"
-        return KillProcesses(
-            name=name,
-            strategies=FAULT_STRATEGIES[name],
-            hold_s=2.0 if hold_s is None else hold_s,
-            description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
-            members=lambda: list(nodes)[:count],
-        )
-    if name == "restart-redis":
-        node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
-        return KillProcesses(
-            name=name,
-            strategies=FAULT_STRATEGIES[name],
-            hold_s=1.0 if hold_s is None else hold_s,
-            description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
-            members=lambda: [node],
-        )
-    if name == "failover":
-        return Failover(
-            pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
-            hold_s=1.0 if hold_s is None else hold_s,
-            lag_s=lag_s,
-        )
-    if name == "pause-worker":
-        workers = need(workers, "the worker pids it may pause (workers=callable returning pids)")
-        ttl_ms = need(lease_ttl_ms, "the lock's lease (lease_ttl_ms)")
-        hold_s = ttl_ms * 1.5 / 1000.0 if hold_s is None else hold_s
-        if hold_s * 1000.0 <= ttl_ms:
-            raise FaultError(f"pause-worker: hold_s {hold_s} s does not outlast the {ttl_ms} ms lease")
-        return PauseWorker(workers=workers, hold_s=hold_s, holding=holding)
-    if name == "kill-etcd-member":
-        cluster = need(etcd_cluster, "the etcd cluster (etcd_cluster=EtcdCluster)")
+    build = _FAULT_BUILDERS.get(name)
+    if build is None:
+        raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
+    return build(
+        name,
+        need,
+        redlock_nodes=redlock_nodes,
+        redis_node=redis_node,
+        pair=pair,
+        workers=workers,
+        lease_ttl_ms=lease_ttl_ms,
+        etcd_cluster=etcd_cluster,
+        hold_s=hold_s,
+        lag_s=lag_s,
+        holding=holding,
+    )
 
-        def victim() -> list[Restartable]:
-            leader = cluster.leader() if hasattr(cluster, "leader") else None
-            return [leader if leader is not None else cluster[0]]
 
-        return KillProcesses(
-            name=name,
-            strategies=FAULT_STRATEGIES[name],
-            hold_s=2.0 if hold_s is None else hold_s,
-            description="the etcd leader (else member 0) is killed, then restarted with its data",
-            members=victim,
-        )
-    raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
+# One builder per fault name, for make_fault: each takes the name, make_fault's ``need`` and all its parts.
+
+
+def _kill_redlock_nodes(name: str, need, *, redlock_nodes, hold_s, **_) -> Fault:
+    nodes = need(redlock_nodes, "the Redlock nodes (redlock_nodes=RedisNodes)")
+    count = (len(nodes) - 1) // 2 if name == "kill-minority" else len(nodes) // 2 + 1
+    if count < 1:
+        raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
+    which = "a minority" if name == "kill-minority" else "a majority"
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=2.0 if hold_s is None else hold_s,
+        description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
+        members=lambda: list(nodes)[:count],
+    )
+
+
+def _restart_redis(name: str, need, *, redis_node, hold_s, **_) -> Fault:
+    node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=1.0 if hold_s is None else hold_s,
+        description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
+        members=lambda: [node],
+    )
+
+
+def _failover(name: str, need, *, pair, hold_s, lag_s, **_) -> Fault:
+    return Failover(
+        pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
+        hold_s=1.0 if hold_s is None else hold_s,
+        lag_s=lag_s,
+    )
+
+
+def _pause_worker(name: str, need, *, workers, lease_ttl_ms, hold_s, holding, **_) -> Fault:
+    workers = need(workers, "the worker pids it may pause (workers=callable returning pids)")
+    ttl_ms = need(lease_ttl_ms, "the lock's lease (lease_ttl_ms)")
+    hold_s = ttl_ms * 1.5 / 1000.0 if hold_s is None else hold_s
+    if hold_s * 1000.0 <= ttl_ms:
+        raise FaultError(f"pause-worker: hold_s {hold_s} s does not outlast the {ttl_ms} ms lease")
+    return PauseWorker(workers=workers, hold_s=hold_s, holding=holding)
+
+
+def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
+    cluster = need(etcd_cluster, "the etcd cluster (etcd_cluster=EtcdCluster)")
+
+    def victim() -> list[Restartable]:
+        leader = cluster.leader() if hasattr(cluster, "leader") else None
+        return [leader if leader is not None else cluster[0]]
+
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=2.0 if hold_s is None else hold_s,
+        description="the etcd leader (else member 0) is killed, then restarted with its data",
+        members=victim,
+    )
+
+
+_FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
+    "kill-minority": _kill_redlock_nodes,
+    "kill-majority": _kill_redlock_nodes,
+    "restart-redis": _restart_redis,
+    "failover": _failover,
+    "pause-worker": _pause_worker,
+    "kill-etcd-member": _kill_etcd_member,
+}

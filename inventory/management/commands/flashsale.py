@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shlex
 import signal
 import sys
@@ -17,8 +16,7 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, ServiceError, services_running, strategy_class
-from inventory.backends.fenced import FencedLockStrategy
+from inventory.backends import ServiceError, services_running, strategy_class
 from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
 from inventory.nodes import NodeError
 from loadtests.burst import (
@@ -29,108 +27,15 @@ from loadtests.burst import (
     Progress,
     collect_static,
     database_url,
-    default_locust_processes,
     run_row,
 )
 from loadtests.figures import median_run
+from loadtests.options import backend_names, check_fault, check_numbers, check_paths
 from loadtests.report import complete_machine, write_report
+from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 
-SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
-COLUMNS = [
-    ("backend", 11),
-    ("requests", 8),
-    ("2xx", 5),
-    ("409", 5),
-    ("503", 4),
-    ("5xx", 3),
-    ("net", 3),
-    ("stock", 5),
-    ("orders", 6),
-    ("oversold", 8),
-    ("undersold", 9),
-    ("window s", 8),
-    ("drain s", 7),
-    ("sold out s", 10),
-    ("rps", 6),
-    ("×floor", 6),
-    ("p50 ms", 6),
-    ("p99 ms", 6),
-    ("lock p99", 8),
-    ("db p99", 6),
-    ("conns", 5),
-    ("ok", 3),
-]
-
-
-def table_row(values: list) -> str:
-    cells = ("-" if value is None else str(value) for value in values)
-    return "  ".join(
-        cell.rjust(width) if i else cell.ljust(width)
-        for i, ((_, width), cell) in enumerate(zip(COLUMNS, cells, strict=False))
-    )
-
-
-def fixed(value, digits: int = 0):
-    return None if value is None else f"{value:.{digits}f}"
-
-
-def run_cells(run: dict) -> list:
-    counts = run["status_counts"]
-    floor = run["backend"] == FLOOR
-    timing = run.get("server_timing") or {}
-    return [
-        run["backend"] + (f" #{run['round']}" if run.get("round") else ""),
-        run["requests"],
-        sum(n for status, n in counts.items() if status.startswith("2")),
-        counts.get("409", 0),
-        counts.get("503", 0),
-        run["errors_5xx"],
-        run["transport_errors"],
-        None if floor else run["stock_final"],
-        None if floor else run["orders"],
-        None if floor else run["oversold"],
-        None if floor else run["undersold"],
-        fixed(run["arrival_window_s"], 2),
-        fixed(run["drain_s"], 2),
-        fixed(run["sold_out_after_s"], 2),
-        fixed(run["rps"]),
-        fixed(run["floor_ratio"], 2),
-        fixed(run["p50_ms"]),
-        fixed(run["p99_ms"]),
-        fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1),
-        fixed((timing.get("db_ms") or {}).get("p99"), 1),
-        run["peak_db_connections"],
-        "yes" if run["invariants_ok"] else "NO",
-    ]
-
-
-def phase_lines(run: dict) -> list[str]:
-    """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
-    purchases sent in it, the 503 answers received in it; then the longest lock wait and how soon
-    sales resumed."""
-    lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
-    for phase in run.get("phases") or []:
-        counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
-        lines.append(
-            f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
-            f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}"
-        )
-    if run.get("fault"):
-        resumed = run.get("resumed_after_s")
-        wait = run.get("max_lock_wait_ms")
-        lines.append(
-            f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
-            f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
-        )
-    return lines
-
-
-def with_floor_ratio(run: dict, floor: dict | None) -> dict:
-    if run["backend"] != FLOOR and floor and floor["rps"]:
-        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
-    return run
 
 
 class Command(BaseCommand):
@@ -189,6 +94,11 @@ class Command(BaseCommand):
             default="",
             help="write the self-contained HTML report here (e.g. artifacts/report.html)",
         )
+        self.add_fault_arguments(parser)
+
+    @staticmethod
+    def add_fault_arguments(parser) -> None:
+        """--fault and --unfenced, after the others."""
         parser.add_argument(
             "--fault",
             choices=FAULT_NAMES,
@@ -225,44 +135,21 @@ class Command(BaseCommand):
         unfenced: bool = False,
         **options,
     ):
-        if scenario not in SCENARIOS:
-            raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
-        if backends.strip() == "all":
-            backends = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
-        names = [name.strip() for name in backends.split(",") if name.strip()]
-        unknown = [name for name in names if name not in STRATEGIES]
-        if not names or unknown:
-            raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
-        if len(set(names)) != len(names):
-            raise CommandError(f"--backends names a backend twice: {backends}")
-        if timeout is None:
-            timeout = max(BurstPlan.timeout_s, requests * 0.05)
-        if locust_processes is None:
-            locust_processes = default_locust_processes(scenario=scenario, requests=requests)
-        for flag, value, least in (
-            ("--requests", requests, 1),
-            ("--stock", stock, 0),
-            ("--users", users, 1),
-            ("--workers", workers, 1),
-            ("--threads", threads, 1),
-            ("--pods", pods, 1),
-            ("--locust-processes", locust_processes, 1),
-            ("--repeat", repeat, 1),
-            ("--timeout", timeout, 1),
-        ):
-            if value < least:
-                raise CommandError(f"{flag} must be {least} or more, not {value:g}")
-        if locust_processes > requests:
-            raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
-        if not SKU_PATTERN.match(sku):
-            raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
-        for flag, value, example in (
-            ("--json", json_path, "artifacts/burst.json"),
-            ("--report", report_path, "artifacts/report.html"),
-        ):
-            if value and Path(value).is_dir():
-                raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
-        self.check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
+        names = backend_names(scenario=scenario, backends=backends)
+        timeout, locust_processes = check_numbers(
+            scenario=scenario,
+            requests=requests,
+            stock=stock,
+            users=users,
+            workers=workers,
+            threads=threads,
+            pods=pods,
+            locust_processes=locust_processes,
+            repeat=repeat,
+            timeout=timeout,
+        )
+        check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
             requests=requests,
             stock=stock,
@@ -279,6 +166,31 @@ class Command(BaseCommand):
             fenced=not unfenced,
         )
         started_at = timezone.now()
+        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
+        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
+        self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
+        self.check_runs(runs, fault=fault, unfenced=unfenced)
+
+    def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
+        """Say what --unfenced was expected to show; refuse (exit non-zero) when a run broke an invariant."""
+        broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
+        if unfenced and fault in OVERSELL_UNFENCED:
+            oversold = sum(run["oversold"] for run in runs)
+            self.stdout.write(
+                f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
+                + (
+                    f"the audit found {oversold} unit(s) oversold, which the fence prevents"
+                    if oversold
+                    else "this time no unit was oversold (the race was not hit)"
+                )
+            )
+        if broken:
+            raise CommandError(f"invariants broken: {', '.join(broken)}")
+
+    def run_rows(self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
+        """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
+        strategies need running; each row printed as it ends."""
+        fault = plan.fault
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
@@ -293,9 +205,9 @@ class Command(BaseCommand):
                     self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
                 self.stdout.write(
-                    f"{scenario}: {requests} purchases per row, {plan.sale_stock} units, {pods} pod(s) × {workers} "
-                    f"workers × {threads} threads, pool {plan.pool_max_size} per worker, "
-                    f"{locust_processes} Locust process(es)"
+                    f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
+                    f"× {plan.workers} workers × {plan.threads} threads, pool {plan.pool_max_size} per worker, "
+                    f"{plan.locust_processes} Locust process(es)"
                 )
                 if fault:
                     self.stdout.write(
@@ -319,55 +231,16 @@ class Command(BaseCommand):
         finally:
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
-        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
-        document = self.document(rows, started_at)
+        return runs
+
+    def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
+        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""
         if json_path:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
             Path(json_path).write_text(json.dumps(document, indent=2) + "\n")
         if report_path:
             written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
             self.stdout.write(f"report: {written}")
-        broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
-        if unfenced and fault in OVERSELL_UNFENCED:
-            oversold = sum(run["oversold"] for run in runs)
-            self.stdout.write(
-                f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
-                + (
-                    f"the audit found {oversold} unit(s) oversold, which the fence prevents"
-                    if oversold
-                    else "this time no unit was oversold (the race was not hit)"
-                )
-            )
-        if broken:
-            raise CommandError(f"invariants broken: {', '.join(broken)}")
-
-    @staticmethod
-    def check_fault(*, fault: str | None, unfenced: bool, scenario: str, names: list[str]) -> None:
-        """Refuse a fault outside the deep scenario or with a strategy it means nothing for, and
-        --unfenced with a strategy that has no storage check to switch off."""
-        if unfenced:
-            plain = [name for name in names if not issubclass(strategy_class(name), FencedLockStrategy)]
-            if plain:
-                fenced = [name for name in STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
-                raise CommandError(
-                    f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
-                    f"use --backends from {','.join(fenced)}"
-                )
-        if fault is None:
-            return
-        if fault not in FAULT_NAMES:
-            raise CommandError(f"unknown fault {fault!r}: use one of {', '.join(FAULT_NAMES)}")
-        if scenario != "deep":
-            raise CommandError(
-                f"--fault runs in the deep scenario (every purchase through the lock): "
-                f"use --scenario deep, not {scenario}"
-            )
-        wrong = [name for name in names if name not in FAULT_STRATEGIES[fault]]
-        if wrong:
-            raise CommandError(
-                f"--fault {fault} does not apply to {', '.join(wrong)}: "
-                f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}"
-            )
 
     def run_one(self, name: str, plan: BurstPlan) -> dict:
         try:

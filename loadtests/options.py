@@ -1,0 +1,107 @@
+"""The checks ``manage.py flashsale`` makes of its options before anything starts; each refuses
+with :class:`~django.core.management.base.CommandError`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from django.core.management.base import CommandError
+
+from inventory.backends import STRATEGIES, strategy_class
+from inventory.backends.fenced import FencedLockStrategy
+from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES
+
+from .burst import SCENARIOS, BurstPlan, default_locust_processes
+
+SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+
+
+def backend_names(*, scenario: str, backends: str) -> list[str]:
+    """The strategies --backends names (all: every one that is not a control), after checking --scenario."""
+    if scenario not in SCENARIOS:
+        raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
+    if backends.strip() == "all":
+        backends = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
+    names = [name.strip() for name in backends.split(",") if name.strip()]
+    unknown = [name for name in names if name not in STRATEGIES]
+    if not names or unknown:
+        raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
+    if len(set(names)) != len(names):
+        raise CommandError(f"--backends names a backend twice: {backends}")
+    return names
+
+
+def check_numbers(
+    *,
+    scenario: str,
+    requests: int,
+    stock: int,
+    users: int,
+    workers: int,
+    threads: int,
+    pods: int,
+    locust_processes: int | None,
+    repeat: int,
+    timeout: float | None,
+) -> tuple[float, int]:
+    """Refuse a number below its least value; the timeout and Locust processes, defaults filled in."""
+    if timeout is None:
+        timeout = max(BurstPlan.timeout_s, requests * 0.05)
+    if locust_processes is None:
+        locust_processes = default_locust_processes(scenario=scenario, requests=requests)
+    for flag, value, least in (
+        ("--requests", requests, 1),
+        ("--stock", stock, 0),
+        ("--users", users, 1),
+        ("--workers", workers, 1),
+        ("--threads", threads, 1),
+        ("--pods", pods, 1),
+        ("--locust-processes", locust_processes, 1),
+        ("--repeat", repeat, 1),
+        ("--timeout", timeout, 1),
+    ):
+        if value < least:
+            raise CommandError(f"{flag} must be {least} or more, not {value:g}")
+    if locust_processes > requests:
+        raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
+    return timeout, locust_processes
+
+
+def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
+    """Refuse a --sku that is not a plain name, and a --json or --report that is a folder."""
+    if not SKU_PATTERN.match(sku):
+        raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
+    for flag, value, example in (
+        ("--json", json_path, "artifacts/burst.json"),
+        ("--report", report_path, "artifacts/report.html"),
+    ):
+        if value and Path(value).is_dir():
+            raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
+
+
+def check_fault(*, fault: str | None, unfenced: bool, scenario: str, names: list[str]) -> None:
+    """Refuse a fault outside the deep scenario or with a strategy it means nothing for, and
+    --unfenced with a strategy that has no storage check to switch off."""
+    if unfenced:
+        plain = [name for name in names if not issubclass(strategy_class(name), FencedLockStrategy)]
+        if plain:
+            fenced = [name for name in STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
+            raise CommandError(
+                f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
+                f"use --backends from {','.join(fenced)}"
+            )
+    if fault is None:
+        return
+    if fault not in FAULT_NAMES:
+        raise CommandError(f"unknown fault {fault!r}: use one of {', '.join(FAULT_NAMES)}")
+    if scenario != "deep":
+        raise CommandError(
+            f"--fault runs in the deep scenario (every purchase through the lock): use --scenario deep, not {scenario}"
+        )
+    wrong = [name for name in names if name not in FAULT_STRATEGIES[fault]]
+    if wrong:
+        raise CommandError(
+            f"--fault {fault} does not apply to {', '.join(wrong)}: "
+            f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}"
+        )

@@ -1,0 +1,70 @@
+"""What a burst row is asked to do: the scenarios, the plan's sizing, its error and the live progress it reports."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+FLOOR = "floor"
+SCENARIOS = ("spike", "deep", "flash")
+SAMPLE_INTERVAL_S = 0.25
+#: Shoppers one Locust process releases within the arrival target on this machine (measured).
+SHOPPERS_PER_PROCESS = 2500
+#: Seconds a shopper's preparation may take at most, on top of a fixed allowance.
+PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
+
+
+class BurstError(RuntimeError):
+    """The burst could not be run (a process did not start, a service is missing)."""
+
+
+@dataclass(frozen=True)
+class BurstPlan:
+    requests: int
+    stock: int
+    scenario: str = "spike"
+    sku: str = "flash-burst"
+    pods: int = 1
+    users: int = 100  # closed-loop concurrency (deep, flash), across all Locust processes
+    workers: int = 4
+    threads: int = 4
+    pool_max_size: int = 4  # connections per gunicorn worker process
+    pool_timeout_s: float = 1.0
+    locust_processes: int = 1
+    max_retries: int = 3
+    countdown_s: float = 1.0
+    timeout_s: float = 180.0
+    fault: str | None = None  # a name of inventory.faults.FAULT_NAMES, injected into every row
+    fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
+
+    @property
+    def sale_stock(self) -> int:
+        """Units on sale: ``deep`` puts one on the shelf per purchase, so every purchase reaches the strategy."""
+        return self.requests if self.scenario == "deep" else self.stock
+
+    @property
+    def prepare_timeout_s(self) -> float:
+        return PREPARE_ALLOWANCE_S + PREPARE_PER_SHOPPER_S * self.requests
+
+
+def default_locust_processes(*, scenario: str, requests: int) -> int:
+    """Enough processes for the spike to leave within its target; one for the closed loops."""
+    return max(1, math.ceil(requests / SHOPPERS_PER_PROCESS)) if scenario == "spike" else 1
+
+
+@dataclass
+class Progress:
+    """What the live progress line shows; handed to the caller's callback every sample."""
+
+    backend: str
+    requests: int
+    phase: str = "starting"  # starting, preparing, countdown, burst
+    prepared: int = 0
+    sent: int = 0
+    answered: int = 0
+    stock: int | None = None
+    opens_in_s: float = 0.0
+    elapsed_s: float = 0.0  # since the opening
+    finished: bool = False  # the last sample: every Locust process has exited
+    opened_at: float | None = None  # wall clock of the opening
+    samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)

@@ -1,0 +1,103 @@
+"""The report's shared ground: where it is written, its error, and the small number helpers every part uses."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+#: Where ``make demo`` and ``manage.py report`` write the report; the admin dashboard links it.
+LATEST_REPORT = Path(__file__).resolve().parents[2] / "artifacts" / "report.html"
+
+
+DEFAULT_JSON = LATEST_REPORT.with_name("burst.json")
+
+
+STYLE = (Path(__file__).resolve().parent / "report.css").read_text()
+
+
+#: Strategies that exist to fail: overselling is what they are meant to show.
+CONTROLS = {"local", "unsafe"}
+
+
+MISSING = "–"
+
+
+_SUMMARY = re.compile(r'<script type="application/json" id="report-summary">(.*?)</script>', re.S)
+
+
+class ReportError(ValueError):
+    """The burst JSON cannot be rendered; the message says what is wrong with it."""
+
+
+# Reading figures: every key may be missing, and a present key may hold something unexpected.
+
+
+def number(value: object) -> float | None:
+    """``value`` if it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def figure(run: dict, key: str) -> float | None:
+    """``run[key]`` if it is a finite number, else None."""
+    return number(run.get(key))
+
+
+def status_count(run: dict, status: str) -> int | None:
+    counts = run.get("status_counts")
+    if not isinstance(counts, dict):
+        return None
+    value = counts.get(status, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def timing(run: dict, part: str, quantile: str) -> float | None:
+    split = run.get("server_timing")
+    if not isinstance(split, dict) or not isinstance(split.get(part), dict):
+        return None
+    return figure(split[part], quantile)
+
+
+def count(value: float) -> str:
+    """1912 → "1,912"."""
+    return f"{value:,.0f}"
+
+
+def ms(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def plural(n: float, one: str, many: str) -> str:
+    return f"{count(n)} {one if n == 1 else many}"
+
+
+def validate(data: object) -> list[dict]:
+    """The runs of a burst document; :class:`ReportError` saying what is wrong otherwise."""
+    if not isinstance(data, dict):
+        raise ReportError(f'the top level must be a JSON object with a "runs" list, not {type(data).__name__}')
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        raise ReportError('there is no "runs" list at the top level')
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise ReportError(f"runs[{i}] must be an object, not {type(run).__name__}")
+        if not isinstance(run.get("backend"), str) or not run["backend"].strip():
+            raise ReportError(f'runs[{i}] has no "backend" name')
+    return runs
+
+
+def with_floor_ratios(runs: list[dict]) -> list[dict]:
+    """The runs, each with ``floor_ratio`` filled from the first floor row when the JSON lacks it."""
+    floor_rps = next((figure(r, "rps") for r in runs if r["backend"] == "floor" and figure(r, "rps")), None)
+    filled = []
+    for run in runs:
+        if run["backend"] != "floor" and figure(run, "floor_ratio") is None and floor_rps and figure(run, "rps"):
+            run = {**run, "floor_ratio": figure(run, "rps") / floor_rps}
+        filled.append(run)
+    return filled

@@ -1,0 +1,184 @@
+"""The report's SVG figures: the floor chart, timelines, rates, histograms and the time split."""
+
+from __future__ import annotations
+
+import itertools
+
+from . import svg
+from .base import count, figure, ms, number, ratio, timing
+from .sentences import phases
+from .views import View, cell, esc
+
+
+def _floor_chart(shown: list[View]) -> str:
+    bars = [
+        (v.label, figure(v.run, "floor_ratio"), v.colour)
+        for v in shown
+        if v.name != "floor" and figure(v.run, "floor_ratio") is not None
+    ]
+    if not bars:
+        return ""
+    desc = "; ".join(f"{label}: {ratio(value)} the floor's throughput" for label, value, _ in bars)
+    chart = svg.hbar_chart(
+        [(label, [("", value)]) for label, value, _ in bars],
+        colours=[c for _, _, c in bars],
+        unit="× the floor's requests/s",
+        title="Throughput as a share of the floor",
+        desc=desc,
+        reference=("floor", 1.0),
+        value_format=ratio,
+    )
+    return f'<figure class="card overview"><figcaption>Throughput as a share of the floor</figcaption>{chart}</figure>'
+
+
+def _timeline_rows(run: dict) -> list[list]:
+    rows = run.get("timeline")
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, list) and r and number(r[0]) is not None]
+
+
+def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
+    """(seconds, stock left) from the timeline, or (seconds, purchases answered) for the floor row
+    (which touches no stock) and when no stock was sampled; with the label of what is plotted."""
+    rows = _timeline_rows(run)
+    columns = ((1, "units left"), (3, "purchases answered"), (2, "purchases sent"))
+    for column, label in columns[1:] if run.get("backend") == "floor" else columns:
+        points = [(r[0], r[column]) for r in rows if len(r) > column and number(r[column]) is not None]
+        if points:
+            return points, label
+    return [], "units left"
+
+
+def _timeline_figure(v: View) -> str:
+    run = v.run
+    points, label = _timeline_points(run)
+    found = phases(run)
+    what = "Stock over time" if label == "units left" else f"{label.capitalize()} over time"
+    if points:
+        desc = (
+            f"{label} from {count(points[0][1])} at {points[0][0]:.1f} s to {count(points[-1][1])} "
+            f"at {points[-1][0]:.1f} s"
+        )
+        sold_out = figure(run, "sold_out_after_s")
+        if sold_out is not None:
+            desc += f"; sold out after {sold_out:.1f} s"
+    else:
+        return (
+            f'<figure class="card"><figcaption>{esc(what)}</figcaption><p class="no-chart">This run has no '
+            "timeline.</p></figure>"
+        )
+    if found:
+        desc += "; phases: " + ", ".join(f"{p['name']} {p['start_s']:.1f}–{p['end_s']:.1f} s" for p in found)
+    chart = svg.timeline_chart(
+        points, phases=found, colour=v.colour, title=f"{v.label}: {what.lower()}", y_label=label, desc=desc
+    )
+    return f'<figure class="card"><figcaption>{esc(what)}</figcaption>{chart}</figure>'
+
+
+def _rate_figure(v: View) -> str:
+    """Purchases answered per second between samples, for fault runs (where the dip is the story)."""
+    found = phases(v.run)
+    rows = [r for r in _timeline_rows(v.run) if len(r) > 3 and number(r[3]) is not None]
+    if not found or len(rows) < 2:
+        return ""
+    points = [(b[0], max(0.0, (b[3] - a[3]) / (b[0] - a[0]))) for a, b in itertools.pairwise(rows) if b[0] > a[0]]
+    if not points:
+        return ""
+    by_phase = []
+    for p in found:
+        inside = [rate for t, rate in points if p["start_s"] < t <= p["end_s"]]
+        if inside:
+            by_phase.append(f"{p['name']}: {count(sum(inside) / len(inside))} answers/s on average")
+    chart = svg.timeline_chart(
+        points,
+        phases=found,
+        colour=v.colour,
+        title=f"{v.label}: purchases answered per second",
+        y_label="answers/s",
+        desc="; ".join(by_phase) or "no samples inside the phases",
+    )
+    return f'<figure class="card"><figcaption>Purchases answered per second</figcaption>{chart}</figure>'
+
+
+def _histogram_figure(v: View) -> str:
+    run = v.run
+    raw = run.get("latency_histogram_ms")
+    buckets = sorted(
+        (b[0], b[1])
+        for b in (raw if isinstance(raw, list) else [])
+        if isinstance(b, list) and len(b) == 2 and number(b[0]) is not None and isinstance(b[1], int)
+    )
+    known = {q: figure(run, f"{q}_ms") for q in ("p50", "p95", "p99") if figure(run, f"{q}_ms") is not None}
+    said = ", ".join(f"{q} {ms(value)} ms" for q, value in known.items())
+    if not buckets:
+        return (
+            f'<figure class="card"><figcaption>Latency</figcaption><p class="no-chart">This run has no latency '
+            f"histogram{'; ' + esc(said) if said else ''}.</p></figure>"
+        )
+    busiest = max(buckets, key=lambda b: b[1])
+    desc = (
+        f"{count(sum(c for _, c in buckets))} purchase requests in {len(buckets)} buckets; most "
+        f"({count(busiest[1])}) took up to {ms(busiest[0])} ms; {said or 'no percentiles'}"
+    )
+    chart = svg.histogram_chart(
+        buckets, colour=v.colour, percentiles=known, title=f"{v.label}: latency of purchase requests", desc=desc
+    )
+    table = "".join(f'<tr><td>≤ {ms(u)}</td><td class="num">{count(c)}</td></tr>' for u, c in buckets if c)
+    return (
+        f'<figure class="card"><figcaption>Latency distribution <small>(purchase POSTs)</small></figcaption>{chart}'
+        '<details><summary>Counts per bucket</summary><table class="small"><thead><tr><th scope="col">ms</th>'
+        f'<th scope="col">requests</th></tr></thead><tbody>{table}</tbody></table></details></figure>'
+    )
+
+
+def _floor_share(v: View) -> str:
+    rps = figure(v.run, "rps")
+    if v.name == "floor":
+        return f'<p class="share-text">Throughput: {cell(rps)} requests/s, the floor (1×).</p>'
+    value = figure(v.run, "floor_ratio")
+    if value is None:
+        return f'<p class="share-text">Throughput: {cell(rps)} requests/s; no floor row to compare with.</p>'
+    desc = f"{ratio(value)} the floor's throughput" + (f" ({count(rps)} requests/s)" if rps is not None else "")
+    chart = svg.hbar_chart(
+        [("throughput", [("", value)])],
+        colours=[v.colour],
+        unit="× the floor's requests/s",
+        title=f"{v.label}: throughput as a share of the floor",
+        desc=desc,
+        reference=("floor", 1.0),
+        value_format=ratio,
+    )
+    return (
+        f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>'
+        f"{chart}</figure>"
+    )
+
+
+def _split_figure(v: View) -> str:
+    run = v.run
+    parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"), ("total", "total_ms")]
+    rows = []
+    for label, key in parts:
+        p50, p99 = timing(run, key, "p50"), timing(run, key, "p99")
+        if key.startswith("lock") and not (p50 or p99):
+            continue  # no lock was taken: a zero bar would only crowd the others
+        if p50 is not None or p99 is not None:
+            rows.append((label, [("p50", p50 or 0.0), ("p99", p99 or 0.0)]))
+    if not rows:
+        return (
+            '<figure class="card"><figcaption>Server-side split</figcaption><p class="no-chart">This run has no '
+            "Server-Timing figures.</p></figure>"
+        )
+    desc = "; ".join(f"{label}: p50 {ms(bars[0][1])} ms, p99 {ms(bars[1][1])} ms" for label, bars in rows)
+    locked = any(label.startswith("lock") for label, _ in rows)
+    note = "lock hold includes the database work done under the lock" if locked else "no lock taken"
+    chart = svg.hbar_chart(
+        rows,
+        colours=["#94a3b8", "#334155"],
+        unit="ms on the server",
+        title=f"{v.label}: where a request's server time went",
+        desc=desc,
+        value_format=ms,
+    )
+    return f'<figure class="card"><figcaption>Server-side split <small>({note})</small></figcaption>{chart}</figure>'

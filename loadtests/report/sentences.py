@@ -1,0 +1,178 @@
+"""The report's words: one sentence per run, its phases, and what a crash would keep (durability)."""
+
+from __future__ import annotations
+
+from .base import CONTROLS, count, figure, ms, plural, ratio, status_count, timing, validate, with_floor_ratios
+
+# The sentence: what this run showed, from its own figures only.
+
+
+def sentence(run: dict) -> str:
+    """One plain sentence saying what ``run`` showed: first whether the stock came out right, then
+    what it cost (connections, conflicts, busy answers, lock waits, throughput against the floor),
+    then what a fault did. Figures the run lacks are left out, never guessed."""
+    name = str(run.get("backend"))
+    rps = figure(run, "rps")
+    if name == "floor":
+        said = f"{count(rps)} requests/s" if rps is not None else "no throughput figure"
+        return f"floor: {said} with no storage touched; every ratio in this report is against it."
+    outcome = _outcome(run, name)
+    costs = _costs(run, name)
+    text = (
+        f"{name}: {'; '.join(filter(None, [', '.join(outcome), ', '.join(costs)]))}"
+        if outcome or costs
+        else f"{name}: this run carries no figures"
+    )
+    fault = _fault(run)
+    return f"{text}{'; ' + fault if fault else ''}."
+
+
+def _outcome(run: dict, name: str) -> list[str]:
+    parts = []
+    oversold, lost, undersold = figure(run, "oversold"), figure(run, "lost"), figure(run, "undersold")
+    hits, errors = figure(run, "constraint_hits"), figure(run, "errors_5xx")
+    orders, initial, final = figure(run, "orders"), figure(run, "stock_initial"), figure(run, "stock_final")
+    if oversold:
+        detail = f" ({count(orders)} orders for {count(initial)} units)" if orders is not None and initial else ""
+        parts.append(f"oversold {plural(oversold, 'unit', 'units')}{detail}")
+    if lost:
+        parts.append(f"lost {plural(lost, 'unit', 'units')} (stock fell by more than was ordered)")
+    if undersold:
+        parts.append(f"left {plural(undersold, 'unit', 'units')} unsold while shoppers were told sold out")
+    if hits:
+        parts.append(f"{plural(hits, 'write', 'writes')} stopped only by a database constraint")
+    if errors:
+        parts.append(plural(errors, "server error", "server errors"))
+    if parts:
+        return parts
+    if name in CONTROLS and oversold == 0:
+        return ["did not oversell this time (the race it exists to show was not hit)"]
+    if initial is not None and final is not None:
+        sold = initial - final
+        return [f"sold {count(sold)} of {count(initial)} units{', none oversold' if oversold == 0 else ''}"]
+    return []
+
+
+def _costs(run: dict, name: str) -> list[str]:
+    parts = []
+    peak = figure(run, "peak_db_connections")
+    if name == "db" and peak is not None:
+        parts.append(f"{plural(peak, 'database connection', 'database connections')} at peak")
+    conflicts, retries, busy = figure(run, "conflicts"), figure(run, "retries"), status_count(run, "503")
+    if conflicts:
+        parts.append(plural(conflicts, "conflict", "conflicts"))
+    if retries:
+        parts.append(plural(retries, "retry", "retries"))
+    if busy:
+        parts.append(f"{plural(busy, 'shopper', 'shoppers')} told busy")
+    wait = timing(run, "lock_wait_ms", "p99")
+    if wait:
+        parts.append(f"p99 lock wait {ms(wait)} ms")
+    floor_ratio, rps = figure(run, "floor_ratio"), figure(run, "rps")
+    if floor_ratio is not None:
+        parts.append(f"{ratio(floor_ratio)} floor")
+    elif rps is not None:
+        parts.append(f"{count(rps)} requests/s")
+    return parts
+
+
+def _fault(run: dict) -> str:
+    during = next((p for p in phases(run) if p["name"] == "during"), None)
+    if during is None:
+        return ""
+    fault = str(run.get("fault") or "the fault")
+    counts = during.get("status_counts") if isinstance(during.get("status_counts"), dict) else {}
+    busy = counts.get("503", 0) if isinstance(counts.get("503", 0), int) else 0
+    said = [f"{plural(busy, 'shopper', 'shoppers')} told busy"]
+    answers = during.get("busy_answers")
+    if isinstance(answers, int) and not isinstance(answers, bool) and answers > busy:
+        # Shoppers resend a 503 + Retry-After: the final status hides the busy answers they got.
+        said.append(f"{plural(answers, 'busy answer', 'busy answers')} in all, resent")
+    if figure(during, "p99_ms") is not None:
+        said.append(f"p99 {ms(figure(during, 'p99_ms'))} ms")
+    resumed = figure(run, "resumed_after_s")
+    tail = f", served again {resumed:.1f} s after it" if resumed is not None else ""
+    return f"during {fault}: {', '.join(said)}{tail}"
+
+
+def sentences(data: dict) -> list[str]:
+    """One :func:`sentence` per run of a burst document, in its order."""
+    return [sentence(run) for run in with_floor_ratios(validate(data))]
+
+
+def phases(run: dict) -> list[dict]:
+    """The run's fault phases that have a name and numeric, ordered bounds."""
+    found = run.get("phases")
+    if not isinstance(found, list):
+        return []
+    return [
+        p
+        for p in found
+        if isinstance(p, dict)
+        and isinstance(p.get("name"), str)
+        and figure(p, "start_s") is not None
+        and figure(p, "end_s") is not None
+        and p["end_s"] >= p["start_s"]
+    ]
+
+
+# How durable each strategy's lock state is.
+
+
+def redis_persistence(machine: dict) -> str:
+    """What the machine's Redis keeps across a restart, from ``machine["redis_persistence"]``."""
+    config = machine.get("redis_persistence")
+    if not isinstance(config, dict):
+        return "its persistence was not recorded"
+    save, appendonly = config.get("save"), config.get("appendonly")
+    if appendonly == "yes":
+        return f"append-only file on, appendfsync {config.get('appendfsync', 'everysec')}"
+    if save == "" and appendonly == "no":
+        return "this machine's Redis keeps nothing across a restart (no snapshots, no append-only file)"
+    if save:
+        return f"snapshots only (save {save}): keys written since the last snapshot are lost on a crash"
+    return "its persistence was not recorded"
+
+
+def durability(name: str, machine: dict) -> str:
+    """How durable the lock (or guard) state of strategy ``name`` is, as one or two sentences."""
+    redis = redis_persistence(machine)
+    facts = {
+        "floor": "No lock and no storage: nothing to keep.",
+        "db": "The row lock lives in PostgreSQL for one transaction; stock and orders go to its write-ahead "
+        "log, flushed at commit. A crash aborts the holder's transaction and frees the lock; nothing "
+        "committed is lost.",
+        "optimistic": "No lock: the version column in PostgreSQL (write-ahead log, flushed at commit) is the "
+        "whole guard.",
+        "redis": f"The lock key lives in one Redis; {redis}. A restart or a failover to a replica that never "
+        "saw the key frees the lock early; the fence in PostgreSQL still refuses the stale holder's write.",
+        "redlock": 'Five private redis-server nodes run with --save "" --appendonly no: a restarted node comes '
+        "back empty, so restarting a majority within one TTL lets a second holder in; the fence in "
+        "PostgreSQL refuses the late write.",
+        "etcd": "The lock key is a Raft write, fsynced to the write-ahead log on disk of a majority of the "
+        "three members before it is acknowledged: it survives restarts. Its lease can still expire "
+        "while a holder is paused; the fence (its create revision) refuses the late write.",
+        "atomic": "No lock: one conditional UPDATE in PostgreSQL (write-ahead log, flushed at commit).",
+        "redis-stock": f"The stock counter lives in Redis; {redis}. Orders are written to PostgreSQL after the "
+        "decrement, so a Redis restart leaves the two apart until `reconcile` rebuilds the "
+        "counter from the database.",
+        "local": "A threading.Lock in each gunicorn worker's memory: gone with the process and never shared "
+        "between processes or pods.",
+        "unsafe": "No lock at all.",
+    }
+    return facts.get(name, "Not recorded for this strategy.")
+
+
+#: (strategy, where its guard state lives) for the fact table, in the order the design lists them.
+GUARD_STATE = [
+    ("floor", "nowhere"),
+    ("db", "PostgreSQL row lock (one transaction)"),
+    ("optimistic", "PostgreSQL version column"),
+    ("redis", "one Redis key"),
+    ("redlock", "five private Redis nodes"),
+    ("etcd", "three etcd members (Raft)"),
+    ("atomic", "PostgreSQL conditional UPDATE"),
+    ("redis-stock", "a Redis counter, orders in PostgreSQL"),
+    ("local", "process memory"),
+    ("unsafe", "nowhere"),
+]

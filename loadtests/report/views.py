@@ -1,0 +1,44 @@
+"""How the page names and shows each run: escaping, empty cells, and one View per run."""
+
+from __future__ import annotations
+
+import re
+from html import escape
+
+from inventory.charts import colour_for
+
+from .base import MISSING, count
+from .sentences import sentence
+
+
+def esc(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def cell(value: float | None, formatter=count) -> str:
+    return MISSING if value is None else formatter(value)
+
+
+class View:
+    """One run as the page shows it: its figures, a label unique on the page, its sentence, colour and anchor."""
+
+    def __init__(self, run: dict, *, index: int, label: str):
+        self.run, self.name, self.label = run, run["backend"], label
+        self.sentence = sentence(run)
+        self.colour = colour_for(self.name, index)
+        self.anchor = f"run-{index + 1}-{re.sub(r'[^a-z0-9]+', '-', self.name.lower()).strip('-')}"
+
+
+def views(runs: list[dict]) -> list[View]:
+    """A view per run; a backend that ran more than once is labelled by its fault or scenario too."""
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run["backend"]] = seen.get(run["backend"], 0) + 1
+    made = []
+    for i, run in enumerate(runs):
+        label = run["backend"]
+        if seen[label] > 1:
+            detail = run.get("fault") or run.get("scenario")
+            label += f" ({detail if isinstance(detail, str) and detail else f'run {i + 1}'})"
+        made.append(View(run, index=i, label=label))
+    return made

@@ -1,0 +1,99 @@
+"""The table ``manage.py flashsale`` prints: one row per run, a fault run's phases under it, the ratio to the floor."""
+
+from __future__ import annotations
+
+from .burst import FLOOR
+
+COLUMNS = [
+    ("backend", 11),
+    ("requests", 8),
+    ("2xx", 5),
+    ("409", 5),
+    ("503", 4),
+    ("5xx", 3),
+    ("net", 3),
+    ("stock", 5),
+    ("orders", 6),
+    ("oversold", 8),
+    ("undersold", 9),
+    ("window s", 8),
+    ("drain s", 7),
+    ("sold out s", 10),
+    ("rps", 6),
+    ("×floor", 6),
+    ("p50 ms", 6),
+    ("p99 ms", 6),
+    ("lock p99", 8),
+    ("db p99", 6),
+    ("conns", 5),
+    ("ok", 3),
+]
+
+
+def table_row(values: list) -> str:
+    cells = ("-" if value is None else str(value) for value in values)
+    return "  ".join(
+        cell.rjust(width) if i else cell.ljust(width)
+        for i, ((_, width), cell) in enumerate(zip(COLUMNS, cells, strict=False))
+    )
+
+
+def fixed(value, digits: int = 0):
+    return None if value is None else f"{value:.{digits}f}"
+
+
+def run_cells(run: dict) -> list:
+    counts = run["status_counts"]
+    floor = run["backend"] == FLOOR
+    timing = run.get("server_timing") or {}
+    return [
+        run["backend"] + (f" #{run['round']}" if run.get("round") else ""),
+        run["requests"],
+        sum(n for status, n in counts.items() if status.startswith("2")),
+        counts.get("409", 0),
+        counts.get("503", 0),
+        run["errors_5xx"],
+        run["transport_errors"],
+        None if floor else run["stock_final"],
+        None if floor else run["orders"],
+        None if floor else run["oversold"],
+        None if floor else run["undersold"],
+        fixed(run["arrival_window_s"], 2),
+        fixed(run["drain_s"], 2),
+        fixed(run["sold_out_after_s"], 2),
+        fixed(run["rps"]),
+        fixed(run["floor_ratio"], 2),
+        fixed(run["p50_ms"]),
+        fixed(run["p99_ms"]),
+        fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1),
+        fixed((timing.get("db_ms") or {}).get("p99"), 1),
+        run["peak_db_connections"],
+        "yes" if run["invariants_ok"] else "NO",
+    ]
+
+
+def phase_lines(run: dict) -> list[str]:
+    """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
+    purchases sent in it, the 503 answers received in it; then the longest lock wait and how soon
+    sales resumed."""
+    lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
+    for phase in run.get("phases") or []:
+        counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
+        lines.append(
+            f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
+            f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}"
+        )
+    if run.get("fault"):
+        resumed = run.get("resumed_after_s")
+        wait = run.get("max_lock_wait_ms")
+        lines.append(
+            f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
+            f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
+        )
+    return lines
+
+
+def with_floor_ratio(run: dict, floor: dict | None) -> dict:
+    if run["backend"] != FLOOR and floor and floor["rps"]:
+        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
+    return run

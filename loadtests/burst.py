@@ -293,30 +293,17 @@ def sizing(plan: BurstPlan) -> dict:
     }
 
 
+#: The run's figures a BurstRun keeps: its fields, but for those ``store`` fills in itself.
+STORED_FIGURES = [
+    field.name for field in BurstRun._meta.concrete_fields if field.name not in {"id", "started_at", "sku", "timeline"}
+]
+
+
 def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
     """Keep the audited row as a :class:`~inventory.models.BurstRun` (the admin's history)."""
     BurstRun.objects.create(
         started_at=started_at,
         sku=plan.sku,
         timeline=figures["timeline"],
-        **{
-            k: row[k]
-            for k in (
-                "backend",
-                "requests",
-                "stock_initial",
-                "stock_final",
-                "orders",
-                "oversold",
-                "undersold",
-                "status_counts",
-                "errors_5xx",
-                "rps",
-                "p50_ms",
-                "p95_ms",
-                "p99_ms",
-                "duration_s",
-                "invariants_ok",
-            )
-        },
+        **{name: row[name] for name in STORED_FIGURES},
     )

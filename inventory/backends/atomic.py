@@ -27,8 +27,7 @@ def take_in_one_statement(
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
             return Attempt(order=replay, replayed=True)
-        cap = Product.objects.values_list("per_customer_limit", flat=True).get(pk=product_id)
-        if not allocate(product_id=product_id, customer=customer, quantity=quantity, cap=cap, within_cap_only=True):
+        if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
             return Attempt(refusal=Refusal(Outcome.LIMIT_REACHED))
         on_sale = (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
             Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)

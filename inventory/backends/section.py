@@ -111,18 +111,24 @@ def held_units(product_id: int, customer: str) -> int:
 
 
 ALLOCATE = """
-INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES (%s, %s, %s, %s)
+INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES (%s, %s, %s, {cap})
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap
 """
 # The same, but adding nothing (and returning no row) when the total would pass the cap.
 ALLOCATE_WITHIN_CAP = ALLOCATE + " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
+# The cap when the caller has not read the product: its limit, read by the same statement.
+PRODUCT_LIMIT = "(SELECT per_customer_limit FROM inventory_product WHERE id = %s)"
 
 
-def allocate(*, product_id: int, customer: str, quantity: int, cap: int, within_cap_only: bool = False) -> bool:
-    """Add ``quantity`` to the customer's units of the product (the CHECK refuses more than ``cap``)."""
+def allocate(
+    *, product_id: int, customer: str, quantity: int, cap: int | None = None, within_cap_only: bool = False
+) -> bool:
+    """Add ``quantity`` to the customer's units of the product (the CHECK refuses more than ``cap``,
+    by default the product's per-customer limit)."""
+    sql = (ALLOCATE_WITHIN_CAP if within_cap_only else ALLOCATE).format(cap="%s" if cap is not None else PRODUCT_LIMIT)
     with connection.cursor() as cursor:
-        cursor.execute(ALLOCATE_WITHIN_CAP if within_cap_only else ALLOCATE, [product_id, customer, quantity, cap])
+        cursor.execute(sql, [product_id, customer, quantity, product_id if cap is None else cap])
         return cursor.fetchone() is not None if within_cap_only else True
 
 

@@ -5,7 +5,7 @@
 the etcd cluster are the strategies' own services, which ``flashsale`` has started), gives the pods
 the settings that point them at it (:attr:`FaultRun.env`), and, once the pods run, a thread that
 injects the fault when a third of the purchases have been answered, waits the fault's ``hold_s``
-and recovers it. The instants are kept on the wall clock, the clock the Locust processes stamp
+and recovers it. The instants are kept on the wall clock, the clock the Locust workers stamp
 every purchase with, so :meth:`FaultRun.figures` can split the purchases into phases.
 
 Every part it started is stopped on exit, and a fault still injected is recovered first, also

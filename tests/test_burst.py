@@ -13,6 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
+from tests.slots import LOCUST_MASTER_PORT
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,15 @@ def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
     out = StringIO()
     error = None
     try:
-        call_command("flashsale", sku=SKU, json_path=str(path), stdout=out, stderr=StringIO(), **options)
+        call_command(
+            "flashsale",
+            sku=SKU,
+            json_path=str(path),
+            master_port=LOCUST_MASTER_PORT,
+            stdout=out,
+            stderr=StringIO(),
+            **options,
+        )
     except CommandError as exc:
         error = exc
     return json.loads(path.read_text()), out.getvalue(), error
@@ -78,7 +87,7 @@ def assert_floor_row(floor: dict, *, requests: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
+def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     document, printed, error = burst(
         tmp_path,
         scenario="spike",
@@ -86,7 +95,7 @@ def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
         requests=600,
         stock=20,
         pods=2,
-        locust_processes=2,
+        locust_workers=2,
     )
 
     assert error is None, f"{error}\n{printed}"
@@ -191,7 +200,7 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"users": 0}, "--users must be 1 or more"),
         ({"pods": 0}, "--pods must be 1 or more"),
         ({"repeat": 0}, "--repeat must be 1 or more"),
-        ({"locust_processes": 11}, "--locust-processes 11 is more than --requests 10"),
+        ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
     ],

@@ -19,6 +19,7 @@ from inventory.models import BurstRun, Order, Product
 from inventory.nodes import RedisNode
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
 from loadtests.figures import fault_phases, resumed_after
+from tests.slots import LOCUST_MASTER_PORT
 
 SKU = "flash-burst"
 REQUESTS = 600
@@ -66,6 +67,7 @@ def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
             scenario="deep",
             requests=REQUESTS,
             json_path=str(path),
+            master_port=LOCUST_MASTER_PORT,
             stdout=out,
             stderr=StringIO(),
             **options,

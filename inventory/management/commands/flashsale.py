@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -19,6 +20,8 @@ from django.utils import timezone
 from inventory.backends import ServiceError, services_running, strategy_class
 from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
 from inventory.nodes import NodeError
+from inventory.ports import LOCUST_MASTER_PORT
+from loadtests.balancer import BalancerError
 from loadtests.burst import (
     FLOOR,
     SCENARIOS,
@@ -30,7 +33,7 @@ from loadtests.burst import (
     run_row,
 )
 from loadtests.figures import median_run
-from loadtests.options import backend_names, check_fault, check_numbers, check_paths
+from loadtests.options import backend_names, check_balancers, check_fault, check_numbers, check_paths
 from loadtests.report import complete_machine, write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 
@@ -75,10 +78,19 @@ class Command(BaseCommand):
             help=f"threads per gunicorn worker (default {BurstPlan.threads})",
         )
         parser.add_argument(
-            "--locust-processes",
+            "--locust-workers",
             type=int,
             default=None,
-            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)",
+            help="Locust workers under one Locust master (default: one per 2,500 spike shoppers, 1 for closed loops)",
+        )
+        parser.add_argument(
+            "--balancer",
+            default="none",
+            help="how shoppers reach the pods: none (each straight to one) or haproxy; a list "
+            "(none,haproxy) runs every row through each, interleaved",
+        )
+        parser.add_argument(
+            "--master-port", type=int, default=LOCUST_MASTER_PORT, help="the Locust master's port for its workers"
         )
         parser.add_argument("--repeat", type=int, default=1, help="run every row N times; report median and range")
         parser.add_argument(
@@ -126,7 +138,9 @@ class Command(BaseCommand):
         users: int,
         workers: int,
         threads: int,
-        locust_processes: int | None,
+        locust_workers: int | None,
+        balancer: str,
+        master_port: int,
         repeat: int,
         timeout: float | None,
         json_path: str,
@@ -136,7 +150,7 @@ class Command(BaseCommand):
         **options,
     ):
         names = backend_names(scenario=scenario, backends=backends)
-        timeout, locust_processes = check_numbers(
+        timeout, locust_workers = check_numbers(
             scenario=scenario,
             requests=requests,
             stock=stock,
@@ -144,11 +158,12 @@ class Command(BaseCommand):
             workers=workers,
             threads=threads,
             pods=pods,
-            locust_processes=locust_processes,
+            locust_workers=locust_workers,
             repeat=repeat,
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        balancers = check_balancers(balancer, master_port=master_port)
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
             requests=requests,
@@ -160,14 +175,16 @@ class Command(BaseCommand):
             workers=workers,
             threads=threads,
             pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
-            locust_processes=locust_processes,
+            locust_workers=locust_workers,
+            master_port=master_port,
+            balancer=balancers[0],
             timeout_s=timeout,
             fault=fault,
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
-        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
+        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
+        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names], balancers)
         self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
@@ -187,9 +204,11 @@ class Command(BaseCommand):
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
-    def run_rows(self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
-        """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
-        strategies need running; each row printed as it ends."""
+    def run_rows(
+        self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
+    ) -> list[dict]:
+        """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
+        times, with the services the strategies need running; each row printed as it ends."""
         fault = plan.fault
         controls = [name for name in names if strategy_class(name).control]
         if controls:
@@ -207,7 +226,7 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
                     f"× {plan.workers} workers × {plan.threads} threads, pool {plan.pool_max_size} per worker, "
-                    f"{plan.locust_processes} Locust process(es)"
+                    f"Locust master + {plan.locust_workers} worker(s)"
                 )
                 if fault:
                     self.stdout.write(
@@ -216,17 +235,19 @@ class Command(BaseCommand):
                     )
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
-                    floor = None
+                    floors = {}
                     for name in names if fault else [FLOOR, *names]:
-                        run = with_floor_ratio(self.run_one(name, plan), floor)
-                        floor = run if name == FLOOR else floor
-                        if repeat > 1:
-                            run["round"] = round_number
-                        runs.append(run)
-                        self.stdout.write(table_row(run_cells(run)))
-                        for line in phase_lines(run):
-                            self.stdout.write(line)
-        except (ServiceError, NodeError, BurstError, FaultError) as exc:
+                        for balancer in balancers:
+                            run = self.run_one(name, replace(plan, balancer=balancer))
+                            run = with_floor_ratio(run, floors.get(balancer))
+                            floors[balancer] = run if name == FLOOR else floors.get(balancer)
+                            if repeat > 1:
+                                run["round"] = round_number
+                            runs.append(run)
+                            self.stdout.write(table_row(run_cells(run)))
+                            for line in phase_lines(run):
+                                self.stdout.write(line)
+        except (ServiceError, NodeError, BurstError, FaultError, BalancerError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
@@ -252,20 +273,26 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], names: list[str]) -> list[dict]:
-        """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
+    def medians(self, runs: list[dict], names: list[str], balancers: list[str]) -> list[dict]:
+        """Per row and balancer: the median run (:func:`median_run`), every repeat's problems, its
+        ratio to the floor's median through the same balancer."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
-        rows, floor = [], None
+        rows, floors = [], {}
         for name in names:
-            mine = [run for run in runs if run["backend"] == name]
-            row = median_run(mine)
-            row.pop("round", None)
-            row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
-            row["invariants_ok"] = not row["problems"]
-            row["floor_ratio"] = None
-            floor = row if name == FLOOR else floor
-            rows.append(with_floor_ratio(row, floor))
-            self.stdout.write(table_row(run_cells(row)))
+            for balancer in balancers:
+                mine = [run for run in runs if run["backend"] == name and run["balancer"] == balancer]
+                row = median_run(mine)
+                row.pop("round", None)
+                row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
+                row["invariants_ok"] = not row["problems"]
+                row["floor_ratio"] = None
+                floors[balancer] = row if name == FLOOR else floors.get(balancer)
+                rows.append(with_floor_ratio(row, floors[balancer]))
+                self.stdout.write(table_row(run_cells(row)))
+        if FLOOR in names and len(balancers) > 1 and floors[balancers[0]]["rps"]:
+            for balancer in balancers[1:]:
+                ratio = floors[balancer]["rps"] / floors[balancers[0]]["rps"]
+                self.stdout.write(f"median floor through {balancer}: {ratio:.2f}× the floor through {balancers[0]}")
         return rows
 
     @staticmethod

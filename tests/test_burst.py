@@ -203,6 +203,9 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
+        ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
+        ({"balancer": "haproxy,haproxy"}, "each once"),
+        ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),
     ],
 )
 def test_bad_arguments_start_nothing(options, message, tmp_path):
@@ -215,3 +218,27 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
     assert not path.exists()
     assert not Product.objects.filter(sku=SKU).exists()
     assert not BurstRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_through_haproxy_interleave_with_direct_ones_and_say_so(tmp_path):
+    document, printed, error = burst(
+        tmp_path, scenario="spike", backends="db", requests=400, stock=20, pods=2, balancer="none,haproxy"
+    )
+
+    assert error is None, f"{error}\n{printed}"
+    runs = document["runs"]
+    assert [(run["backend"], run["balancer"]) for run in runs] == [
+        ("floor", "none"),
+        ("floor", "haproxy"),
+        ("db", "none"),
+        ("db", "haproxy"),
+    ]
+    for run in runs:
+        assert run["locust_workers"] == 1 and run["invariants_ok"] is True, run["problems"]
+        assert run["requests"] == run["server_purchases"] == 400  # HAProxy resent no POST
+        assert run["arrival_window_s"] <= 1.0 and run["transport_errors"] == 0
+    via_haproxy = runs[3]
+    assert via_haproxy["status_counts"]["201"] == 20 and via_haproxy["oversold"] == 0
+    assert via_haproxy["floor_ratio"] == pytest.approx(via_haproxy["rps"] / runs[1]["rps"], rel=0.01)
+    assert Order.objects.filter(product__sku=SKU).count() == 20

@@ -27,6 +27,7 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from .nodes import RedisNode, RedisNodes
+from .procfs import process_state
 from .replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
@@ -241,31 +242,6 @@ class PauseWorker(Fault):
         # It may have died while stopped (its master killed it): then there is nothing to resume.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
-
-
-def process_state(pid: int) -> str:
-    """The state letter /proc gives a process (R running, S sleeping, T stopped, ...); "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
-def child_pids(parent: int) -> list[int]:
-    """Pids whose parent is ``parent`` (from /proc), in ascending order: a gunicorn master's workers."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == parent:
-            children.append(int(entry))
-    return sorted(children)
 
 
 FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")

@@ -10,7 +10,7 @@ stopped.
 
 A fault acts only on what it is given: :class:`inventory.nodes.RedisNode` processes, a
 :class:`inventory.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
-(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
+(an etcd member, a gunicorn pod), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
 gunicorn master it started). It never looks for processes by name.
 
 >>> fault = make_fault("kill-minority", redlock_nodes=nodes)
@@ -41,6 +41,8 @@ FAULT_STRATEGIES = {
     "failover": frozenset({"redis"}),
     "pause-worker": frozenset({"redis", "redlock", "etcd"}),
     "kill-etcd-member": frozenset({"etcd"}),
+    # Any strategy that is not a control: the pods are what dies.
+    "kill-pod": frozenset({"db", "optimistic", "redis", "redlock", "etcd", "redis-stock", "atomic"}),
 }
 
 #: Faults that make a second holder write from a stale read: without the storage check
@@ -244,7 +246,7 @@ class PauseWorker(Fault):
             os.kill(self.pid, signal.SIGCONT)
 
 
-FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
+FAULT_NAMES = tuple(FAULT_STRATEGIES)
 
 
 def make_fault(
@@ -259,6 +261,7 @@ def make_fault(
     hold_s: float | None = None,
     lag_s: float = 0.2,
     holding: Callable[[Sequence[int]], set[int]] | None = None,
+    pod: Callable[[], Restartable] | None = None,
 ) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
@@ -273,6 +276,8 @@ def make_fault(
       ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
     * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
+    * ``kill-pod``: ``pod`` (returns the pod at inject time): SIGKILL to its gunicorn master and
+      workers, then started again on its port. Default hold 1 s.
     """
 
     def need(part, what: str):
@@ -295,6 +300,7 @@ def make_fault(
         hold_s=hold_s,
         lag_s=lag_s,
         holding=holding,
+        pod=pod,
     )
 
 
@@ -360,6 +366,18 @@ def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
     )
 
 
+def _kill_pod(name: str, need, *, pod, hold_s, **_) -> Fault:
+    pod = need(pod, "the pod to kill (pod=callable returning it)")
+    description = "a whole pod (its gunicorn master and workers) is killed, then started again"
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=1.0 if hold_s is None else hold_s,
+        description=description,
+        members=lambda: [pod()],
+    )
+
+
 _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "kill-minority": _kill_redlock_nodes,
     "kill-majority": _kill_redlock_nodes,
@@ -367,4 +385,5 @@ _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "failover": _failover,
     "pause-worker": _pause_worker,
     "kill-etcd-member": _kill_etcd_member,
+    "kill-pod": _kill_pod,
 }

@@ -9,7 +9,8 @@
   spike queues in HAProxy (bounded by ``timeout queue``) rather than in the pods' accept queues;
 - a health check GETs the product's API page every half second; a pod that fails two in a row
   gets no new requests until one succeeds;
-- with no pod up, HAProxy answers 503 with ``Retry-After`` itself (the shop's own busy answer);
+- with no pod up (or none it could connect to), HAProxy answers 503 with ``Retry-After`` itself
+  (the shop's own busy answer) and ``X-Answered-By: balancer``: no pod logs that POST;
 - HAProxy retries only a connection that failed to open, on another pod (``option
   redispatch``): it never resends a request a pod may have received, so a purchase POST reaches
   the pods once per client attempt and their access logs still add up.
@@ -26,6 +27,8 @@ from .processes import Child
 NO_POD_RETRY_AFTER_S = 1
 HEALTH_INTERVAL_MS = 500
 BUSY_BODY = '{"outcome": "busy", "detail": "no pod is up"}'
+#: The header HAProxy's own answers carry (no pod saw the request), so clients can count them.
+ANSWERED_BY = "X-Answered-By"
 
 
 class BalancerError(RuntimeError):
@@ -49,7 +52,10 @@ def haproxy_config(
     how long a request may queue, and a pod may take to answer.
     """
     idle, answer = f"{int(idle_s * 1000)}ms", f"{int(answer_s * 1000)}ms"
-    busy = f"status 503 content-type application/json string '{BUSY_BODY}' hdr Retry-After {NO_POD_RETRY_AFTER_S}"
+    busy = (
+        f"status 503 content-type application/json string '{BUSY_BODY}' "
+        f"hdr Retry-After {NO_POD_RETRY_AFTER_S} hdr {ANSWERED_BY} balancer"
+    )
     servers = "\n".join(f"    server pod{i} 127.0.0.1:{pod}" for i, pod in enumerate(pods))
     return f"""global
     maxconn {connections + 64}

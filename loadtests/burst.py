@@ -55,6 +55,7 @@ from .pods import (
     LOCUSTFILE,
     POD_NICE,
     ConnectionSampler,
+    RestartablePod,
     Row,
     collect_static,
     database_url,
@@ -135,7 +136,7 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
             row.start_pods()
             row.start_locusts()
             if faulted:
-                faulted.start(pod_pid=row.first_pod_pid, answered=row.answered)
+                faulted.start(pod_pid=row.first_pod_pid, answered=row.answered, pod=RestartablePod(row, 0))
             drive(row, progress, on_progress)
             if faulted:
                 faulted.finish()
@@ -257,6 +258,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "constraint_hits": figures["constraint_hits"],
         "client_retries": figures["client_retries"],
         "resent_after_error": figures["resent_after_error"],
+        "balancer_answers": figures["balancer_answers"],
         "busy": busy,
         "arrival_window_s": figures["arrival_window_s"],
         "drain_s": figures["drain_s"],

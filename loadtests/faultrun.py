@@ -26,7 +26,7 @@ from django.conf import settings
 
 from inventory.backends.etcd import project_cluster
 from inventory.backends.redlock import project_nodes
-from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, make_fault
+from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, Restartable, make_fault
 from inventory.nodes import NodeError, RedisNode
 from inventory.procfs import child_pids
 from inventory.replication import ReplicatedPair
@@ -66,6 +66,7 @@ class FaultRun:
         self.node: RedisNode | None = None
         self.pair: ReplicatedPair | None = None
         self.pod_pid: Callable[[], int | None] = lambda: None
+        self.pod: Restartable | None = None  # kill-pod's victim, once the pods run
         self.fault: Fault | None = None
         self.probe: SectionProbe | None = None
         self.timer: FaultTimer | None = None
@@ -104,6 +105,8 @@ class FaultRun:
             self.env["LOCK_TTL_MS"] = str(lease_ms)
             self.probe = SectionProbe(self.database_url)
             return make_fault(self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside)
+        if self.name == "kill-pod":
+            return make_fault(self.name, pod=lambda: self.pod)
         return make_fault(self.name, etcd_cluster=project_cluster())
 
     def workers(self) -> list[int]:
@@ -111,9 +114,11 @@ class FaultRun:
         pid = self.pod_pid()
         return child_pids(pid) if pid else []
 
-    def start(self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int]) -> None:
+    def start(
+        self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int], pod: Restartable | None = None
+    ) -> None:
         """The pods run: start the thread that injects the fault after a third of the answers."""
-        self.pod_pid = pod_pid
+        self.pod_pid, self.pod = pod_pid, pod
         self.timer = FaultTimer(
             self.fault, answered=answered, trigger=max(1, round(self.requests * INJECT_AFTER_FRACTION))
         )

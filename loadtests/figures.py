@@ -30,6 +30,7 @@ COUNTS = (
     "busy",
     "client_retries",
     "resent_after_error",
+    "balancer_answers",
     "transport_errors",
     "page_failures",
     "conflicts",

@@ -28,14 +28,16 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
         problems.append(f"{figures['page_failures']} shoppers could not load the product page")
     if figures["sent"] != plan.requests or figures["answered"] != plan.requests:
         problems.append(f"sent {figures['sent']} purchases, {figures['answered']} answered, not {plan.requests}")
-    posts = figures["sent"] + figures["client_retries"]
-    # A POST that got no answer, or a balancer's 502, may have died with its pod before the pod logged it.
+    # POSTs that reached a pod: all sent but those the balancer answered itself. One that got no
+    # answer, or a balancer's 502, may have died with its pod before the pod logged it.
+    posts = figures["sent"] + figures["client_retries"] - figures.get("balancer_answers", 0)
     unlogged = figures.get("resent_after_error", 0) + figures["transport_errors"]
     if not posts - unlogged <= figures["server_purchases"] <= posts:
         problems.append(
-            f"the pods logged {figures['server_purchases']} purchase POSTs, Locust sent {posts} "
+            f"the pods logged {figures['server_purchases']} purchase POSTs, Locust sent {posts} to them "
             f"({figures['sent']} purchases + {figures['client_retries']} retries"
-            + (f", {unlogged} of them unanswered" if unlogged else "")
+            f" - {figures.get('balancer_answers', 0)} answered by the balancer"
+            + (f"; {unlogged} unanswered" if unlogged else "")
             + ")"
         )
     window = figures["arrival_window_s"]

@@ -43,6 +43,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `loadtests.*` when run alone
+from loadtests.balancer import ANSWERED_BY  # noqa: E402
 from loadtests.conductor import Conductor  # noqa: E402
 from loadtests.connection import Connection, retry_after_s  # noqa: E402
 from loadtests.figures import parse_server_timing  # noqa: E402
@@ -365,6 +366,8 @@ class Shopper(User):
                 started = sent_at
                 sale.first_sent_at = sale.first_sent_at or sent_at
                 sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
+            if headers and headers.get(ANSWERED_BY) == "balancer":
+                sale.balancer_answers += 1
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
             if retry_after is not None:
                 busy_at.append(round(time.time(), 4))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -296,6 +297,21 @@ class Row:
             except OSError:
                 pass
         return total
+
+
+class RestartablePod:
+    """Pod ``index`` of a row as the kill-pod fault sees it: killed whole (SIGKILL to its gunicorn
+    master and workers), then started again on its port with the same settings."""
+
+    def __init__(self, row: Row, index: int) -> None:
+        self.row, self.index = row, index
+
+    def kill(self) -> None:
+        self.row.pods[self.index].stop(signal.SIGKILL)
+
+    def start(self) -> None:
+        self.row.pods[self.index] = self.row.start_pod(self.index)
+        self.row.wait_for_pod(self.index)
 
 
 def keepalive_s(plan: BurstPlan) -> float:

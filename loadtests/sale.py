@@ -32,6 +32,7 @@ TOTALS = (
     "busy",
     "client_retries",
     "resent_after_error",
+    "balancer_answers",
     "transport_errors",
 )
 #: Lists a report carries as the items added since the previous report.
@@ -60,6 +61,7 @@ class Sale:
         self.busy = 0  # final 503 + Retry-After answers (retries exhausted)
         self.client_retries = 0  # resends of a purchase, for any reason
         self.resent_after_error = 0  # of which after no HTTP answer or a balancer's 502
+        self.balancer_answers = 0  # answers the balancer gave itself (no pod saw the request)
         self.transport_errors = 0
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
         self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer

@@ -77,6 +77,7 @@ def test_no_pod_up_is_a_503_with_retry_after(balancer):
     time.sleep(1.5)  # the health check marks the pod down
     status, headers, body = get(url + HEALTH)
     assert status == 503 and headers["Retry-After"] == "1" and b"no pod is up" in body
+    assert headers["X-Answered-By"] == "balancer"  # no pod saw it: the access-log count leaves it out
 
 
 def test_a_dead_pod_is_routed_around_and_a_post_reaches_a_pod_once(balancer):

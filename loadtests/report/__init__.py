@@ -48,7 +48,7 @@ from .base import (
     with_floor_ratios,
 )
 from .machine import MACHINE_ALIASES, MACHINE_KEYS, MACHINE_LABELS, complete_machine, machine_info
-from .page import machine_rows, read_summary, render_report, when, write_report
+from .page import machine_rows, place_locust_reports, read_summary, render_report, when, write_report
 from .sentences import GUARD_STATE, durability, phases, redis_persistence, sentence, sentences
 from .views import View, cell, esc, views
 
@@ -90,4 +90,5 @@ __all__ = [
     "render_report",
     "when",
     "write_report",
+    "place_locust_reports",
 ]

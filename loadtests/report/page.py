@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -200,9 +201,12 @@ def _machine_section(machine: dict, command: object) -> str:
 def _strategy(v: View, machine: dict) -> str:
     run = v.run
     pods, requests = figure(run, "pods"), figure(run, "requests")
+    balancer, workers = run.get("balancer"), figure(run, "locust_workers")
     facts = [
         str(run.get("scenario") or ""),
         plural(pods, "pod", "pods") if pods else "",
+        f"through {balancer}" if isinstance(balancer, str) and balancer != "none" else "",
+        f"Locust master + {plural(workers, 'worker', 'workers')}" if workers else "",
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",
     ]
@@ -216,7 +220,18 @@ def _strategy(v: View, machine: dict) -> str:
         f'<p class="durability"><strong>Lock state:</strong> {esc(durability(v.name, machine))}</p>'
         f"{f'<ul class=problems>{problem_list}</ul>' if problem_list else ''}"
         f"{_floor_share(v)}"
-        f'<div class="charts">{"".join(figures)}</div>{_phase_table(run)}</article>'
+        f'<div class="charts">{"".join(figures)}</div>{_phase_table(run)}{_locust_link(run)}</article>'
+    )
+
+
+def _locust_link(run: dict) -> str:
+    """A link to Locust's own report of the run: every HTTP exchange, page loads and resends included."""
+    target = run.get("locust_report")
+    if not isinstance(target, str) or not target:
+        return ""
+    return (
+        f'<p class="locust-report"><a href="{esc(target)}">Locust\'s own report of this run</a> '
+        "(every HTTP exchange: page loads and resends too, response times rounded)</p>"
     )
 
 
@@ -283,6 +298,22 @@ def write_report(data: dict, path: str | os.PathLike, *, command: str | None = N
     partial.write_text(html, encoding="utf-8")
     partial.replace(target)
     return target
+
+
+def place_locust_reports(runs: list[dict], beside: str | os.PathLike) -> None:
+    """Copy each run's Locust report (HTML and CSV files) into ``locust/`` next to ``beside`` and
+    point ``locust_report`` at the copy, relative to it; a missing report becomes None."""
+    folder = Path(beside).resolve().parent / "locust"
+    for run in runs:
+        source = Path(run.get("locust_report") or "")
+        if not source.name or not source.is_file():
+            run["locust_report"] = None
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = source.name.removesuffix(".html")
+        for part in source.parent.glob(f"{stem}*"):
+            shutil.copyfile(part, folder / part.name)
+        run["locust_report"] = f"locust/{source.name}"
 
 
 def read_summary(path: str | os.PathLike) -> dict | None:

@@ -34,7 +34,7 @@ from loadtests.burst import (
 )
 from loadtests.figures import median_run
 from loadtests.options import backend_names, check_balancers, check_fault, check_numbers, check_paths
-from loadtests.report import complete_machine, write_report
+from loadtests.report import complete_machine, place_locust_reports, write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
@@ -255,7 +255,10 @@ class Command(BaseCommand):
         return runs
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
-        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""
+        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given;
+        Locust's own reports copied beside the HTML report."""
+        if report_path:
+            place_locust_reports(document["runs"], report_path)
         if json_path:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
             Path(json_path).write_text(json.dumps(document, indent=2) + "\n")

@@ -9,7 +9,7 @@ MANAGE := $(BIN)/python manage.py
 .PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 demo: services migrate seed static
-	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 \
+	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 --balancer haproxy \
 		--json artifacts/burst.json --report artifacts/report.html
 
 # Lint and format check first (pyproject.toml), then the suite. The suite starts (and stops) its own

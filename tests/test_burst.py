@@ -52,6 +52,11 @@ RUN_KEYS = {
     "server_timing",
     "timeline",
     "latency_histogram_ms",
+    "balancer",
+    "locust_workers",
+    "resent_after_error",
+    "balancer_answers",
+    "locust_report",
 }
 
 

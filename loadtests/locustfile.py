@@ -18,10 +18,9 @@ the same key after waiting as told; one that got no HTTP answer, or a balancer's
 died), is resent with the same key to the next host: at most one order per key, at most
 ``--max-retries`` resends. A resent purchase is counted once in ``sent``/``answered``/
 ``status_counts`` (with its final answer), its resends in ``client_retries`` (those after no
-answer also in ``resent_after_error``). Each worker reports its exact per-purchase figures with
-Locust's ``report_to_master`` / ``worker_report`` events; the master writes ``--progress-file``
-every 0.1 s and ``--summary-json`` at the end. Locust's own statistics (``--csv``, ``--html``)
-count every HTTP exchange, page loads and resends included.
+answer also in ``resent_after_error``). Workers report exact per-purchase figures through
+Locust's ``report_to_master`` / ``worker_report``; the master writes ``--progress-file`` every
+0.1 s and ``--summary-json`` at the end. Locust's own ``--csv``/``--html`` count every exchange.
 """
 
 from __future__ import annotations
@@ -94,10 +93,12 @@ def write_json(path: str, data: dict) -> None:
 
 
 def is_master(environment) -> bool:
+    """This process conducts the sale: Locust's master, or the lone process (which is both)."""
     return not isinstance(environment.runner, WorkerRunner)
 
 
 def is_worker(environment) -> bool:
+    """This process shops: a Locust worker, or the lone process (which is both)."""
     return not isinstance(environment.runner, MasterRunner)
 
 

@@ -141,8 +141,7 @@ def follow(environment, mine: Conductor) -> None:
         gevent.sleep(PROGRESS_INTERVAL_S)
 
 
-# Messages. Between processes they travel as Locust's custom messages; in the lone process
-# (Locust's LocalRunner) the same handlers are called directly.
+# Between processes, messages are Locust's custom messages; the lone process calls the handlers.
 def tell_master(environment, kind: str, data: dict) -> None:
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.send_message(kind, data)

@@ -44,7 +44,7 @@ from .plan import (
     PREPARE_PER_SHOPPER_S,
     SAMPLE_INTERVAL_S,
     SCENARIOS,
-    SHOPPERS_PER_PROCESS,
+    SHOPPERS_PER_WORKER,
     BurstError,
     BurstPlan,
     Progress,
@@ -61,7 +61,6 @@ from .pods import (
     database_url,
     read_json,
     server_environment,
-    write_json,
 )
 from .processes import ChildError
 
@@ -69,7 +68,7 @@ __all__ = [
     "FLOOR",
     "SCENARIOS",
     "SAMPLE_INTERVAL_S",
-    "SHOPPERS_PER_PROCESS",
+    "SHOPPERS_PER_WORKER",
     "PREPARE_ALLOWANCE_S",
     "PREPARE_PER_SHOPPER_S",
     "BurstError",
@@ -83,7 +82,6 @@ __all__ = [
     "server_environment",
     "collect_static",
     "read_json",
-    "write_json",
     "ConnectionSampler",
     "Row",
     "prepare_product",

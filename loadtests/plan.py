@@ -13,7 +13,7 @@ BALANCERS = ("none", "haproxy")
 SCENARIOS = ("spike", "deep", "flash")
 SAMPLE_INTERVAL_S = 0.25
 #: Shoppers one Locust worker releases within the arrival target on this machine (measured).
-SHOPPERS_PER_PROCESS = 2500
+SHOPPERS_PER_WORKER = 2500
 #: Seconds a shopper's preparation may take at most, on top of a fixed allowance.
 PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
 
@@ -55,7 +55,7 @@ class BurstPlan:
 
 def default_locust_workers(*, scenario: str, requests: int) -> int:
     """Enough Locust workers for the spike to leave within its target; one for the closed loops."""
-    return max(1, math.ceil(requests / SHOPPERS_PER_PROCESS)) if scenario == "spike" else 1
+    return max(1, math.ceil(requests / SHOPPERS_PER_WORKER)) if scenario == "spike" else 1
 
 
 @dataclass

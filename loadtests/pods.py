@@ -115,12 +115,6 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 class ConnectionSampler(threading.Thread):
     """The most connections to the run's database seen at once (``pg_stat_activity``, every 50 ms),
     the runner's own included, the sampler's not."""

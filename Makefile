@@ -64,7 +64,7 @@ seed: migrate
 lockbench: services
 	$(MANAGE) lockbench --json artifacts/lockbench.json
 
-# inventory/locks/sync.py is generated from the asyncio source aio.py; a test fails when it is stale.
+# locks/_sync/{locks,base}.py are generated from the asyncio source in locks/_async/; a test fails when stale.
 twins: venv
 	$(BIN)/python scripts/unasync_locks.py
 

@@ -8,8 +8,8 @@ into the phases ``before`` / ``during`` / ``after`` with :meth:`Fault.phase`. ``
 a fault that was injected and not recovered (use it in a ``finally``), so nothing stays killed or
 stopped.
 
-A fault acts only on what it is given: :class:`inventory.nodes.RedisNode` processes, a
-:class:`inventory.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
+A fault acts only on what it is given: :class:`processes.nodes.RedisNode` processes, a
+:class:`processes.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
 (an etcd member), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
 gunicorn master it started). It never looks for processes by name.
 
@@ -26,8 +26,8 @@ import signal
 import time
 from typing import Callable, Protocol, Sequence
 
-from .nodes import RedisNode, RedisNodes
-from .replication import ReplicatedPair
+from processes.nodes import RedisNode, RedisNodes
+from processes.replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
 

@@ -3,7 +3,7 @@
 * ``floor-etcd``: the raw operations of the recipe with etcd3gw on one member: a put-if-absent
   transaction of a fresh key bound to a session lease granted once, then a delete; no lock
   object, no ownership read, no failover, no timeouts.
-* ``ours-etcd``: a new :class:`~inventory.locks.etcd.EtcdLock` per acquisition, as the shop uses it.
+* ``ours-etcd``: a new :class:`~locks.etcd.EtcdLock` per acquisition, as the shop uses it.
 
 Both are two raft commits per cycle, each fsynced on a majority: the disk bounds them, not the
 client. Slices of the two rows alternate so machine noise hits both alike.
@@ -18,8 +18,8 @@ from typing import Callable
 
 import etcd3gw
 
-from .etcd_cluster import EtcdCluster
-from .locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdClient, EtcdLock
+from processes.etcd_cluster import EtcdCluster
 
 LOCK_NAME = "lockbench:etcd"
 TTL_MS = 10_000

@@ -34,7 +34,7 @@ class BurstPlan:
     max_retries: int = 3
     countdown_s: float = 1.0
     timeout_s: float = 180.0
-    fault: str | None = None  # a name of inventory.faults.FAULT_NAMES, injected into every row
+    fault: str | None = None  # a name of faults.registry.FAULT_NAMES, injected into every row
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
 
     @property

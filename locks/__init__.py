@@ -1,10 +1,10 @@
 """Distributed locks on Redis with fencing tokens: one node (:class:`RedisLock`) or Redlock.
 
-No Django import; usable on its own with any redis-py client (``inventory.locks.aio`` has the
+No Django import; usable on its own with any redis-py client (``locks`` has the
 asyncio twins ``AsyncRedisLock`` and ``AsyncRedlock`` with the same arguments and semantics:
 ``sync.py`` is generated from ``aio.py``, see ``make twins``)::
 
-    from inventory.locks import RedisLock, Redlock
+    from locks import RedisLock, Redlock
     with RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
         # storage accepts the write only if lease.fence is larger than the last one it saw:
         # UPDATE product SET stock = stock - 1, fence = :fence WHERE id = :id AND fence < :fence
@@ -96,10 +96,13 @@ What is not guaranteed
   may not have the key. Use Redlock across independent masters instead.
 """
 
+from ._async.locks import AsyncRedisLock, AsyncRedlock
 from ._core import Lease, LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
-from .sync import RedisLock, Redlock
+from ._sync.locks import RedisLock, Redlock
 
 __all__ = [
+    "AsyncRedisLock",
+    "AsyncRedlock",
     "Lease",
     "LockError",
     "LockLost",

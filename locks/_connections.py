@@ -2,7 +2,7 @@
 
 :class:`NodeConnections` keeps the idle connections of one node; :func:`start_connect`,
 :func:`finish_connect` and :func:`pending_connect` let one round connect to every node at once
-without waiting for any of them (see :func:`inventory.locks._sync_io.eval_all`). The asyncio
+without waiting for any of them (see :func:`locks._sync.io.eval_all`). The asyncio
 twin takes :func:`connection_kwargs` and the constants from here.
 """
 

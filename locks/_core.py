@@ -1,7 +1,7 @@
 """What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
 
-Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
-``_aio_io.py`` and ``_sync_io.py``.
+Nothing here talks to Redis; the locks in ``_async/locks.py`` do (``_sync/locks.py`` is generated from
+it), through ``_async/io.py`` and ``_sync/io.py``.
 """
 
 from __future__ import annotations

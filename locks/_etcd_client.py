@@ -2,7 +2,7 @@
 
 No Django import. :class:`EtcdClient` wraps ``etcd3gw`` (one endpoint per client, no timeout by
 default) with a per-call timeout, failover between the members and one :class:`Session` per
-process; :mod:`inventory.locks.etcd` builds the mutex recipe on it and states what is guaranteed.
+process; :mod:`locks.etcd` builds the mutex recipe on it and states what is guaranteed.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ No Django import. Talks to etcd's v3 JSON gateway through ``etcd3gw`` (one endpo
 no timeout by default); :class:`EtcdClient` adds what the lock needs on top: every call bounded
 by a per-call timeout, failover between the members, and this process's session lease::
 
-    from inventory.locks.etcd import EtcdLock
+    from locks.etcd import EtcdLock
     endpoints = ["http://127.0.0.1:7479", "http://127.0.0.1:7480", "http://127.0.0.1:7481"]
     with EtcdLock(endpoints, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
         # UPDATE product SET stock = stock - 1, fence = :fence WHERE id = :id AND fence < :fence

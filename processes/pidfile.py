@@ -1,7 +1,7 @@
 """A process the project started and tracks by its pid file: signal it, stop it, kill it, pause it.
 
-The private ``redis-server`` nodes (:mod:`inventory.nodes`) and the etcd members
-(:mod:`inventory.etcd_cluster`) are such processes. No Django import.
+The private ``redis-server`` nodes (:mod:`processes.nodes`) and the etcd members
+(:mod:`processes.etcd_cluster`) are such processes. No Django import.
 """
 
 from __future__ import annotations

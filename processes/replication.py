@@ -13,7 +13,7 @@ Clients that should follow the failover connect to ``front``, a second relay tha
 connections to the current primary and, on failover, closes the old ones and points at the
 replica, as a virtual IP or a Sentinel-aware client would.
 
-Both nodes are :class:`inventory.nodes.RedisNode` processes (no persistence, pid and log files in
+Both nodes are :class:`processes.nodes.RedisNode` processes (no persistence, pid and log files in
 ``run_dir``); the replica is made one at runtime with ``REPLICAOF`` rather than a command-line
 flag. No Django import.
 """

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
-from inventory.nodes import RedisNode
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
 from loadtests.figures import fault_phases, resumed_after
+from processes.nodes import RedisNode
 
 SKU = "flash-burst"
 REQUESTS = 600

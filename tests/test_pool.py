@@ -22,7 +22,7 @@ from django.conf import settings
 
 from inventory.models import Order, Product
 from loadtests.burst import BurstPlan, database_url, server_environment
-from loadtests.processes import Child, free_port, wait_until_answers
+from processes.children import Child, free_port, wait_until_answers
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from django.db.models.signals import pre_save
 from django.utils import timezone
 
 from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
-from inventory.locks import RedisLock
 from inventory.models import Allocation, Order, Product
 from inventory.services import InventoryError, audit, purchase
+from locks import RedisLock
 from tests.helpers import snapshot
 
 WORKING = [name for name in STRATEGIES if not strategy_class(name).control]

@@ -17,7 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from ..nodes import started_while_needed
+from processes.nodes import started_while_needed
+
 from .base import Grant, LockUnavailable, Outcome, Service, ServiceError, StaleFence, Strategy
 
 STRATEGIES = {

@@ -19,8 +19,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core import checks
 
-from ..etcd_cluster import EtcdCluster
-from ..locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdClient, EtcdLock
+from processes.etcd_cluster import EtcdCluster
+
 from .fenced import FencedLockStrategy
 
 

@@ -19,7 +19,8 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..locks import LockError, NotAcquired, NotOwned
+from locks import LockError, NotAcquired, NotOwned
+
 from ..models import Product
 from .base import Grant, LockUnavailable, Strategy
 from .section import Shelf, checked_write, read_shelf

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import redis
 
-from ..locks import RedisLock
-from ..nodes import RedisNode, ping_error
+from locks import RedisLock
+from processes.nodes import RedisNode, ping_error
+
 from .base import ServiceError
 from .fenced import FencedLockStrategy
 

@@ -10,8 +10,9 @@ import redis
 from django.conf import settings
 from django.core import checks
 
-from ..locks import Redlock
-from ..nodes import RedisNodes
+from locks import Redlock
+from processes.nodes import RedisNodes
+
 from .fenced import FencedLockStrategy
 from .redis import RedisService
 

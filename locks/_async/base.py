@@ -1,7 +1,7 @@
 """What the two Redis locks share: waiting, the lease, extension, fence recovery, the watchdog, ``with``.
 
-One source for both twins: ``_aio_base.py`` is the asyncio source and ``_sync_base.py`` is generated
-from it by ``scripts/unasync_locks.py``, as ``sync.py`` is from ``aio.py``. The lock classes there
+One source for both twins: ``_async/base.py`` is the asyncio source and ``_sync/base.py`` is generated
+from it by ``scripts/unasync_locks.py``, as ``_sync/locks.py`` is from ``_async/locks.py``. The lock classes there
 supply one attempt, release, extension and fence advance on their nodes.
 """
 
@@ -13,8 +13,7 @@ import random
 import time
 from typing import Callable
 
-from . import _aio_io as _io
-from ._core import (
+from .._core import (
     Lease,
     LockError,
     LockLost,
@@ -28,6 +27,7 @@ from ._core import (
     signal_key,
     waiters_key,
 )
+from . import io as _io
 
 __all__ = ["BaseLock"]
 

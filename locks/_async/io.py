@@ -1,4 +1,4 @@
-"""asyncio I/O for the locks in ``aio.py``: the twin of ``_sync_io.py``, name for name.
+"""asyncio I/O for the locks in ``_async/locks.py``: the twin of ``_sync/io.py``, name for name (both by hand).
 
 Every wait has a deadline on the loop's clock (``time.monotonic()``), enforced with
 ``asyncio.timeout_at`` around reads that redis-py itself does not time out (``timeout=math.inf``):
@@ -23,8 +23,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
-from ._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
+from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
+from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
 
 Client = aioredis.Redis
 
@@ -125,7 +125,7 @@ async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
 
 
 def _pending_connect(node: NodeConnections, started: float):
-    """The asyncio version of ``_sync_io._pending_connect``: ``(conn, None)``, ``(None, error)``
+    """The asyncio version of ``_sync/io.py``'s ``_pending_connect``: ``(conn, None)``, ``(None, error)``
     or ``(None, None)``."""
     conn, task, since = node.pending
     if not task.done():
@@ -150,7 +150,7 @@ async def eval_all(
     held: list | None = None,
 ) -> list:
     """Write the script call to every node, then read every reply against one deadline (same
-    contract as ``_sync_io.eval_all``, pending connects included). Nodes without a connection
+    contract as ``_sync/io.py``'s ``eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
     round_ = _Round(nodes, script, keys, argv, timeout_s)
     for index, node in enumerate(nodes):
@@ -249,7 +249,7 @@ class _Round(Round):
 
 async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
     """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list (same
-    contract as ``_sync_io.block_on_signal``)."""
+    contract as ``_sync/io.py``'s ``block_on_signal``)."""
     wait_s = max(wait_s, 0.001)
     try:
         if not conn.is_connected:

@@ -1,9 +1,9 @@
 """The locks: one node (``RedisLock``) and Redlock, each as a blocking class and an asyncio twin.
 
-One source for both: ``aio.py`` holds the asyncio twins (``AsyncRedisLock``, ``AsyncRedlock``,
-on ``redis.asyncio`` clients: ``async with lock as lease:``), and ``sync.py`` (``RedisLock``,
-``Redlock``) is generated from it by ``scripts/unasync_locks.py`` (``async``/``await`` removed,
-``_aio_io`` replaced by ``_sync_io``); a test fails when the generated file is not current, so
+One source for both: ``_async/locks.py`` holds the asyncio twins (``AsyncRedisLock``, ``AsyncRedlock``,
+on ``redis.asyncio`` clients: ``async with lock as lease:``), and ``_sync/locks.py`` (``RedisLock``,
+``Redlock``) is generated from it by ``scripts/unasync_locks.py`` (``async``/``await`` removed, the
+package's ``io`` is then ``_sync/io.py``); a test fails when the generated file is not current, so
 the twins cannot drift apart: every decision is written once and only the I/O underneath
 differs. In the blocking twin the watchdog is a thread; in the asyncio one it is a task on the
 running loop, and ``on_lost`` may be a coroutine function. See the package docstring for what
@@ -17,9 +17,7 @@ from typing import Callable, Sequence
 
 import redis
 
-from . import _aio_io as _io
-from ._aio_base import BaseLock
-from ._core import (
+from .._core import (
     ACQUIRE,
     ADVANCE_FENCE,
     EXTEND,
@@ -41,6 +39,8 @@ from ._core import (
     refused_round,
     validity_ms,
 )
+from . import io as _io
+from .base import BaseLock
 
 __all__ = ["AsyncRedisLock", "AsyncRedlock"]
 

@@ -1,8 +1,9 @@
-# Generated from _aio_base.py by scripts/unasync_locks.py (make twins): do not edit; edit _aio_base.py and regenerate.
+# Generated from _async/base.py by scripts/unasync_locks.py (make twins): do not edit;
+# edit _async/base.py and regenerate.
 """What the two Redis locks share: waiting, the lease, extension, fence recovery, the watchdog, ``with``.
 
-One source for both twins: ``_aio_base.py`` is the asyncio source and ``_sync_base.py`` is generated
-from it by ``scripts/unasync_locks.py``, as ``sync.py`` is from ``aio.py``. The lock classes there
+One source for both twins: ``_async/base.py`` is the asyncio source and ``_sync/base.py`` is generated
+from it by ``scripts/unasync_locks.py``, as ``_sync/locks.py`` is from ``_async/locks.py``. The lock classes there
 supply one attempt, release, extension and fence advance on their nodes.
 """
 
@@ -14,8 +15,7 @@ import random
 import time
 from typing import Callable
 
-from . import _sync_io as _io
-from ._core import (
+from .._core import (
     Lease,
     LockError,
     LockLost,
@@ -29,6 +29,7 @@ from ._core import (
     signal_key,
     waiters_key,
 )
+from . import io as _io
 
 __all__ = ["BaseLock"]
 

@@ -1,4 +1,4 @@
-"""Blocking I/O for the locks in ``sync.py``; ``_aio_io.py`` is its asyncio twin, name for name.
+"""Blocking I/O for the locks in ``_sync/locks.py``; ``_async/io.py`` is its asyncio twin, name for name (both by hand).
 
 Everything that waits lives here, and every wait has a deadline:
 
@@ -27,14 +27,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._connections import (
+from .._connections import (
     NodeConnections,
     finish_connect,
     pending_connect,
     start_connect,
     writable,
 )
-from ._core import Round, Script, pack_eval, pack_evalsha, signal_key
+from .._core import Round, Script, pack_eval, pack_evalsha, signal_key
 
 Client = redis.Redis
 

@@ -1,10 +1,11 @@
-# Generated from aio.py by scripts/unasync_locks.py (make twins): do not edit; edit aio.py and regenerate.
+# Generated from _async/locks.py by scripts/unasync_locks.py (make twins): do not edit;
+# edit _async/locks.py and regenerate.
 """The locks: one node (``RedisLock``) and Redlock, each as a blocking class and an asyncio twin.
 
-One source for both: ``aio.py`` holds the asyncio twins (``AsyncRedisLock``, ``AsyncRedlock``,
-on ``redis.asyncio`` clients: ``async with lock as lease:``), and ``sync.py`` (``RedisLock``,
-``Redlock``) is generated from it by ``scripts/unasync_locks.py`` (``async``/``await`` removed,
-``_aio_io`` replaced by ``_sync_io``); a test fails when the generated file is not current, so
+One source for both: ``_async/locks.py`` holds the asyncio twins (``AsyncRedisLock``, ``AsyncRedlock``,
+on ``redis.asyncio`` clients: ``async with lock as lease:``), and ``_sync/locks.py`` (``RedisLock``,
+``Redlock``) is generated from it by ``scripts/unasync_locks.py`` (``async``/``await`` removed, the
+package's ``io`` is then ``_sync/io.py``); a test fails when the generated file is not current, so
 the twins cannot drift apart: every decision is written once and only the I/O underneath
 differs. In the blocking twin the watchdog is a thread; in the asyncio one it is a task on the
 running loop, and ``on_lost`` may be a coroutine function. See the package docstring for what
@@ -18,8 +19,7 @@ from typing import Callable, Sequence
 
 import redis
 
-from . import _sync_io as _io
-from ._core import (
+from .._core import (
     ACQUIRE,
     ADVANCE_FENCE,
     EXTEND,
@@ -41,7 +41,8 @@ from ._core import (
     refused_round,
     validity_ms,
 )
-from ._sync_base import BaseLock
+from . import io as _io
+from .base import BaseLock
 
 __all__ = ["RedisLock", "Redlock"]
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from inventory.locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import NotAcquired, NotOwned, QuorumUnavailable
 
 from .netfaults import StallOnEval, Unreachable
 from .twins import Twin

@@ -30,11 +30,11 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.locks import Lease, NotAcquired, NotOwned, Redlock
+from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.models import Product
-from inventory.nodes import NodeError, RedisNodes
-from inventory.ports import SIMULATE_CLOCK_JUMP_BASE_PORT
+from locks import Lease, NotAcquired, NotOwned, Redlock
+from processes.nodes import NodeError, RedisNodes
+from processes.ports import SIMULATE_CLOCK_JUMP_BASE_PORT
 
 NODES = 5
 QUORUM = NODES // 2 + 1

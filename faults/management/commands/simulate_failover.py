@@ -1,7 +1,7 @@
 """A single Redis fails over and grants one lock twice; the fence lets one write land; Redlock does not grant twice.
 
 Narrated step by step against real processes: a private master and replica
-(:class:`inventory.replication.ReplicatedPair`, the replica following the master through a relay
+(:class:`processes.replication.ReplicatedPair`, the replica following the master through a relay
 that can hold the replication stream), then five private Redlock nodes of which the first is such
 a pair.
 
@@ -32,12 +32,12 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.locks import NotAcquired, RedisLock, Redlock
+from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.models import Product
-from inventory.nodes import NodeError, RedisNodes, started_while_needed
-from inventory.ports import SIMULATE_FAILOVER_BASE_PORT
-from inventory.replication import ReplicatedPair
+from locks import NotAcquired, RedisLock, Redlock
+from processes.nodes import NodeError, RedisNodes, started_while_needed
+from processes.ports import SIMULATE_FAILOVER_BASE_PORT
+from processes.replication import ReplicatedPair
 
 SKU = "simulate-failover"
 REDLOCK_SKU = "simulate-failover-redlock"

@@ -31,14 +31,14 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.backends.etcd import project_cluster
 from inventory.backends.section import Shelf
-from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.locks import Lease, NotOwned, RedisLock, Redlock
-from inventory.locks.etcd import EtcdClient, EtcdLock
 from inventory.models import Product
-from inventory.nodes import NodeError, RedisNodes, started_while_needed
-from inventory.ports import SIMULATE_PAUSE_BASE_PORT
+from locks import Lease, NotOwned, RedisLock, Redlock
+from locks.etcd import EtcdClient, EtcdLock
+from processes.nodes import NodeError, RedisNodes, started_while_needed
+from processes.ports import SIMULATE_PAUSE_BASE_PORT
 
 SKU = "simulate-pause"
 STOCK = 10

@@ -16,9 +16,8 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
 from inventory.backends import ServiceError, services_running, strategy_class
-from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from inventory.nodes import NodeError
 from loadtests.burst import (
     FLOOR,
     SCENARIOS,
@@ -33,6 +32,7 @@ from loadtests.figures import median_run
 from loadtests.options import backend_names, check_fault, check_numbers, check_paths
 from loadtests.report import complete_machine, write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
+from processes.nodes import NodeError
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10

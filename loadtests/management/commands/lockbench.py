@@ -40,12 +40,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from hiredis import pack_command
 
-from inventory.etcd_bench import etcd_rows
-from inventory.locks import RedisLock, Redlock
-from inventory.locks._core import Script
-from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
-from inventory.nodes import NodeError, RedisNodes
-from inventory.ports import LOCKBENCH_BASE_PORT
+from loadtests.etcd_bench import etcd_rows
+from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
+from locks._core import Script
+from processes.nodes import NodeError, RedisNodes
+from processes.ports import LOCKBENCH_BASE_PORT
 
 LOCK_NAME = "lockbench:lock"
 TTL_MS = 10_000

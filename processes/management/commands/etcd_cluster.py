@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.etcd import project_cluster
-from inventory.etcd_cluster import EtcdClusterError
+from processes.etcd_cluster import EtcdClusterError
 
 
 class Command(BaseCommand):

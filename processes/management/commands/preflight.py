@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from psycopg import sql
 
 from inventory.backends.redlock import project_nodes
-from inventory.nodes import NodeError, ping_error
+from processes.nodes import NodeError, ping_error
 
 
 def ensure_database() -> bool:

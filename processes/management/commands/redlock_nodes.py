@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.redlock import project_nodes
-from inventory.nodes import NodeError
+from processes.nodes import NodeError
 
 
 class Command(BaseCommand):

@@ -24,9 +24,10 @@ import contextlib
 import os
 import signal
 import time
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from processes.nodes import RedisNode, RedisNodes
+from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
@@ -49,14 +50,6 @@ OVERSELL_UNFENCED = frozenset({"pause-worker", "failover"})
 
 class FaultError(ValueError):
     """A fault was asked for something it cannot do: unknown name, missing part, wrong order of calls."""
-
-
-class Restartable(Protocol):
-    """A process the project started and can kill abruptly and start again (RedisNode, an etcd member)."""
-
-    def kill(self) -> None: ...
-
-    def start(self) -> None: ...
 
 
 class Fault:

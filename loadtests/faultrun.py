@@ -25,10 +25,9 @@ import psycopg
 from django.conf import settings
 
 from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
-from inventory.backends.etcd import project_cluster
-from inventory.backends.redlock import project_nodes
 from processes.nodes import NodeError, RedisNode
 from processes.replication import ReplicatedPair
+from processes.services import project_cluster, project_nodes
 
 from .figures import fault_phases, resumed_after
 

@@ -179,8 +179,8 @@ class EtcdMember(PidfileProcess):
 class EtcdCluster:
     """Members on ``client_ports`` (peers on each port + ``peer_offset``), state under ``run_dir``.
 
-    Also the ``Service`` the ``etcd`` strategy declares: ``description``, ``startable``,
-    :meth:`running`, :meth:`start`, :meth:`stop`.
+    A :class:`~processes.protocol.Process`: ``description``, ``startable``, :meth:`running`,
+    :meth:`start`, :meth:`stop` (what an ``etcd`` need maps to, :mod:`processes.services`).
     """
 
     startable = True

@@ -12,25 +12,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .pidfile import PidfileProcess
-
-
-class Startable(Protocol):
-    def running(self) -> bool: ...
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-
-S = TypeVar("S", bound=Startable)
 
 INSTALL_HINT = "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
 
@@ -69,6 +58,11 @@ class RedisNode(PidfileProcess):
     port: int
     run_dir: Path
     host: str = "127.0.0.1"
+    startable = True
+
+    @property
+    def description(self) -> str:
+        return f"redis-server {self.url} (private)"
 
     @property
     def url(self) -> str:
@@ -143,6 +137,8 @@ class RedisNode(PidfileProcess):
 class RedisNodes:
     """A set of private nodes on consecutive ports starting at ``base_port``."""
 
+    startable = True
+
     def __init__(self, *, base_port: int, count: int, run_dir: Path | str) -> None:
         if count < 1:
             raise ValueError("count must be at least 1")
@@ -160,6 +156,13 @@ class RedisNodes:
     @property
     def urls(self) -> list[str]:
         return [node.url for node in self.nodes]
+
+    @property
+    def description(self) -> str:
+        return f"{len(self.nodes)} redis-server nodes from port {self.nodes[0].port} (private)"
+
+    def running(self) -> bool:
+        return all(node.running() for node in self.nodes)
 
     def start(self) -> None:
         for node in self.nodes:
@@ -179,22 +182,3 @@ class RedisNodes:
 
     def status(self) -> list[dict]:
         return [{"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url} for node in self.nodes]
-
-
-@contextmanager
-def started_while_needed(services: Iterable[S]) -> Iterator[list[S]]:
-    """Start the services (nodes, clusters: anything with ``running``, ``start`` and ``stop``) that
-    do not run; at the end stop those, and only those.
-
-    Services someone else runs (``make nodes-start``, a test session) are used and left running.
-    """
-    started: list[S] = []
-    try:
-        for service in services:
-            if not service.running():
-                service.start()
-                started.append(service)
-        yield started
-    finally:
-        for service in started:
-            service.stop()

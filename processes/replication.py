@@ -142,7 +142,7 @@ class ReplicatedPair:
     """A master on ``base_port`` and its replica on ``base_port + 1``, linked through a holdable relay.
 
     Clients reach the current primary through ``front`` (on ``front_port``; 0 picks a free one).
-    It fits the strategies' ``Service`` shape (``description``, ``running()``, ``start()``,
+    A :class:`~processes.protocol.Process` (``description``, ``running()``, ``start()``,
     ``stop()``, ``startable``); the relays run in the process that started the pair.
 
     >>> pair = ReplicatedPair(base_port=7800, run_dir=".run/pair")

@@ -17,7 +17,7 @@ Two mechanisms protect the section and the strategies vary them one at a time: t
 (a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
 
 A strategy also describes itself, so the commands and the checks need no list of their own:
-``services()`` (what must be running, and whether the project can start it), ``server_env()``
+``services()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
@@ -51,21 +51,15 @@ class StaleFence(Exception):
     """A newer lock grant has already written the row: this holder's lease ran out."""
 
 
-class ServiceError(RuntimeError):
-    """A service a strategy needs is down and cannot be started; the message says what to do."""
+@dataclass(frozen=True)
+class Needed:
+    """A service a strategy needs, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
 
+    The strategy starts nothing; ``processes.services`` maps a need to the process behind it.
+    """
 
-class Service(Protocol):
-    """Something a strategy needs running: the machine's Redis, the Redlock nodes, etcd."""
-
-    description: str
-    startable: bool  # True when the project starts it itself (private processes)
-
-    def running(self) -> bool: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
+    kind: str
+    urls: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -137,7 +131,7 @@ class Strategy:
     # Self-description ------------------------------------------------------------------------
 
     @classmethod
-    def services(cls, config: dict) -> list[Service]:
+    def services(cls, config: dict) -> list[Needed]:
         return []
 
     @classmethod

@@ -23,8 +23,7 @@ from django.utils import timezone
 
 from ..models import Allocation, Product
 from .atomic import take_in_one_statement
-from .base import Grant, Outcome, Strategy
-from .redis import RedisService
+from .base import Grant, Needed, Outcome, Strategy
 from .section import Attempt, Refusal, find_order
 
 logger = logging.getLogger(__name__)
@@ -152,8 +151,8 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[RedisService]:
-        return [RedisService(config["REDIS_URL"])]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:
         self.client.close()

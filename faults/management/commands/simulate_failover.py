@@ -35,8 +35,9 @@ from django.core.management.base import BaseCommand, CommandError
 from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
 from inventory.models import Product
 from locks import NotAcquired, RedisLock, Redlock
-from processes.nodes import NodeError, RedisNodes, started_while_needed
+from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_FAILOVER_BASE_PORT
+from processes.protocol import started_while_needed
 from processes.replication import ReplicatedPair
 
 SKU = "simulate-failover"

@@ -32,13 +32,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.backends.etcd import project_cluster
 from inventory.backends.section import Shelf
 from inventory.models import Product
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdClient, EtcdLock
-from processes.nodes import NodeError, RedisNodes, started_while_needed
+from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
+from processes.protocol import started_while_needed
+from processes.services import project_cluster
 
 SKU = "simulate-pause"
 STOCK = 10

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.backends.etcd import project_cluster
 from processes.etcd_cluster import EtcdClusterError
+from processes.services import project_cluster
 
 
 class Command(BaseCommand):

@@ -7,13 +7,15 @@ carries it, and the page's script only shows it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils.safestring import mark_safe
-
-from loadtests import report as burst_report
 
 from .audit import AuditReport
 from .charts import Bar, Series, bar_chart, colour_for, line_chart
@@ -137,10 +139,30 @@ def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
     return response
 
 
+@dataclass(frozen=True)
+class ReportSource:
+    """Where the latest burst report is and how to read its sentences back (the load tests know both)."""
+
+    path: Callable[[], Path]
+    read_summary: Callable[[Path], dict | None]
+
+
+_report_sources: list[ReportSource] = []
+
+
+def show_latest_report(source: ReportSource) -> None:
+    """Link the latest report from the dashboard. ``loadtests`` calls this from its ``AppConfig.ready()``,
+    so the sale imports nothing of the load tests; without it the dashboard links no report."""
+    _report_sources[:] = [source]
+
+
 def latest_report() -> dict | None:
     """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
     itself (so they are the ones the linked page shows), and the command; None when there is none."""
-    summary = burst_report.read_summary(burst_report.LATEST_REPORT)
+    if not _report_sources:
+        return None
+    source = _report_sources[0]
+    summary = source.read_summary(source.path())
     if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
         return None
     said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
@@ -151,8 +173,10 @@ def latest_report() -> dict | None:
 def dashboard_report_view(request: HttpRequest) -> FileResponse:
     """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
     _require_view_permission(request)
+    if not _report_sources:
+        raise Http404("No report yet: run `manage.py report` after a burst.")
     try:
-        report = open(burst_report.LATEST_REPORT, "rb")  # noqa: SIM115 - FileResponse closes it
+        report = open(_report_sources[0].path(), "rb")  # noqa: SIM115 - FileResponse closes it
         response = FileResponse(report, content_type="text/html; charset=utf-8")
     except FileNotFoundError:
         raise Http404("No report yet: run `manage.py report` after a burst.") from None

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 from inventory.backends import strategy_class
+from processes.children import Child, free_port, stop_all, wait_until_answers
 
 from .plan import FLOOR, BurstError, BurstPlan
-from .processes import Child, free_port, stop_all, wait_until_answers
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 CONNECTION_SAMPLE_INTERVAL_S = 0.05

@@ -21,7 +21,8 @@ import pytest
 from django.conf import settings
 
 from inventory.models import Order, Product
-from loadtests.burst import BurstPlan, database_url, server_environment
+from loadtests.plan import BurstPlan
+from loadtests.pods import database_url, server_environment
 from processes.children import Child, free_port, wait_until_answers
 
 pytestmark = pytest.mark.slow

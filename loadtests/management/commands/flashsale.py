@@ -17,22 +17,18 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from inventory.backends import ServiceError, services_running, strategy_class
-from loadtests.burst import (
-    FLOOR,
-    SCENARIOS,
-    BurstError,
-    BurstPlan,
-    Progress,
-    collect_static,
-    database_url,
-    run_row,
-)
+from inventory.backends import services_needed, strategy_class
+from loadtests.burst import run_row
 from loadtests.figures import median_run
 from loadtests.options import backend_names, check_fault, check_numbers, check_paths
-from loadtests.report import complete_machine, write_report
+from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
+from loadtests.pods import collect_static, database_url
+from loadtests.report.machine import complete_machine
+from loadtests.report.page import write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 from processes.nodes import NodeError
+from processes.protocol import ServiceError
+from processes.services import services_running
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
@@ -200,7 +196,7 @@ class Command(BaseCommand):
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with services_running(names) as started:
+            with services_running(services_needed(names)) as started:
                 if started:
                     self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()

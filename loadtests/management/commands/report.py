@@ -7,7 +7,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from loadtests.report import DEFAULT_JSON, LATEST_REPORT, ReportError, complete_machine, validate, write_report
+from loadtests.report.base import DEFAULT_JSON, LATEST_REPORT, ReportError, validate
+from loadtests.report.machine import complete_machine
+from loadtests.report.page import write_report
 
 
 class Command(BaseCommand):

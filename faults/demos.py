@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
-from inventory.backends.section import Shelf, allocate, checked_write, read_shelf
+from inventory.backends.contract import Shelf
+from inventory.backends.section import allocate, checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import audit, reset_sale
 from locks import Lease

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
-from inventory.backends import Outcome
+from inventory.backends.contract import Outcome
 from inventory.models import Product
 from inventory.services import (
     MAX_QUANTITY,

@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
-from inventory.backends import Outcome, load_backend
+from inventory.backends import load_backend
+from inventory.backends.contract import Outcome
 from inventory.models import Product
 from inventory.services import audit, purchase
 from locks import QuorumUnavailable, Redlock

@@ -8,7 +8,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
+from inventory.backends import STRATEGIES, load_backend, strategy_class
+from inventory.backends.contract import Outcome
 from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock

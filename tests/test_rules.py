@@ -17,7 +17,8 @@ from django.db import connection
 from django.db.models.signals import pre_save
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
+from inventory.backends import STRATEGIES, load_backend, strategy_class
+from inventory.backends.contract import Outcome
 from inventory.models import Allocation, Order, Product
 from inventory.services import InventoryError, audit, purchase
 from locks import RedisLock

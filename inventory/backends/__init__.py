@@ -16,7 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from .base import Grant, LockUnavailable, Needed, Outcome, StaleFence, Strategy
+from .base import Strategy
+from .contract import Needed
 
 STRATEGIES = {
     "db": "inventory.backends.db.RowLockStrategy",
@@ -32,12 +33,6 @@ STRATEGIES = {
 
 __all__ = [
     "STRATEGIES",
-    "Grant",
-    "LockUnavailable",
-    "Needed",
-    "Outcome",
-    "StaleFence",
-    "Strategy",
     "get_backend",
     "load_backend",
     "services_needed",

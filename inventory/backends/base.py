@@ -24,58 +24,12 @@ A strategy also describes itself, so the commands and the checks need no list of
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Callable
 
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
-if TYPE_CHECKING:
-    from .section import Attempt, Shelf
-
-
-class Outcome(str, Enum):
-    CONFIRMED = "confirmed"
-    SOLD_OUT = "sold_out"
-    LIMIT_REACHED = "limit_reached"
-    BUSY = "busy"
-    NOT_ON_SALE = "not_on_sale"
-
-
-class LockUnavailable(Exception):
-    """The strategy could not grant exclusive access in time; the shopper should retry."""
-
-
-class StaleFence(Exception):
-    """A newer lock grant has already written the row: this holder's lease ran out."""
-
-
-@dataclass(frozen=True)
-class Needed:
-    """A service a strategy needs, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
-
-    The strategy starts nothing; ``processes.services`` maps a need to the process behind it.
-    """
-
-    kind: str
-    urls: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What the guard hands the section: the fencing token, and a way to move it forward.
-
-    ``advance(past)`` (distributed locks only) raises the lock service's counter above ``past``
-    while this grant still holds the lock, and returns the new token; it raises when the lock
-    is no longer held. See :meth:`FencedLockStrategy.recover`.
-    """
-
-    token: int | None = None
-    advance: Callable[[int], int] | None = None
-
-
-NO_GRANT = Grant()
+from .contract import NO_GRANT, Attempt, Grant, Needed, Shelf
+from .section import attempt_section
 
 
 class Strategy:
@@ -116,8 +70,6 @@ class Strategy:
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
-        from .section import attempt_section
-
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:

@@ -20,7 +20,7 @@ from django.core import checks
 
 from locks.etcd import EtcdClient, EtcdLock
 
-from .base import Needed
+from .contract import Needed
 from .fenced import FencedLockStrategy
 
 

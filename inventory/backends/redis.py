@@ -11,7 +11,7 @@ import redis
 
 from locks import RedisLock
 
-from .base import Needed
+from .contract import Needed
 from .fenced import FencedLockStrategy
 
 

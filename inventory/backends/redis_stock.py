@@ -23,8 +23,9 @@ from django.utils import timezone
 
 from ..models import Allocation, Product
 from .atomic import take_in_one_statement
-from .base import Grant, Needed, Outcome, Strategy
-from .section import Attempt, Refusal, find_order
+from .base import Strategy
+from .contract import Attempt, Grant, Needed, Outcome, Refusal
+from .section import find_order
 
 logger = logging.getLogger(__name__)
 

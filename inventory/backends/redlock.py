@@ -11,7 +11,7 @@ from django.core import checks
 
 from locks import Redlock
 
-from .base import Needed
+from .contract import Needed
 from .fenced import FencedLockStrategy
 
 

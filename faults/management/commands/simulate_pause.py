@@ -32,7 +32,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
-from inventory.backends.section import Shelf
+from inventory.backends.contract import Shelf
 from inventory.models import Product
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdClient, EtcdLock

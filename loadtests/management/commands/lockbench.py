@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import multiprocessing
 import os
@@ -42,7 +43,6 @@ from hiredis import pack_command
 
 from loadtests.etcd_bench import etcd_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
-from locks._core import Script
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT
 
@@ -54,10 +54,11 @@ CRITICAL_SECTION_S = 0.001
 # (row, numerator row, denominator row, minimum ratio) from issue 3.
 # The canonical compare-and-delete of the Redis distlock page, the floor's release.
 # KEYS[1] lock key.  ARGV[1] token.
-UNLOCK = Script("""
+UNLOCK = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
-""")
+"""
+UNLOCK_SHA = hashlib.sha1(UNLOCK.encode()).hexdigest()
 
 TARGETS = [
     ("ours-redis", "floor-1node", 0.9),
@@ -78,7 +79,7 @@ def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
     (to all nodes before reading any reply); no lock object, no fencing, no error handling."""
     conns = [client.connection_pool.get_connection() for client in clients]
     for client in clients:
-        client.script_load(UNLOCK.text)
+        client.script_load(UNLOCK)
 
     def op() -> None:
         token = os.urandom(16).hex()
@@ -87,7 +88,7 @@ def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
             conn.send_packed_command(set_cmd, check_health=False)
         for conn in conns:
             conn.read_response()
-        del_cmd = [pack_command(("EVALSHA", UNLOCK.sha, 1, LOCK_NAME, token))]
+        del_cmd = [pack_command(("EVALSHA", UNLOCK_SHA, 1, LOCK_NAME, token))]
         for conn in conns:
             conn.send_packed_command(del_cmd, check_health=False)
         for conn in conns:

@@ -1,0 +1,80 @@
+"""The layout's rules that a reader cannot see at a glance: the lock package stands alone, and no
+module reaches into another package's private names (the import contract, ``.importlinter``,
+checks the direction of every import and is run by ``make test``)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOMS = ["shop", "inventory", "locks", "processes", "faults", "loadtests", "tests", "scripts"]
+
+
+def test_the_lock_package_imports_without_django():
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    code = "import sys, locks, locks.etcd; print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def package_of(path: Path) -> list[str]:
+    return list(path.relative_to(ROOT).parent.parts)
+
+
+def imported_module(node: ast.ImportFrom, path: Path) -> list[str]:
+    if not node.level:
+        return (node.module or "").split(".")
+    base = package_of(path)[: len(package_of(path)) - node.level + 1]
+    return base + (node.module.split(".") if node.module else [])
+
+
+def crossings(path: Path) -> list[str]:
+    """Imports in ``path`` of an underscore name or module that lives outside the importer's package."""
+    found = []
+    here = package_of(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            module = imported_module(node, path)
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            module, names = [], [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = [*module, *name.split(".")]
+            for depth, part in enumerate(parts):
+                owner = parts[:depth]  # the package that holds the private part
+                if private(part) and here[: len(owner)] != owner:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {'.'.join(parts)}")
+                    break
+    return found
+
+
+def test_no_module_imports_another_packages_underscore_names():
+    files = [path for room in ROOMS for path in (ROOT / room).rglob("*.py")]
+    assert len(files) > 100
+    assert [found for path in files for found in crossings(path)] == []
+
+
+def test_the_rule_sees_a_crossing(tmp_path, monkeypatch):
+    """The rule above can fail: an import of ``_core`` from outside ``locks`` is one."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "loadtests").mkdir()
+    bad = tmp_path / "loadtests" / "bench.py"
+    bad.write_text(
+        "from locks._core import Script\nfrom locks import _helper\nfrom ._own import fine\nfrom .x import _y\n"
+    )
+    assert crossings(bad) == [
+        "loadtests/bench.py:1 imports locks._core.Script",
+        "loadtests/bench.py:2 imports locks._helper",
+        "loadtests/bench.py:4 imports loadtests.x._y",
+    ]

@@ -8,9 +8,11 @@ class LoadtestsConfig(AppConfig):
     verbose_name = "Load tests"
 
     def ready(self) -> None:
-        from inventory.dashboard import ReportSource, show_latest_report
+        from inventory.dashboard import BurstPanel, show_bursts
 
-        from .report import base, page
+        from .report import base, page, panel
 
-        # The path is read at each request, so a test (or a later setting) can move it.
-        show_latest_report(ReportSource(path=lambda: base.LATEST_REPORT, read_summary=page.read_summary))
+        def report_path():
+            return base.LATEST_REPORT  # read at each request, so a test (or a later setting) can move it
+
+        show_bursts(BurstPanel(charts=panel.burst_charts, report_path=report_path, read_summary=page.read_summary))

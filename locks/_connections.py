@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ._core import node_name
+from ._redis_py import connect_on, pool_kwargs
 
 #: A connect that outlasted a round is not waited for again, nor retried, for this long: an
 #: unreachable host would otherwise cost every round a full node timeout.
@@ -33,15 +34,7 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 
 def connection_kwargs(client) -> dict:
     """The client's connection settings, made fit for the lock's own connections."""
-    kwargs = dict(client.connection_pool.connection_kwargs)
-    for key in (
-        "maint_notifications_config",
-        "maint_notifications_pool_handler",
-        "orig_host_address",
-        "orig_socket_timeout",
-        "orig_socket_connect_timeout",
-    ):
-        kwargs.pop(key, None)
+    kwargs = pool_kwargs(client)
     # RESP2 and no CLIENT SETINFO: connecting then costs no round trip a frozen node could stall.
     kwargs["driver_info"] = None
     kwargs["protocol"] = 2
@@ -138,11 +131,7 @@ def finish_connect(node: NodeConnections, conn, sock: socket.socket, timeout_s: 
         sock.close()
         raise RedisConnectionError(f"{node.name}: {os.strerror(code)}")
     sock.settimeout(max(timeout_s, 0.001))
-    conn._connect = lambda: sock
-    try:
-        conn.connect_check_health(check_health=False, retry_socket_connect=False)
-    finally:
-        del conn._connect
+    connect_on(conn, sock)
     sock.settimeout(conn.socket_timeout)
 
 

@@ -25,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
 from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
+from .._redis_py import connect_quietly_async
 
 Client = aioredis.Redis
 
@@ -93,7 +94,7 @@ async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[s
     try:
         if not conn.is_connected:
             async with asyncio.timeout_at(deadline):
-                await conn.connect_check_health(check_health=False, retry_socket_connect=False)
+                await connect_quietly_async(conn)
         await conn.send_packed_command(pack_evalsha(script, keys, argv), check_health=False)
         return await _read(conn, script, keys, argv, deadline)
     except ResponseError:
@@ -117,7 +118,7 @@ async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], a
 async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
     """Connect, then send ``packed`` if the round that started this is still open (True if sent):
     a connect that completes after its round never leaves a reply owed."""
-    await conn.connect_check_health(check_health=False, retry_socket_connect=False)
+    await connect_quietly_async(conn)
     if round_open[0]:
         await conn.send_packed_command(packed, check_health=False)
         return True

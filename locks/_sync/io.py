@@ -35,6 +35,7 @@ from .._connections import (
     writable,
 )
 from .._core import Round, Script, pack_eval, pack_evalsha, signal_key
+from .._redis_py import read_reply, socket_of
 
 Client = redis.Redis
 
@@ -44,14 +45,14 @@ def _send(conn, packed: list[bytes]) -> None:
     read_response wrap these calls in checks the lock does not need; on the hot path they cost
     more than the lock's own Python code."""
     try:
-        conn._sock.sendall(packed[0])
+        socket_of(conn).sendall(packed[0])
     except OSError as error:
         raise RedisConnectionError(f"error writing to the node: {error}") from error
 
 
 def _read(conn):
     try:
-        reply = conn._parser.read_response()
+        reply = read_reply(conn)
     except OSError as error:  # the parser passes a reset connection through as a bare OSError
         raise RedisConnectionError(f"error reading from the node: {error}") from error
     if isinstance(reply, ResponseError):
@@ -64,7 +65,7 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
     connection that failed is closed. Every read waits at most ``node.timeout_s``, the NOSCRIPT
     fallback included (its read gets what is left of that time)."""
     try:
-        if conn._sock is None:
+        if socket_of(conn) is None:
             sock = start_connect(node, conn)
             if sock is not None:
                 if not writable(sock, node.timeout_s):
@@ -77,12 +78,12 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
             return _read(conn)
         except NoScriptError:
             _send(conn, pack_eval(script, keys, argv))
-            conn._sock.settimeout(max(node.timeout_s - (time.monotonic() - started), 0.001))
+            socket_of(conn).settimeout(max(node.timeout_s - (time.monotonic() - started), 0.001))
             try:
                 return _read(conn)
             finally:
-                if conn._sock is not None:
-                    conn._sock.settimeout(node.timeout_s)
+                if socket_of(conn) is not None:
+                    socket_of(conn).settimeout(node.timeout_s)
     except ResponseError:
         raise
     except BaseException:
@@ -150,7 +151,7 @@ class _Round(Round):
                 return
         conn = self.conns[index] = conn or node.take()
         try:
-            if conn._sock is None:
+            if socket_of(conn) is None:
                 sock = start_connect(node, conn)
                 if sock is not None:
                     fd = sock.fileno()
@@ -163,7 +164,7 @@ class _Round(Round):
             conn.disconnect()
             self.replies[index] = error
             return
-        fd = conn._sock.fileno()
+        fd = socket_of(conn).fileno()
         self.by_fd[fd] = index
         self.poller.register(fd, select.POLLIN)
 
@@ -227,7 +228,7 @@ class _Round(Round):
             if conn is None:
                 continue
             reply = self.replies[index]
-            if held is not None and not held and conn._sock is not None and type(reply) is int and reply <= 0:
+            if held is not None and not held and socket_of(conn) is not None and type(reply) is int and reply <= 0:
                 held.append((index, conn))
             else:
                 self.nodes[index].give(conn)
@@ -243,7 +244,7 @@ def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> No
     """
     wait_s = max(wait_s, 0.001)
     try:
-        if conn._sock is None:
+        if socket_of(conn) is None:
             return
         conn.send_command("BLPOP", signal_key(name), f"{wait_s:.3f}", check_health=False)
         conn.read_response(timeout=wait_s + node.timeout_s)

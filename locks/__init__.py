@@ -97,8 +97,9 @@ What is not guaranteed
 """
 
 from ._async.locks import AsyncRedisLock, AsyncRedlock
-from ._core import Lease, LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
+from ._core import Lease
 from ._sync.locks import RedisLock, Redlock
+from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = [
     "AsyncRedisLock",

@@ -1,4 +1,4 @@
-"""What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
+"""What the sync and asyncio locks share: the lease, the Lua scripts, the arithmetic (the errors are ``errors.py``).
 
 Nothing here talks to Redis; the locks in ``_async/locks.py`` do (``_sync/locks.py`` is generated from
 it), through ``_async/io.py`` and ``_sync/io.py``.
@@ -44,31 +44,6 @@ class Attempt(NamedTuple):
     lease: Lease | None
     hint_ms: float
     split: bool
-
-
-class LockError(Exception):
-    """A lock operation failed; ``name`` is the lock's key, ``nodes`` the Redis nodes involved."""
-
-    def __init__(self, message: str, *, name: str, nodes: list[str]) -> None:
-        super().__init__(f"{message} (lock {name!r} on {', '.join(nodes) or 'no nodes'})")
-        self.name = name
-        self.nodes = list(nodes)
-
-
-class NotAcquired(LockError):
-    """The wait ran out (``timeout_ms``) without a grant."""
-
-
-class QuorumUnavailable(NotAcquired):
-    """Too few nodes answered to ever form a majority, so waiting could not help."""
-
-
-class NotOwned(LockError):
-    """Release or extend by a holder whose token no longer owns the lock (expired or taken over)."""
-
-
-class LockLost(LockError):
-    """The lease ended while held: the watchdog could not renew, or the lease expired."""
 
 
 class Script:

@@ -27,9 +27,6 @@ from .._core import (
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
-    LockLost,
-    NotOwned,
-    QuorumUnavailable,
     confirmations,
     default_node_timeout_ms,
     drift_ms,
@@ -39,6 +36,7 @@ from .._core import (
     refused_round,
     validity_ms,
 )
+from ..errors import LockLost, NotOwned, QuorumUnavailable
 from . import io as _io
 from .base import BaseLock
 

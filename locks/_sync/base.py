@@ -15,20 +15,8 @@ import random
 import time
 from typing import Callable
 
-from .._core import (
-    Lease,
-    LockError,
-    LockLost,
-    NotAcquired,
-    NotOwned,
-    check_arguments,
-    drift_ms,
-    fence_key,
-    handoff_key,
-    new_token,
-    signal_key,
-    waiters_key,
-)
+from .._core import Lease, check_arguments, drift_ms, fence_key, handoff_key, new_token, signal_key, waiters_key
+from ..errors import LockError, LockLost, NotAcquired, NotOwned
 from . import io as _io
 
 __all__ = ["BaseLock"]

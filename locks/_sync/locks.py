@@ -29,9 +29,6 @@ from .._core import (
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
-    LockLost,
-    NotOwned,
-    QuorumUnavailable,
     confirmations,
     default_node_timeout_ms,
     drift_ms,
@@ -41,6 +38,7 @@ from .._core import (
     refused_round,
     validity_ms,
 )
+from ..errors import LockLost, NotOwned, QuorumUnavailable
 from . import io as _io
 from .base import BaseLock
 

@@ -1,7 +1,8 @@
 """Child processes of the burst: gunicorn "pods" and Locust processes, each in its own process group.
 
 Every child logs to a file, gets SIGTERM if the runner dies (Linux, even on SIGKILL), and is
-stopped group-wide (so gunicorn's workers go with their arbiter). No Django import.
+stopped group-wide (so gunicorn's workers go with their arbiter). A :class:`Child` follows the
+room's one protocol (:class:`processes.protocol.Process`). No Django import.
 """
 
 from __future__ import annotations
@@ -52,29 +53,41 @@ def _before_exec(nice: int):
 
 
 class Child:
-    """A subprocess in its own process group, logging to a file; stopped group-wide."""
+    """A subprocess in its own process group, logging to a file; stopped group-wide. Started by
+    :meth:`start`, once."""
+
+    startable = True
 
     def __init__(
         self, name: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, nice: int = 0
     ) -> None:
         """``nice`` > 0 lowers the child's CPU priority (any user may)."""
-        self.name = name
+        self.name, self.args, self.cwd, self.env, self.nice = name, args, cwd, env, nice
         self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def description(self) -> str:
+        return self.name
+
+    def start(self) -> None:
+        if self.process is not None:
+            raise ChildError(f"{self.name} was started already")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
         self.process = subprocess.Popen(
-            args,
-            cwd=cwd,
-            env=env,
+            self.args,
+            cwd=self.cwd,
+            env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_before_exec(nice),
+            preexec_fn=_before_exec(self.nice),
         )
 
     def running(self) -> bool:
-        return self.process.poll() is None
+        return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 5) -> str:
         try:
@@ -85,6 +98,8 @@ class Child:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Signal the whole group, wait, then SIGKILL what is left. Safe to call twice."""
+        if self.process is None:
+            return
         try:
             if self.running():
                 self._signal_group(sig)

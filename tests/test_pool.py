@@ -62,6 +62,7 @@ def test_more_buyers_than_connections_get_503_not_500(make_product, tmp_path):
         env=server_environment(backend="db", port=port, plan=plan, access_log=tmp_path / "access.log"),
         log_path=tmp_path / "gunicorn.log",
     )
+    server.start()
     try:
         wait_until_answers(server, f"{base}/api/products/{SKU}")
         with psycopg.connect(database_url()) as holder:

@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
+from inventory.audit import audit
 from inventory.backends.contract import Shelf
 from inventory.backends.section import allocate, checked_write, read_shelf
 from inventory.models import Order, Product
-from inventory.services import audit, reset_sale
+from inventory.services import reset_sale
 from locks import Lease
 
 __all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]

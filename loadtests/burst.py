@@ -31,8 +31,9 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from inventory.audit import audit
 from inventory.models import BurstRun, Product
-from inventory.services import audit, reset_sale
+from inventory.services import reset_sale
 from processes.children import ChildError
 
 from .faultrun import FaultRun

@@ -18,7 +18,8 @@ from typing import Callable
 
 import etcd3gw
 
-from locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdLock
+from locks.etcd_client import EtcdClient
 from processes.etcd_cluster import EtcdCluster
 
 LOCK_NAME = "lockbench:etcd"

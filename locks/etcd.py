@@ -66,7 +66,8 @@ import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
 from ._core import Lease, check_arguments, new_token
-from ._etcd_client import (
+from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
+from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
     UNAVAILABLE_PAUSE_S,
     WATCH_RECHECK_S,
@@ -78,7 +79,6 @@ from ._etcd_client import (
     kvs,
     prefix_end,
 )
-from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_MS", "WATCH_RECHECK_S", "EtcdClient", "EtcdLock", "MembersUnavailable"]
 

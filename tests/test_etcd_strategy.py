@@ -16,9 +16,10 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from inventory.audit import audit
 from inventory.backends.etcd import EtcdLockStrategy
 from inventory.models import Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
 from processes.services import processes_for, project_cluster
 from tests import slots
 

@@ -11,10 +11,11 @@ import pytest
 import redis
 
 from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from inventory.audit import audit
 from inventory.backends import load_backend
 from inventory.backends.contract import Outcome
 from inventory.models import Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
 from locks import QuorumUnavailable, Redlock
 from processes.nodes import RedisNodes
 from processes.replication import ReplicatedPair

@@ -81,3 +81,60 @@ def test_the_rule_sees_a_crossing(tmp_path, monkeypatch):
         "loadtests/bench.py:2 imports locks._helper",
         "loadtests/bench.py:4 imports loadtests.x._y",
     ]
+
+
+#: Packages whose ``__init__`` is a public API that gathers names from private modules.
+FACADES = {"locks": "the lock library's public API (RedisLock, Redlock, their asyncio twins, the errors)"}
+
+
+def module_file(parts: list[str]) -> Path | None:
+    for candidate in (ROOT.joinpath(*parts).with_suffix(".py"), ROOT.joinpath(*parts, "__init__.py")):
+        if parts and candidate.is_file():
+            return candidate
+    return None
+
+
+def defines(path: Path) -> set[str]:
+    """Names bound at ``path``'s top level other than by an import."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def borrowed(path: Path) -> list[str]:
+    """Names ``path`` imports from a project module that only imported them itself (a re-export)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = imported_module(node, path)
+        source = module_file(module)
+        if source is None or ".".join(module) in FACADES:
+            continue
+        for alias in node.names:
+            if alias.name == "*":  # tests/settings.py extends the shop's settings
+                continue
+            if module_file([*module, alias.name]) is None and alias.name not in defines(source):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {'.'.join(module)}")
+    return found
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    files = [path for room in ROOMS for path in (ROOT / room).rglob("*.py")]
+    assert [found for path in files for found in borrowed(path)] == []
+
+
+def test_the_rule_sees_a_re_export(tmp_path, monkeypatch):
+    """The rule above can fail: ``c`` takes ``x`` from ``b``, which only imported it from ``a``."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "b.py").write_text("from .a import x\ny = x\n")
+    (tmp_path / "pkg" / "c.py").write_text("from .a import x\nfrom .b import x, y\n")
+    assert borrowed(tmp_path / "pkg" / "c.py") == ["pkg/c.py:2 imports x from pkg.b"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from django.core import checks
 
-from locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdLock
+from locks.etcd_client import EtcdClient
 
 from .contract import Needed
 from .fenced import FencedLockStrategy

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
-from locks.etcd import WATCH_RECHECK_S, EtcdClient, EtcdLock
+from locks.etcd import EtcdLock
+from locks.etcd_client import WATCH_RECHECK_S, EtcdClient
 from processes.etcd_cluster import EtcdCluster
 from tests import slots
 

@@ -30,7 +30,8 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from inventory.backends.section import read_shelf
 from inventory.models import Product
 from locks import Lease, NotAcquired, NotOwned, Redlock
 from processes.nodes import NodeError, RedisNodes

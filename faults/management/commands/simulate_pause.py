@@ -31,11 +31,13 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from faults.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
 from inventory.backends.contract import Shelf
+from inventory.backends.section import read_shelf
 from inventory.models import Product
 from locks import Lease, NotOwned, RedisLock, Redlock
-from locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdLock
+from locks.etcd_client import EtcdClient
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
 from processes.protocol import started_while_needed

@@ -102,7 +102,9 @@ def defines(path: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+            for target in targets:
+                elements = target.elts if isinstance(target, ast.Tuple) else [target]
+                names |= {element.id for element in elements if isinstance(element, ast.Name)}
     return names
 
 

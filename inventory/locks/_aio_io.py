@@ -82,8 +82,8 @@ class NodeConnections:
     async def drop_idle(self) -> None:
         """Close every idle connection: the node reset one, so the others point at a dead process."""
         idle, self._idle = self._idle, deque()
-        for conn in idle:
-            await _disconnect(conn)
+        while idle:  # pop, not iterate: another task may take from the old deque meanwhile
+            await _disconnect(idle.pop())
 
 
 def _quiet(conn) -> bool:

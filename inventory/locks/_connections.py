@@ -115,7 +115,11 @@ class NodeConnections:
     def drop_idle(self) -> None:
         """Close every idle connection: the node reset one, so the others point at a dead process."""
         idle, self._idle = self._idle, deque()
-        for conn in idle:
+        while idle:  # pop, not iterate: another thread may still be taking from the old deque
+            try:
+                conn = idle.pop()
+            except IndexError:
+                return
             conn.disconnect()
 
 

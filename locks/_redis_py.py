@@ -10,7 +10,10 @@ notice:
 * connecting without the health check and without redis-py's own retry
   (``connect_check_health(check_health=False, retry_socket_connect=False)``), and on a socket the
   library connected itself, without blocking (``Connection._connect`` replaced for one call);
-* the keys a pool adds to ``connection_kwargs`` that a new connection refuses or must not share.
+* the keys a pool adds to ``connection_kwargs`` that a new connection refuses or must not share;
+* an asyncio connection's stream (``Connection._reader``, ``Connection._writer``) and the bytes its
+  reader holds unread (asyncio's ``StreamReader._buffer``), to tell an idle connection whose
+  server went away.
 
 Nothing else in the package touches a name redis-py does not document. ``tests/locks/test_redis_py.py``
 runs each function here against a real ``redis-server`` with the installed redis-py, so an
@@ -52,6 +55,16 @@ def read_reply(conn):
 def connect_quietly(conn) -> None:
     """Connect (handshake included: AUTH, SELECT) with no health check and no retry."""
     conn.connect_check_health(check_health=False, retry_socket_connect=False)
+
+
+def stream_of(conn):
+    """An asyncio connection's ``(reader, transport)``."""
+    return conn._reader, conn._writer.transport
+
+
+def unread_bytes(reader) -> int:
+    """How many bytes an asyncio stream reader holds that nobody read yet."""
+    return len(reader._buffer)
 
 
 async def connect_quietly_async(conn) -> None:

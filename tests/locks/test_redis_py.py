@@ -80,3 +80,25 @@ def test_an_asyncio_connection_connects_quietly(cluster):
             await client.aclose()
 
     assert asyncio.run(ping()) == b"PONG"
+
+
+def test_an_asyncio_connections_stream_and_its_unread_bytes(cluster):
+    nodes, _ = cluster
+
+    async def probe() -> tuple:
+        client = aioredis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+        conn = new_connection(client)
+        try:
+            await _redis_py.connect_quietly_async(conn)
+            reader, transport = _redis_py.stream_of(conn)
+            before = (transport.is_closing(), reader.at_eof(), _redis_py.unread_bytes(reader))
+            await conn.send_command("PING")
+            while not _redis_py.unread_bytes(reader):  # the reply arrives, nobody reads it yet
+                await asyncio.sleep(0.01)
+            return before, _redis_py.unread_bytes(reader)
+        finally:
+            await conn.disconnect()
+            await client.aclose()
+
+    before, unread = asyncio.run(asyncio.wait_for(probe(), 5))
+    assert before == (False, False, 0) and unread == len(b"+PONG\r\n")

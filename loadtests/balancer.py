@@ -21,7 +21,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .processes import Child
+from processes.children import Child
 
 #: Seconds a client is told to wait when no pod is up.
 NO_POD_RETRY_AFTER_S = 1
@@ -101,8 +101,13 @@ def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path) -> Child:
         env={},
         log_path=run_dir / f"{name}-haproxy-check.log",
     )
+    check.start()
     if check.process.wait(30) != 0:
         check.stop()
         raise BalancerError(f"haproxy refused {path}: {check.log_tail()}")
     check.stop()
-    return Child("haproxy", [binary, "-db", "-f", str(path)], cwd=cwd, env={}, log_path=run_dir / f"{name}-haproxy.log")
+    haproxy = Child(
+        "haproxy", [binary, "-db", "-f", str(path)], cwd=cwd, env={}, log_path=run_dir / f"{name}-haproxy.log"
+    )
+    haproxy.start()
+    return haproxy

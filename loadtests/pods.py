@@ -19,10 +19,10 @@ from django.conf import settings
 from django.db import connection
 
 from inventory.backends import strategy_class
+from processes.children import Child, free_port, stop_all, wait_until_answers
 
 from .balancer import BalancerError, haproxy_config, start_haproxy
 from .plan import FLOOR, BurstError, BurstPlan
-from .processes import Child, free_port, stop_all, wait_until_answers
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 CONNECTION_SAMPLE_INTERVAL_S = 0.05
@@ -179,8 +179,8 @@ class Row:
             self.start_balancer()
 
     def start_pod(self, pod: int) -> Child:
-        """Pod ``pod`` on its port (again, after a kill: its access log is appended to)."""
-        return Child(
+        """Pod ``pod`` on its port, started (again, after a kill: its access log is appended to)."""
+        child = Child(
             f"gunicorn pod {pod}",
             [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
             cwd=settings.BASE_DIR,
@@ -195,6 +195,8 @@ class Row:
             nice=POD_NICE,
             append=True,
         )
+        child.start()
+        return child
 
     def wait_for_pod(self, pod: int) -> None:
         wait_until_answers(self.pods[pod], f"http://127.0.0.1:{self.ports[pod]}{self.health_path}")
@@ -255,6 +257,7 @@ class Row:
             env=env,
             log_path=self.run_dir / f"{self.backend}-locust-master.log",
         )
+        self.master.start()
         for index in range(plan.locust_workers):
             self.workers.append(
                 Child(
@@ -265,6 +268,7 @@ class Row:
                     log_path=self.run_dir / f"{self.backend}-locust-worker{index}.log",
                 )
             )
+            self.workers[-1].start()
 
     def progress_report(self) -> dict:
         """The master's progress file: phase, opened_at, prepared, sent, answered, limit."""

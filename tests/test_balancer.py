@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from loadtests.balancer import BalancerError, haproxy_config, start_haproxy
-from loadtests.processes import free_port
+from processes.children import free_port
 
 HEALTH = "/api/products/x"
 

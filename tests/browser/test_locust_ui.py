@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from inventory.models import Order
 from loadtests.burst import prepare_product
 from loadtests.pods import LOCUSTFILE
-from loadtests.processes import Child, stop_all
+from processes.children import Child, stop_all
 from tests.slots import LOCUST_MASTER_PORT, LOCUST_WEB_PORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

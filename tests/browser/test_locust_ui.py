@@ -63,6 +63,8 @@ def test_the_numbers_typed_into_the_form_are_the_sale(live_server, page, tmp_pat
     )
     url = f"http://127.0.0.1:{LOCUST_WEB_PORT}"
     try:
+        master.start()
+        worker.start()
         wait_for_worker(url, master)
         page.goto(url)
         page.locator("input[name=userCount]").fill("30")

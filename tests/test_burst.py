@@ -17,7 +17,7 @@ from inventory.models import BurstRun, Order, Product
 pytestmark = pytest.mark.slow
 
 SKU = "flash-burst"
-#: Every key of a run in the burst JSON (INTERFACES.md), present on every row.
+#: Every key of a run in the burst JSON (docs/burst.md, "The burst JSON"), present on every row.
 RUN_KEYS = {
     "backend",
     "scenario",

@@ -1,7 +1,7 @@
 """The burst report: one self-contained HTML file that says, per strategy, what a run showed.
 
-:func:`render_report` turns the burst JSON (``manage.py flashsale --json``; schema in
-``INTERFACES.md``) into a page with the side-by-side table, the machine and the command, and per
+:func:`render_report` turns the burst JSON (``manage.py flashsale --json``; its fields
+in ``docs/burst.md``) into a page with the side-by-side table, the machine and the command, and per
 strategy its stock over time, latency histogram, throughput against the floor, server-side
 split and one sentence computed from its figures. :func:`write_report` writes it.
 

@@ -138,14 +138,16 @@ def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
 
 
 def latest_report() -> dict | None:
-    """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
-    itself (so they are the ones the linked page shows), and the command; None when there is none."""
-    summary = burst_report.read_summary(burst_report.LATEST_REPORT)
-    if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
+    """The latest burst's sentences, stored with its runs when ``flashsale`` recorded them (the
+    report's words for each run), and whether a report file is there to link; None before any."""
+    started_at = BurstRun.objects.values_list("started_at", flat=True).first()
+    if started_at is None:
         return None
-    said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
-    command = summary.get("command")
-    return {"sentences": said, "command": command if isinstance(command, str) else ""}
+    runs = BurstRun.objects.filter(started_at=started_at).exclude(sentence="").order_by("id")
+    said = [{"backend": run.backend, "sentence": run.sentence, "ok": run.invariants_ok} for run in runs]
+    if not said:
+        return None
+    return {"started_at": started_at, "sentences": said, "file": burst_report.LATEST_REPORT.is_file()}
 
 
 def dashboard_report_view(request: HttpRequest) -> FileResponse:

@@ -91,9 +91,3 @@ def phase_lines(run: dict) -> list[str]:
             f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
         )
     return lines
-
-
-def with_floor_ratio(run: dict, floor: dict | None) -> dict:
-    if run["backend"] != FLOOR and floor and floor["rps"]:
-        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
-    return run

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
+from loadtests.report import sentence
 
 pytestmark = pytest.mark.slow
 
@@ -113,6 +114,9 @@ def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
     assert all(stock >= 0 for _, stock, _, _ in db["timeline"])
     assert Order.objects.filter(product__sku=SKU).count() == 20
     assert list(BurstRun.objects.values_list("backend", flat=True)) == ["db"]  # the floor is not audited
+    stored = BurstRun.objects.get().sentence
+    assert stored == sentence(db) and stored.startswith("db: sold 20 of 20 units, none oversold;")
+    assert f"{db['floor_ratio']:.2f}× floor" in stored  # the floor ratio is known when the run is stored
     assert "db: 600/600 purchases sent" in printed
 
 

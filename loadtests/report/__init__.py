@@ -7,9 +7,9 @@ split and one sentence computed from its figures. :func:`write_report` writes it
 
 What holds for the page:
 
-- it loads nothing: styles are inline, charts are inline SVG, there is no script to run (one
-  inert ``application/json`` block carries the sentences for the admin dashboard) and no font
-  or image is fetched;
+- it loads nothing: styles are inline, charts are inline SVG, there is no script, and no font
+  or image is fetched (the admin dashboard shows the sentences stored with each ``BurstRun``,
+  not read back from the page);
 - every string taken from the JSON is HTML-escaped, in text and in attributes;
 - a missing key is shown as "–" (older runs and rows that do not exist yet lack keys); only a
   document without a list of runs, a run that is not an object, or a run without a backend name
@@ -18,7 +18,7 @@ What holds for the page:
 The machine block is the JSON's ``machine``, shown as recorded. :func:`machine_info` measures this
 machine (it needs Django's database connection and the shop's Redis settings) and
 :func:`complete_machine` fills in what a recorded block lacks; ``manage.py report`` does that
-before rendering. :func:`read_summary` gives back the sentences of a written report.
+before rendering.
 
 The parts live in modules of this package and are importable from it: ``base`` (paths, the
 error, reading figures), ``sentences`` (the sentence, phases, durability), ``machine``,
@@ -48,7 +48,7 @@ from .base import (
     with_floor_ratios,
 )
 from .machine import MACHINE_ALIASES, MACHINE_KEYS, MACHINE_LABELS, complete_machine, machine_info
-from .page import machine_rows, read_summary, render_report, when, write_report
+from .page import machine_rows, render_report, when, write_report
 from .sentences import GUARD_STATE, durability, phases, redis_persistence, sentence, sentences
 from .views import View, cell, esc, views
 
@@ -86,7 +86,6 @@ __all__ = [
     "esc",
     "views",
     "machine_rows",
-    "read_summary",
     "render_report",
     "when",
     "write_report",

@@ -1,14 +1,12 @@
-"""The report page: render_report assembles the HTML, write_report and read_summary store and recover it."""
+"""The report page: render_report assembles the HTML, write_report stores it."""
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .base import (
-    _SUMMARY,
     CONTROLS,
     MISSING,
     STYLE,
@@ -63,11 +61,6 @@ def render_report(data: dict, *, command: str | None = None) -> str:
     machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
     command = command if command is not None else data.get("command")
     started = when(data.get("started_at"))
-    summary = {
-        "started_at": data.get("started_at") if isinstance(data.get("started_at"), str) else None,
-        "command": command if isinstance(command, str) else None,
-        "sentences": [{"backend": v.name, "sentence": v.sentence, "ok": v.run.get("invariants_ok")} for v in shown],
-    }
     title = "Flash-sale burst report" + (f", {started}" if started else "")
     parts = [
         "<!doctype html>",
@@ -99,7 +92,6 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         f"<footer><p>Written {esc(generated)} from the burst JSON. The page loads nothing: its styles and charts "
         "are inline.</p></footer></main>"
     )
-    parts.append(f'<script type="application/json" id="report-summary">{_json_for_html(summary)}</script>')
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -119,11 +111,6 @@ def _verdict(run: dict) -> tuple[str, str]:
     if ok is False:
         return ("control", "broke, as a control should") if run["backend"] in CONTROLS else ("bad", "broke")
     return "unknown", "not audited"
-
-
-def _json_for_html(value: object) -> str:
-    """JSON that cannot end its ``<script>`` element early."""
-    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _num_cell(value: float | None, formatter=count, *, bad: bool = False) -> str:
@@ -283,13 +270,3 @@ def write_report(data: dict, path: str | os.PathLike, *, command: str | None = N
     partial.write_text(html, encoding="utf-8")
     partial.replace(target)
     return target
-
-
-def read_summary(path: str | os.PathLike) -> dict | None:
-    """The sentences a written report carries (``{"started_at", "command", "sentences": [{"backend",
-    "sentence", "ok"}]}``), or None when there is no readable report at ``path``."""
-    try:
-        found = _SUMMARY.search(Path(path).read_text(encoding="utf-8"))
-        return json.loads(found.group(1)) if found else None
-    except (OSError, ValueError):
-        return None

@@ -29,10 +29,10 @@ from loadtests.burst import (
     database_url,
     run_row,
 )
-from loadtests.figures import median_run
+from loadtests.figures import median_run, with_floor_ratio
 from loadtests.options import backend_names, check_fault, check_numbers, check_paths
 from loadtests.report import complete_machine, write_report
-from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
+from loadtests.table import COLUMNS, phase_lines, run_cells, table_row
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
@@ -218,7 +218,7 @@ class Command(BaseCommand):
                 for round_number in range(1, repeat + 1):
                     floor = None
                     for name in names if fault else [FLOOR, *names]:
-                        run = with_floor_ratio(self.run_one(name, plan), floor)
+                        run = self.run_one(name, plan, floor=floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -242,9 +242,9 @@ class Command(BaseCommand):
             written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
             self.stdout.write(f"report: {written}")
 
-    def run_one(self, name: str, plan: BurstPlan) -> dict:
+    def run_one(self, name: str, plan: BurstPlan, *, floor: dict | None) -> dict:
         try:
-            return run_row(backend=name, plan=plan, on_progress=self.progress_line())
+            return run_row(backend=name, plan=plan, floor=floor, on_progress=self.progress_line())
         except BurstError as exc:
             raise CommandError(f"{name}: {exc}") from exc
         except KeyboardInterrupt:

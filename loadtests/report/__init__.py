@@ -10,7 +10,9 @@ What holds for the page:
 - it loads nothing: styles are inline, charts are inline SVG, there is no script, and no font
   or image is fetched (the admin dashboard shows the sentences stored with each ``BurstRun``,
   not read back from the page);
-- every string taken from the JSON is HTML-escaped, in text and in attributes;
+- every string taken from the JSON is HTML-escaped, in text and in attributes: the page is
+  Django templates (``templates/report/``) with autoescaping, and the SVG charts escape what
+  they draw;
 - a missing key is shown as "–" (older runs and rows that do not exist yet lack keys); only a
   document without a list of runs, a run that is not an object, or a run without a backend name
   is refused, with :class:`ReportError`.
@@ -22,8 +24,8 @@ before rendering.
 
 The parts live in modules of this package and are importable from it: ``base`` (paths, the
 error, reading figures), ``sentences`` (the sentence, phases, durability), ``machine``,
-``views`` (escaping and one view per run), ``charts`` (the SVG figures), ``page`` (rendering,
-writing and reading a report) and ``svg`` (the drawing primitives).
+``views`` (one view per run), ``charts`` (the figures), ``page`` (the templates' context, rendering
+and writing a report) and ``svg`` (the drawing primitives).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from .base import (
 from .machine import MACHINE_ALIASES, MACHINE_KEYS, MACHINE_LABELS, complete_machine, machine_info
 from .page import machine_rows, render_report, when, write_report
 from .sentences import GUARD_STATE, durability, phases, redis_persistence, sentence, sentences
-from .views import View, cell, esc, views
+from .views import View, cell, views
 
 __all__ = [
     "svg",
@@ -83,7 +85,6 @@ __all__ = [
     "machine_info",
     "View",
     "cell",
-    "esc",
     "views",
     "machine_rows",
     "render_report",

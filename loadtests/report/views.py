@@ -1,18 +1,13 @@
-"""How the page names and shows each run: escaping, empty cells, and one View per run."""
+"""How the page names and shows each run: empty cells, and one View per run."""
 
 from __future__ import annotations
 
 import re
-from html import escape
 
 from inventory.charts import colour_for
 
 from .base import MISSING, count
 from .sentences import sentence
-
-
-def esc(value: object) -> str:
-    return escape(str(value), quote=True)
 
 
 def cell(value: float | None, formatter=count) -> str:

@@ -42,17 +42,24 @@ def fresh_redlock_nodes(redlock_nodes):
     redlock_nodes.reset()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def redis_client():
-    """The shop's Redis (database 9 of the machine's server), emptied before and after each test.
-
-    The database is rolled back between tests but Redis is not, and the shop keeps sold-out marks
-    and redis-stock counters there by sku: a test must not see the last one's."""
+    """The shop's Redis (database 9 of the machine's server), emptied before and after the test."""
     client = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
     client.flushdb()
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _sale_state_in_redis(request):
+    """A test on the database also gets the shop's Redis emptied: the database is rolled back
+    between tests but Redis is not, and the shop keeps sold-out marks and redis-stock counters
+    there by sku. A test with no database (the lock library, figures, the report, the docs) needs
+    no Redis and connects to none."""
+    if request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames):
+        request.getfixturevalue("redis_client")
 
 
 @pytest.fixture

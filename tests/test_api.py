@@ -312,6 +312,7 @@ def assert_valid_outcome_or_refusal(response, before, sent_quantity) -> None:
         assert_refused(response, before)
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(body=bodies)
 def test_property_json_bodies_of_any_shape(roomy_product, new_shopper, body):

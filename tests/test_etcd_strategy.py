@@ -95,6 +95,7 @@ class FreezingAfterRead(EtcdLockStrategy):
         return shelf
 
 
+@pytest.mark.slow
 def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_product):
     make_product(stock=1)
     holder = FreezingAfterRead(config=config)
@@ -137,6 +138,7 @@ def test_majority_down_answers_busy_within_the_timeout_and_changes_nothing(confi
     assert Product.objects.get(sku="phone-x").stock == 4 and Order.objects.count() == 1
 
 
+@pytest.mark.slow
 def test_simulate_pause_with_etcd_holds_every_step(config, settings):
     settings.INVENTORY = config
     out = StringIO()

@@ -12,6 +12,8 @@ from django.core.management import CommandError, call_command
 
 from loadtests.report import sentences, write_report
 
+pytestmark = pytest.mark.browser
+
 FIXTURE = Path(__file__).resolve().parents[1] / "burst_fixture.json"
 
 

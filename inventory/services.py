@@ -23,7 +23,7 @@ from . import soldout
 from .audit import AuditReport, audit
 from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
 from .backends.redis_stock import forget_sale
-from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .backends.section import Refusal, SectionResult, Shelf, decide, find_order, shelf_for_sku
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
 
@@ -106,7 +106,8 @@ def sale_state(product: Product, *, now=None) -> str:
     return "live"
 
 
-def _ms(since: float) -> float:
+def _elapsed_ms(since: float) -> float:
+    """Milliseconds since ``since`` (a ``time.perf_counter()`` reading)."""
     return (time.perf_counter() - since) * 1000
 
 
@@ -133,7 +134,7 @@ def purchase(
     mark = soldout.look(sku, customer=customer, key=idempotency_key)
     if mark is not None and (mark.order_id or (mark.sold_out and not _past(mark.ends_at))):
         check_quantity(quantity, limit=mark.limit or MAX_QUANTITY)
-        timings.total_ms = _ms(began)
+        timings.total_ms = _elapsed_ms(began)
         if mark.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=mark.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
@@ -144,8 +145,8 @@ def purchase(
     replay = find_order(product_id=shelf.product_id, customer=customer, key=idempotency_key)
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
-        timings.total_ms = _ms(began)
-        result = _result(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
+        timings.total_ms = _elapsed_ms(began)
+        result = _result(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     try:
         with ExitStack() as held:
@@ -162,11 +163,11 @@ def purchase(
                 timings=timings,
             )
         if strategy.guarded:
-            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _ms(granted)
+            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
     except LockUnavailable:
-        timings.lock_wait_ms = _ms(waiting)
+        timings.lock_wait_ms = _elapsed_ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
-    timings.total_ms = _ms(began)
+    timings.total_ms = _elapsed_ms(began)
     return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
 
 
@@ -209,7 +210,7 @@ def _run_section(
                 timings=timings,
             )
         finally:
-            timings.db_ms += _ms(started)
+            timings.db_ms += _elapsed_ms(started)
         if attempt.conflict is None:
             return _result(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
         conflicts += 1
@@ -228,7 +229,7 @@ def _run_section(
 
 def _result(
     strategy: Strategy,
-    attempt: Attempt,
+    attempt: SectionResult,
     *,
     grant: Grant | None = None,
     conflicts: int = 0,
@@ -262,7 +263,7 @@ def _constraint_hit(
     if constraint == IDEMPOTENCY_CONSTRAINT:
         # The same key's twin committed first (possible only without a guard): its order is the answer.
         replay = find_order(product_id=product_id, customer=customer, key=key)
-        return _result(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
+        return _result(strategy, SectionResult(order=replay), conflicts=conflicts, retries=retries, timings=timings)
     if constraint not in CONSTRAINT_OUTCOMES:
         raise exc
     logger.warning(

@@ -32,7 +32,7 @@ from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
-    from .section import Attempt, Shelf
+    from .section import SectionResult, Shelf
 
 
 class Outcome(str, Enum):
@@ -120,7 +120,7 @@ class Strategy:
     def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
         raise NotImplementedError("subclasses of Strategy must provide write()")
 
-    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
         from .section import attempt_section
 

@@ -10,6 +10,7 @@ from django.conf import settings
 
 from inventory.backends import reset_backend
 from inventory.backends.redlock import project_nodes
+from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +78,20 @@ def use_backend(settings, request):
 
     yield switch
     reset_backend()
+
+
+@pytest.fixture(params=WORKING_STRATEGIES)
+def strategy(request, use_backend) -> str:
+    """Each strategy that must work, configured for the test in turn."""
+    use_backend(request.param)
+    return request.param
+
+
+@pytest.fixture(params=FENCED_STRATEGIES)
+def fenced_strategy(request, use_backend) -> str:
+    """Each working strategy whose writes carry a fencing token, configured for the test in turn."""
+    use_backend(request.param)
+    return request.param
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
-"""System checks for dangerous inventory configurations (``manage.py check``)."""
+"""System checks for dangerous inventory configurations (``manage.py check``), and every strategy's
+self-description."""
 
 from __future__ import annotations
 
 import pytest
 from django.core import checks
 
-from inventory.backends import STRATEGIES, strategy_class
+from inventory.backends import STRATEGIES, load_backend, strategy_class
 from inventory.checks import check_inventory_backend
+from tests.helpers import WORKING_STRATEGIES
 
 CONTROLS = [name for name in STRATEGIES if strategy_class(name).control]
 
@@ -20,7 +22,7 @@ def urls(n: int) -> list[str]:
     return [f"redis://127.0.0.1:{7000 + i}/0" for i in range(n)]
 
 
-@pytest.mark.parametrize("backend", [name for name in STRATEGIES if name not in CONTROLS])
+@pytest.mark.parametrize("backend", WORKING_STRATEGIES)
 def test_safe_backends_pass(settings, backend):
     assert ids(settings, BACKEND=backend) == []
 
@@ -70,3 +72,13 @@ def test_bad_timings_are_an_error(settings, overrides):
 def test_registered_with_django(settings):
     settings.INVENTORY = {**settings.INVENTORY, "BACKEND": "redlock", "REDLOCK_URLS": urls(2)}
     assert "inventory.E002" in [m.id for m in checks.run_checks()]
+
+
+def test_every_strategy_describes_itself(settings):
+    for name in STRATEGIES:
+        cls = strategy_class(name)
+        assert cls.name == name and cls.guard_label and cls.check_label
+        assert isinstance(cls.services(settings.INVENTORY), list)
+        assert isinstance(cls.server_env(settings.INVENTORY), dict)
+        if not cls.control:
+            assert load_backend(name).name == name

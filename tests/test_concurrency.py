@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from django.db import connections
 
-from inventory.backends import STRATEGIES, reset_backend, strategy_class
+from inventory.backends import reset_backend
 from inventory.services import audit, purchase
 
 PROCESSES = 4
@@ -66,9 +66,7 @@ OUTCOMES = {"confirmed", "sold_out", "limit_reached", "busy"}
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("backend", [name for name in STRATEGIES if not strategy_class(name).control])
-def test_processes_and_threads_never_oversell(backend, use_backend, make_product):
-    use_backend(backend)
+def test_processes_and_threads_never_oversell(strategy, make_product):
     make_product("hot", stock=STOCK)
     outcomes = run_shoppers()
     attempts = PROCESSES * THREADS * CUSTOMERS_PER_THREAD * 2
@@ -76,7 +74,7 @@ def test_processes_and_threads_never_oversell(backend, use_backend, make_product
     assert outcomes["confirmed"] == STOCK
     assert set(outcomes) <= OUTCOMES | {"conflicts", "constraint_hits"}
     assert outcomes["constraint_hits"] == 0
-    if backend != "optimistic":
+    if strategy != "optimistic":
         assert outcomes["conflicts"] == 0, "a working guard leaves the storage check nothing to refuse"
 
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])

@@ -8,45 +8,35 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
+from inventory.backends import Outcome, load_backend
 from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
-from tests.helpers import snapshot
-
-# Every strategy that must work (the controls are tested for failing in test_matrix.py).
-BACKENDS = [name for name in STRATEGIES if not strategy_class(name).control]
-FENCED = ["redis", "redlock", "etcd"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, use_backend):
-    use_backend(request.param)
-    return request.param
+from tests.helpers import FENCED_STRATEGIES, snapshot
 
 
 @pytest.mark.django_db(transaction=True)
 class TestOutcomes:
-    def test_confirmed_takes_stock_and_records_the_order(self, backend, make_product):
+    def test_confirmed_takes_stock_and_records_the_order(self, strategy, make_product):
         make_product(stock=3, limit=2)
         result = purchase(sku="phone-x", customer="alice", quantity=2)
         assert result.outcome is Outcome.CONFIRMED
         order = Order.objects.get(pk=result.order_id)
-        assert (order.customer, order.quantity, order.backend) == ("alice", 2, backend)
+        assert (order.customer, order.quantity, order.backend) == ("alice", 2, strategy)
         assert Product.objects.get(sku="phone-x").stock == 1
-        if backend in FENCED:
+        if strategy in FENCED_STRATEGIES:
             assert order.fence == Product.objects.get(sku="phone-x").fence > 0
         else:
             assert order.fence is None
 
-    def test_second_order_of_a_customer_is_refused(self, backend, make_product):
+    def test_second_order_of_a_customer_is_refused(self, strategy, make_product):
         make_product(stock=5)
         assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.LIMIT_REACHED
         assert snapshot("phone-x") == before
 
-    def test_sold_out_when_stock_is_short(self, backend, make_product):
+    def test_sold_out_when_stock_is_short(self, strategy, make_product):
         make_product(stock=1, limit=2)
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="bob", quantity=2).outcome is Outcome.SOLD_OUT
@@ -55,9 +45,7 @@ class TestOutcomes:
         assert purchase(sku="phone-x", customer="carol", quantity=1).outcome is Outcome.SOLD_OUT
         assert snapshot("phone-x")[0] == 0
 
-    def test_fence_increases_with_every_grant(self, backend, make_product):
-        if backend not in FENCED:
-            pytest.skip(f"{backend} takes no fencing token")
+    def test_fence_increases_with_every_grant(self, fenced_strategy, make_product):
         make_product(stock=5)
         fences = [purchase(sku="phone-x", customer=f"c{i}", quantity=1).fence for i in range(5)]
         assert fences == sorted(fences) and len(set(fences)) == 5

@@ -268,6 +268,10 @@ def child_pids(parent: int) -> list[int]:
     return sorted(children)
 
 
+#: The default hold of the crash-and-restart faults (restart-redis, kill-majority): the node is back
+#: about as soon as a supervisor would bring it back.
+CRASH_RESTART_HOLD_S = 0.1
+
 FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
 
 
@@ -287,11 +291,13 @@ def make_fault(
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
     * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
-      nodes, restarts them empty. Default hold 2 s. The distlock page delays a restart by one TTL;
+      nodes, restarts them empty. Default hold 2 s for a minority; 0.1 s for a majority, a crash
+      and restart (a hold of 1 s let most of the clients' stale connections fail and be dropped
+      before a release could pick one: issue 16). The distlock page delays a restart by one TTL;
       restarted sooner, a majority of forgetful nodes can grant a lock that is still held, and only
       the storage check keeps the second holder's write out.
     * ``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
-      start empty. Default hold 1 s.
+      start empty. Default hold 0.1 s, a crash and restart (as for ``kill-majority``).
     * ``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s.
     * ``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease. With
       ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
@@ -334,7 +340,7 @@ def _kill_redlock_nodes(name: str, need, *, redlock_nodes, hold_s, **_) -> Fault
     return KillProcesses(
         name=name,
         strategies=FAULT_STRATEGIES[name],
-        hold_s=2.0 if hold_s is None else hold_s,
+        hold_s=(2.0 if name == "kill-minority" else CRASH_RESTART_HOLD_S) if hold_s is None else hold_s,
         description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
         members=lambda: list(nodes)[:count],
     )
@@ -345,7 +351,7 @@ def _restart_redis(name: str, need, *, redis_node, hold_s, **_) -> Fault:
     return KillProcesses(
         name=name,
         strategies=FAULT_STRATEGIES[name],
-        hold_s=1.0 if hold_s is None else hold_s,
+        hold_s=CRASH_RESTART_HOLD_S if hold_s is None else hold_s,
         description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
         members=lambda: [node],
     )

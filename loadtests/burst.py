@@ -125,7 +125,12 @@ def run_row(
     faulted = None
     if plan.fault and backend != FLOOR:
         faulted = FaultRun(
-            plan.fault, backend=backend, fenced=plan.fenced, requests=plan.requests, database_url=database_url()
+            plan.fault,
+            backend=backend,
+            fenced=plan.fenced,
+            requests=plan.requests,
+            database_url=database_url(),
+            hold_s=plan.fault_hold_s,
         )
     env = {} if plan.fenced or backend == FLOOR else {"INVENTORY_FENCED": "0"}
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch, faulted or nullcontext():
@@ -284,6 +289,7 @@ def record(
         "max_lock_wait_ms": figures["max_lock_wait_ms"],
         "phases": figures.get("phases", []),
         "resumed_after_s": figures.get("resumed_after_s"),
+        "longest_gap_s": figures.get("longest_gap_s"),
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),

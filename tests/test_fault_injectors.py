@@ -44,6 +44,9 @@ def test_kill_minority_leaves_a_quorum_and_recovery_restarts_the_nodes_empty(nod
     fault = make_fault("kill-minority", redlock_nodes=nodes)
     nodes[0].client().set("kept-in-memory", 1)
     assert (fault.name, fault.strategies, fault.hold_s) == ("kill-minority", frozenset({"redlock"}), 2.0)
+    # The crash-and-restart faults come back at once by default (issue 16).
+    assert make_fault("kill-majority", redlock_nodes=nodes).hold_s == 0.1
+    assert make_fault("restart-redis", redis_node=nodes[0]).hold_s == 0.1
     assert fault.description == "2 of 5 Redlock nodes (a minority) are killed, then restarted empty"
     before = time.monotonic()
     fault.inject()

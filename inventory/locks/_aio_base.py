@@ -15,6 +15,9 @@ from typing import Callable
 
 from . import _aio_io as _io
 from ._core import (
+    AMBIGUOUS,
+    REFUSALS,
+    RELEASED,
     Lease,
     LockError,
     LockLost,
@@ -24,6 +27,7 @@ from ._core import (
     drift_ms,
     fence_key,
     handoff_key,
+    log_ambiguous_release,
     new_token,
     signal_key,
     waiters_key,
@@ -77,8 +81,8 @@ class BaseLock:
         self._drift_ms = drift_ms(self.ttl_ms)
 
     # Subclasses provide: _attempt(token, waiter_id, register) -> Attempt,
-    # _unlock(token) -> bool, _extend_nodes(lease, ttl_ms) -> Lease, _advance_nodes(lease, past) -> int,
-    # node_names().
+    # _unlock(token) -> a _core.release_outcome, _extend_nodes(lease, ttl_ms) -> Lease,
+    # _advance_nodes(lease, past) -> int, node_names().
 
     @property
     def lease(self) -> Lease | None:
@@ -159,8 +163,11 @@ class BaseLock:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         await self._stop_watchdog()
         self._lease = None
-        if not await self._unlock(lease.token):
-            raise self._error(NotOwned, "release refused: the lease expired or another holder took over")
+        outcome = await self._unlock(lease.token)
+        if outcome == AMBIGUOUS:
+            log_ambiguous_release(self.name, lease.fence)
+        elif outcome != RELEASED:
+            raise self._error(NotOwned, REFUSALS[outcome])
 
     async def extend(self, *, ttl_ms: int | None = None) -> Lease:
         """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times."""

@@ -20,10 +20,11 @@ from typing import Callable, Sequence
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs
+from ._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet
 from ._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
 
 Client = aioredis.Redis
@@ -56,18 +57,44 @@ class NodeConnections:
             node = cls._registry[client] = cls(client)
         return node
 
-    def take(self):
+    async def take(self):
+        """An idle connection of this loop, or a new one; one whose server went away is closed,
+        with every other idle one, and handed out unconnected (see ``_connections.NodeConnections.take``)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._idle = deque()
             self._loop = loop
         try:
-            return self._idle.pop()
+            conn = self._idle.pop()
         except IndexError:
             return self._factory()
+        if conn.is_connected and not _quiet(conn):
+            await _disconnect(conn)
+            await self.drop_idle()
+        return conn
+
+    def fresh(self):
+        return self._factory()
 
     def give(self, conn) -> None:
         self._idle.append(conn)
+
+    async def drop_idle(self) -> None:
+        """Close every idle connection: the node reset one, so the others point at a dead process."""
+        idle, self._idle = self._idle, deque()
+        while idle:  # pop, not iterate: another task may take from the old deque meanwhile
+            await _disconnect(idle.pop())
+
+
+def _quiet(conn) -> bool:
+    """Whether an idle connection has nothing to read and no hang-up. The loop may already have
+    read the EOF a dead server left (the stream is at EOF, the transport closing); if not, the
+    socket polls readable."""
+    reader, transport = conn._reader, conn._writer.transport
+    if transport.is_closing() or reader.at_eof() or len(reader._buffer):
+        return False
+    sock = transport.get_extra_info("socket")
+    return sock is not None and quiet(sock)
 
 
 async def _disconnect(conn) -> None:
@@ -101,13 +128,18 @@ async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[s
     except TimeoutError as error:
         await _disconnect(conn)
         raise RedisTimeoutError(f"{node.name} did not answer within {node.timeout_s * 1000:.0f} ms") from error
+    except RedisConnectionError:
+        await _disconnect(conn)
+        await node.drop_idle()
+        raise
     except BaseException:
         await _disconnect(conn)
         raise
 
 
-async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence):
-    conn = node.take()
+async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence, *, fresh: bool = False):
+    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one."""
+    conn = node.fresh() if fresh else await node.take()
     try:
         return await eval_one(node, conn, script, keys, argv)
     finally:
@@ -148,11 +180,12 @@ async def eval_all(
     argv: Sequence,
     timeout_s: float,
     held: list | None = None,
+    fresh: bool = False,
 ) -> list:
     """Write the script call to every node, then read every reply against one deadline (same
     contract as ``_sync_io.eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
-    round_ = _Round(nodes, script, keys, argv, timeout_s)
+    round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
     for index, node in enumerate(nodes):
         await round_.send(index, node)
     await round_.finish_connects()
@@ -165,32 +198,37 @@ class _Round(Round):
     """One :func:`eval_all`, with the connect tasks it waits for."""
 
     def __init__(
-        self, nodes: Sequence[NodeConnections], script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float
+        self,
+        nodes: Sequence[NodeConnections],
+        script: Script,
+        keys: Sequence[str],
+        argv: Sequence,
+        timeout_s: float,
+        fresh: bool = False,
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        super().__init__(nodes, script, keys, argv, timeout_s, started=self.loop.time())
+        super().__init__(nodes, script, keys, argv, timeout_s, started=self.loop.time(), fresh=fresh)
         self.connects: dict = {}
         self.round_open = [True]
 
     async def send(self, index: int, node: NodeConnections) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
         conn = None
-        if node.pending is not None:
+        if node.pending is not None and not self.fresh:
             if node.pending[1].get_loop() is not self.loop:
                 node.pending = None
             else:
                 conn, self.replies[index] = _pending_connect(node, self.started)
                 if self.replies[index] is not None:
                     return
-        conn = self.conns[index] = conn or node.take()
+        conn = self.conns[index] = conn or (node.fresh() if self.fresh else await node.take())
         if not conn.is_connected:
             self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
             return
         try:
             await conn.send_packed_command(self.packed, check_health=False)
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
-            await _disconnect(conn)
-            self.replies[index] = error
+            await self.fail(index, error)
 
     async def finish_connects(self) -> None:
         """Wait for the connects until the deadline; one still running stays pending on its node."""
@@ -211,8 +249,7 @@ class _Round(Round):
             try:
                 sent = task.result()
             except Exception as error:  # noqa: BLE001
-                self.replies[index] = error
-                await _disconnect(conn)
+                await self.fail(index, error)
             else:
                 if not sent:
                     self.replies[index] = RedisTimeoutError(f"{name}: connected too late")
@@ -232,8 +269,14 @@ class _Round(Round):
                     f"{self.nodes[index].name} did not answer within {self.timeout_s * 1000:.0f} ms"
                 )
             except Exception as error:  # noqa: BLE001
-                await _disconnect(conn)
-                self.replies[index] = error
+                await self.fail(index, error)
+
+    async def fail(self, index: int, error: Exception) -> None:
+        """A node's connection failed: close it, and after a reset the node's idle ones too."""
+        await _disconnect(self.conns[index])
+        if isinstance(error, RedisConnectionError):
+            await self.nodes[index].drop_idle()
+        self.replies[index] = error
 
     def give_back(self, held: list | None) -> None:
         """Every connection back to its node, but the first refusing one when ``held`` asks for it."""

@@ -92,16 +92,46 @@ class NodeConnections:
             node.pending = deque()
 
     def take(self):
+        """An idle connection, or a new one (unconnected: the caller connects it). An idle one
+        whose server went away (its socket is at EOF, or has bytes nobody asked for) is never
+        handed out: it is closed, and so is every other idle one, which point at the same
+        process; the caller gets it back unconnected."""
         try:
-            return self._idle.pop()
+            conn = self._idle.pop()
         except IndexError:
             return self._factory()
+        if conn._sock is not None and not quiet(conn._sock):
+            conn.disconnect()
+            self.drop_idle()
+        return conn
+
+    def fresh(self):
+        """A new, unconnected connection: for a retry that must not meet an old one."""
+        return self._factory()
 
     def give(self, conn) -> None:
         self._idle.append(conn)
 
+    def drop_idle(self) -> None:
+        """Close every idle connection: the node reset one, so the others point at a dead process."""
+        idle, self._idle = self._idle, deque()
+        while idle:  # pop, not iterate: another thread may still be taking from the old deque
+            try:
+                conn = idle.pop()
+            except IndexError:
+                return
+            conn.disconnect()
+
 
 os.register_at_fork(after_in_child=NodeConnections._forget_after_fork)
+
+
+def quiet(sock) -> bool:
+    """Whether an idle socket has nothing to read and no hang-up: a server that exited (or
+    restarted) left its old sockets readable at EOF."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP)
+    return not poller.poll(0)
 
 
 def writable(sock, timeout_s: float) -> bool:

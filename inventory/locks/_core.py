@@ -1,21 +1,27 @@
 """What the sync and asyncio locks share: the lease, the errors, the Lua scripts, the arithmetic.
 
-Nothing here talks to Redis; the locks in ``aio.py`` do (``sync.py`` is generated from it), through
-``_aio_io.py`` and ``_sync_io.py``.
+Nothing here talks to Redis (it only tells redis-py's exceptions apart); the locks in ``aio.py`` do
+(``sync.py`` is generated from it), through ``_aio_io.py`` and ``_sync_io.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # hiredis is optional for redis-py; without it commands pack the slow way
     _hiredis_pack = None
+
+logger = logging.getLogger(__package__)
 
 
 @dataclass(frozen=True)
@@ -115,11 +121,13 @@ return -wait
 # Compare-and-delete, then wake one waiter if any is registered.
 # KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the set of waiter ids;
 # KEYS[4] the hand-off window.  ARGV[1] token; ARGV[2] signal lifetime in ms; ARGV[3] window ms.
-# Returns 1 when released, 0 when not the owner. The signal list holds at most one element, so
-# a release wakes one waiter, not a herd; it expires so a signal nobody took leaves nothing
-# behind for long. With no waiter registered a release is GET, DEL and SCARD.
+# Returns 1 when released, 0 when the key is gone (expired, or the node forgot it), -1 when
+# another token holds it. The signal list holds at most one element, so a release wakes one
+# waiter, not a herd; it expires so a signal nobody took leaves nothing behind for long. With no
+# waiter registered a release is GET, DEL and SCARD.
 RELEASE = Script("""
-if redis.call('get', KEYS[1]) == ARGV[1] then
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
   redis.call('del', KEYS[1])
   if redis.call('scard', KEYS[3]) > 0 then
     redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
@@ -129,6 +137,7 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
   end
   return 1
 end
+if holder then return -1 end
 return 0
 """)
 
@@ -253,9 +262,18 @@ class Round:
     connection and one reply per node, and the deadline every reply is read against."""
 
     def __init__(
-        self, nodes: Sequence, script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float, *, started: float
+        self,
+        nodes: Sequence,
+        script: Script,
+        keys: Sequence[str],
+        argv: Sequence,
+        timeout_s: float,
+        *,
+        started: float,
+        fresh: bool = False,
     ) -> None:
         self.nodes = nodes
+        self.fresh = fresh
         self.script, self.keys, self.argv = script, keys, argv
         self.timeout_s = timeout_s
         self.started = started
@@ -314,7 +332,60 @@ def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> 
     return RefusedRound(answered, hint_ms, unavailable)
 
 
-def majority_denies(replies: Sequence, quorum: int) -> bool:
-    """True when a majority answered that the token is gone (0). A node that cannot be reached
-    proves nothing either way, and its copy expires on its own."""
-    return sum(1 for r in replies if r == 0) >= quorum
+#: What one node's release came to (:func:`release_outcome`).
+RELEASED, GONE, TAKEN, AMBIGUOUS, FAILED = "released", "gone", "taken", "ambiguous", "failed"
+
+
+def transport_error(reply) -> bool:
+    """Whether a node's reply is a failure to talk to it (reset, refused, timed out), which a
+    retry on a fresh connection may cure, rather than an answer."""
+    return isinstance(reply, (RedisConnectionError, RedisTimeoutError, OSError))
+
+
+def release_outcome(first, retried=None) -> str:
+    """One node's release from its RELEASE reply (or exception) and, if it failed for a transport
+    reason, the retry's. A retry that finds the key gone after a first attempt that timed out is
+    ambiguous: that first attempt may have run and deleted it."""
+    reply = first if retried is None else retried
+    if type(reply) is not int:
+        return FAILED
+    if reply == 1:
+        return RELEASED
+    if reply < 0:
+        return TAKEN
+    return AMBIGUOUS if isinstance(first, RedisTimeoutError) else GONE
+
+
+def majority_denies(outcomes: Sequence[str], quorum: int) -> bool:
+    """True when a majority answered that the token does not hold the lock (gone or another
+    token's). A node that cannot be reached proves nothing either way, and its copy expires on
+    its own; an ambiguous node may have released it."""
+    return sum(1 for outcome in outcomes if outcome in (GONE, TAKEN)) >= quorum
+
+
+def redlock_release_outcome(outcomes: Sequence[str], quorum: int) -> str:
+    """A Redlock release from its nodes' outcomes: refused (taken if any node holds another token,
+    else gone) when a majority denies, ambiguous if any node's answer was, else released."""
+    if majority_denies(outcomes, quorum):
+        return TAKEN if TAKEN in outcomes else GONE
+    return AMBIGUOUS if AMBIGUOUS in outcomes else RELEASED
+
+
+#: Why a release was refused, by outcome (the message of :class:`NotOwned`).
+REFUSALS = {
+    GONE: "release refused: the key is gone (the lease expired, or the node restarted and forgot it)",
+    TAKEN: "release refused: another holder took over",
+}
+
+
+def log_failed_release(name: str, node: str, error) -> None:
+    logger.warning("release of %s failed on %s (%s); the key there expires by its TTL", name, node, error)
+
+
+def log_ambiguous_release(name: str, fence: int) -> None:
+    logger.warning(
+        "release of %s (fence %s) ambiguous: the first attempt timed out and the retry found the key gone; "
+        "the first attempt may have deleted it",
+        name,
+        fence,
+    )

@@ -85,13 +85,18 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
                     conn._sock.settimeout(node.timeout_s)
     except ResponseError:
         raise
+    except RedisConnectionError:
+        conn.disconnect()
+        node.drop_idle()
+        raise
     except BaseException:
         conn.disconnect()
         raise
 
 
-def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence):
-    conn = node.take()
+def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence, *, fresh: bool = False):
+    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one."""
+    conn = node.fresh() if fresh else node.take()
     try:
         return eval_one(node, conn, script, keys, argv)
     finally:
@@ -105,6 +110,7 @@ def eval_all(
     argv: Sequence,
     timeout_s: float,
     held: list | None = None,
+    fresh: bool = False,
 ) -> list:
     """Run a script on every node at once: write to all, then read all against one deadline.
 
@@ -119,8 +125,9 @@ def eval_all(
     use it as soon as it completes but do not wait for it, and only after
     ``_connections.CONNECT_BACKOFF_S`` is a fresh connect tried. An unreachable node (SYNs dropped) so
     costs one deadline per back-off period, not one per round; a slow connect is not wasted.
+    With ``fresh``, every node gets a new connection (a retry that must not meet an old one).
     """
-    round_ = _Round(nodes, script, keys, argv, timeout_s)
+    round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
     for index, node in enumerate(nodes):
         round_.send(index, node)
     round_.poll()
@@ -133,9 +140,15 @@ class _Round(Round):
     """One :func:`eval_all`, with the sockets it polls."""
 
     def __init__(
-        self, nodes: Sequence[NodeConnections], script: Script, keys: Sequence[str], argv: Sequence, timeout_s: float
+        self,
+        nodes: Sequence[NodeConnections],
+        script: Script,
+        keys: Sequence[str],
+        argv: Sequence,
+        timeout_s: float,
+        fresh: bool = False,
     ) -> None:
-        super().__init__(nodes, script, keys, argv, timeout_s, started=time.monotonic())
+        super().__init__(nodes, script, keys, argv, timeout_s, started=time.monotonic(), fresh=fresh)
         self.by_fd: dict[int, int] = {}
         self.connecting: dict[int, socket.socket] = {}
         self.retried: set[int] = set()
@@ -144,11 +157,11 @@ class _Round(Round):
     def send(self, index: int, node: NodeConnections) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
         conn = None
-        if node.pending:
+        if node.pending and not self.fresh:
             conn, self.replies[index] = pending_connect(node, self.started)
             if self.replies[index] is not None:
                 return
-        conn = self.conns[index] = conn or node.take()
+        conn = self.conns[index] = conn or (node.fresh() if self.fresh else node.take())
         try:
             if conn._sock is None:
                 sock = start_connect(node, conn)
@@ -160,8 +173,7 @@ class _Round(Round):
                     return
             _send(conn, self.packed)
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
-            conn.disconnect()
-            self.replies[index] = error
+            self.fail(index, error)
             return
         fd = conn._sock.fileno()
         self.by_fd[fd] = index
@@ -202,9 +214,15 @@ class _Round(Round):
         except ResponseError as error:
             self.replies[index] = error
         except Exception as error:  # noqa: BLE001
-            conn.disconnect()
-            self.replies[index] = error
+            self.fail(index, error)
         return True
+
+    def fail(self, index: int, error: Exception) -> None:
+        """A node's connection failed: close it, and after a reset the node's idle ones too."""
+        self.conns[index].disconnect()
+        if isinstance(error, RedisConnectionError):
+            self.nodes[index].drop_idle()
+        self.replies[index] = error
 
     def time_out(self) -> None:
         """Nodes still silent at the deadline: a connect is kept pending, a read's connection is closed."""

@@ -23,12 +23,14 @@ from ._core import (
     ACQUIRE,
     ADVANCE_FENCE,
     EXTEND,
+    FAILED,
     HANDOFF_WINDOW_MS,
     RAISE_FENCE,
     RELEASE,
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
+    LockError,
     LockLost,
     NotOwned,
     QuorumUnavailable,
@@ -37,8 +39,11 @@ from ._core import (
     drift_ms,
     fence_and_laggards,
     granted_votes,
-    majority_denies,
+    log_failed_release,
+    redlock_release_outcome,
     refused_round,
+    release_outcome,
+    transport_error,
     validity_ms,
 )
 from ._sync_base import BaseLock
@@ -113,14 +118,23 @@ class RedisLock(BaseLock):
             node.give(conn)
         return Attempt(None, -reply, split=False)
 
-    def _unlock(self, token: str) -> bool:
+    def _unlock(self, token: str) -> str:
+        """The release's outcome; one that failed for a transport reason is tried once more on a
+        fresh connection, within the node timeout."""
+        argv = (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS)
         try:
-            reply = _io.call_one(
-                self._node, RELEASE, self._release_keys, (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS)
-            )
-            return reply == 1
+            return release_outcome(_io.call_one(self._node, RELEASE, self._release_keys, argv))
         except redis.RedisError as error:
-            raise self._error(NotOwned, f"release could not reach the node: {error}") from error
+            if not transport_error(error):
+                raise self._error(LockError, f"release failed on the node: {error}") from error
+            first = error
+        try:
+            retried = _io.call_one(self._node, RELEASE, self._release_keys, argv, fresh=True)
+        except redis.RedisError as error:
+            raise self._error(
+                LockError, f"release could not reach the node ({first}; retried: {error}); the key expires by its TTL"
+            ) from error
+        return release_outcome(first, retried)
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()
@@ -234,8 +248,28 @@ class Redlock(BaseLock):
             self.node_timeout_s,
         )
 
-    def _unlock(self, token: str) -> bool:
-        return not majority_denies(self._unlock_all(token), self.quorum)
+    def _unlock(self, token: str) -> str:
+        """Release on every node; nodes that failed for a transport reason are tried once more on
+        fresh connections, within one node timeout. Each node that still failed is logged: its
+        key stays until its TTL ends."""
+        replies = self._unlock_all(token)
+        again = [index for index, reply in enumerate(replies) if transport_error(reply)]
+        retried: dict = {}
+        if again:
+            answers = _io.eval_all(
+                [self._nodes[index] for index in again],
+                RELEASE,
+                self._release_keys,
+                (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
+                self.node_timeout_s,
+                fresh=True,
+            )
+            retried = dict(zip(again, answers, strict=True))
+        outcomes = [release_outcome(reply, retried.get(index)) for index, reply in enumerate(replies)]
+        for index, outcome in enumerate(outcomes):
+            if outcome == FAILED:
+                log_failed_release(self.name, self._nodes[index].name, retried.get(index, replies[index]))
+        return redlock_release_outcome(outcomes, self.quorum)
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()

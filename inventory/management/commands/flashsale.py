@@ -80,7 +80,12 @@ class Command(BaseCommand):
             default=None,
             help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)",
         )
-        parser.add_argument("--repeat", type=int, default=1, help="run every row N times; report median and range")
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=1,
+            help="run every row N times; print the median and range, and keep every repeat in the JSON (repeats)",
+        )
         parser.add_argument(
             "--timeout",
             type=float,
@@ -108,6 +113,14 @@ class Command(BaseCommand):
             + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
         )
         parser.add_argument(
+            "--fault-hold",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="how long the fault lasts before its recovery (default: the fault's own; 0.1 s for the "
+            "crash-and-restart faults restart-redis and kill-majority)",
+        )
+        parser.add_argument(
             "--unfenced",
             action="store_true",
             help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
@@ -132,6 +145,7 @@ class Command(BaseCommand):
         json_path: str,
         report_path: str = "",
         fault: str | None = None,
+        fault_hold: float | None = None,
         unfenced: bool = False,
         **options,
     ):
@@ -149,7 +163,7 @@ class Command(BaseCommand):
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
-        check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
+        check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
         plan = BurstPlan(
             requests=requests,
             stock=stock,
@@ -163,12 +177,16 @@ class Command(BaseCommand):
             locust_processes=locust_processes,
             timeout_s=timeout,
             fault=fault,
+            fault_hold_s=fault_hold,
             fenced=not unfenced,
         )
         started_at = timezone.now()
         runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
         rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
-        self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
+        document = self.document(rows, started_at)
+        if repeat > 1:
+            document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
+        self.write_outputs(document, json_path=json_path, report_path=report_path)
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:

@@ -16,7 +16,7 @@ environment, so the burst hits the same database whether the command runs from a
 inside a pytest-django test (whose database is ``test_<name>``).
 
 The plan, its error and the progress live in :mod:`loadtests.plan`, the row's processes (pods,
-Locust, the connection sampler) in :mod:`loadtests.pods`; their names are importable from here.
+Locust, the connection sampler) in :mod:`loadtests.pods`; import each name from its own module.
 """
 
 from __future__ import annotations
@@ -31,67 +31,29 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from inventory.audit import audit
 from inventory.models import BurstRun, Product
-from inventory.services import audit, reset_sale
+from inventory.services import reset_sale
+from processes.children import ChildError
 
 from .faultrun import FaultRun
 from .figures import merge, timeline, with_floor_ratio
 from .judge import judge
 from .plan import (
     FLOOR,
-    PREPARE_ALLOWANCE_S,
-    PREPARE_PER_SHOPPER_S,
     SAMPLE_INTERVAL_S,
-    SCENARIOS,
-    SHOPPERS_PER_PROCESS,
     BurstError,
     BurstPlan,
     Progress,
-    default_locust_processes,
 )
 from .pods import (
-    CONNECTION_SAMPLE_INTERVAL_S,
-    LOCUSTFILE,
-    POD_NICE,
     ConnectionSampler,
     Row,
-    collect_static,
     database_url,
     read_json,
-    server_environment,
-    shares,
     write_json,
 )
-from .processes import ChildError
-from .report import sentence
-
-__all__ = [
-    "FLOOR",
-    "SCENARIOS",
-    "SAMPLE_INTERVAL_S",
-    "SHOPPERS_PER_PROCESS",
-    "PREPARE_ALLOWANCE_S",
-    "PREPARE_PER_SHOPPER_S",
-    "BurstError",
-    "BurstPlan",
-    "default_locust_processes",
-    "Progress",
-    "LOCUSTFILE",
-    "CONNECTION_SAMPLE_INTERVAL_S",
-    "POD_NICE",
-    "database_url",
-    "server_environment",
-    "collect_static",
-    "read_json",
-    "write_json",
-    "shares",
-    "ConnectionSampler",
-    "Row",
-    "prepare_product",
-    "run_row",
-    "drive",
-    "record",
-]
+from .report.sentences import sentence
 
 
 def prepare_product(*, sku: str, stock: int) -> Product:

@@ -24,11 +24,10 @@ from typing import Self
 import psycopg
 from django.conf import settings
 
-from inventory.backends.etcd import project_cluster
-from inventory.backends.redlock import project_nodes
-from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
-from inventory.nodes import NodeError, RedisNode
-from inventory.replication import ReplicatedPair
+from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
+from processes.nodes import NodeError, RedisNode
+from processes.replication import ReplicatedPair
+from processes.services import project_cluster, project_nodes
 
 from .figures import fault_phases, longest_gap, resumed_after
 

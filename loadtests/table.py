@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .burst import FLOOR
+from loadtests.plan import FLOOR
 
 COLUMNS = [
     ("backend", 11),

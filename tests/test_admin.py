@@ -15,9 +15,10 @@ from django.db import connection
 from django.db.models.signals import pre_save
 from django.utils import timezone
 
-from inventory.charts import nice_ticks
+from inventory.audit import audit
 from inventory.models import BurstRun, Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from loadtests.report.svg import nice_ticks
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
 CHANGELIST = "/admin/inventory/product/"

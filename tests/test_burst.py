@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
-from loadtests.report import sentence
+from loadtests.report.sentences import sentence
 
 pytestmark = pytest.mark.slow
 

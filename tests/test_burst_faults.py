@@ -16,11 +16,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
-from inventory.nodes import RedisNode
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
 from loadtests.figures import fault_phases, longest_gap, resumed_after
 from loadtests.judge import GAP_LIMIT_S, judge
 from loadtests.plan import BurstPlan
+from processes.nodes import RedisNode
 
 SKU = "flash-burst"
 REQUESTS = 600

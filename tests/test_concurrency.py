@@ -13,8 +13,9 @@ from collections import Counter
 import pytest
 from django.db import connections
 
+from inventory.audit import audit
 from inventory.backends import reset_backend
-from inventory.services import audit, purchase
+from inventory.services import purchase
 
 PROCESSES = 4
 THREADS = 6

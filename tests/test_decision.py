@@ -16,10 +16,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from inventory.backends import Outcome
-from inventory.locks import RedisLock
+from inventory.audit import audit
+from inventory.backends.contract import Outcome
 from inventory.models import Allocation, Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from locks import RedisLock
 from tests.helpers import snapshot
 
 

@@ -1,4 +1,4 @@
-"""inventory.faults against real processes: private redis-server nodes, a master + replica, a child process."""
+"""faults.registry against real processes: private redis-server nodes, a master + replica, a child process."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import time
 import pytest
 import redis
 
-from inventory.backends import Outcome, load_backend
-from inventory.faults import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
-from inventory.locks import QuorumUnavailable, Redlock
+from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from inventory.audit import audit
+from inventory.backends import load_backend
+from inventory.backends.contract import Outcome
 from inventory.models import Product
-from inventory.nodes import RedisNodes
-from inventory.replication import ReplicatedPair
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from locks import QuorumUnavailable, Redlock
+from processes.nodes import RedisNodes
+from processes.replication import ReplicatedPair
 from tests import slots
 
 BASE_PORT = slots.FAULTS_BASE_PORT  # five nodes, then a master + replica, all this module's own

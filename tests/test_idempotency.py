@@ -8,8 +8,9 @@ import threading
 import pytest
 from django.db import connection
 
+from inventory.errors import InventoryError
 from inventory.models import Order, Product
-from inventory.services import InventoryError, purchase
+from inventory.services import purchase
 from tests.helpers import snapshot
 
 

@@ -8,10 +8,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from inventory.backends import Outcome, load_backend
+from inventory.audit import audit
+from inventory.backends import load_backend
+from inventory.backends.contract import Outcome
 from inventory.backends.section import checked_write, read_shelf
+from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
-from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
+from inventory.services import purchase, reset_sale, restock
 from tests.helpers import FENCED_STRATEGIES, snapshot
 
 

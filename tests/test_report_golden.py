@@ -56,7 +56,7 @@ def report_text(html: str) -> dict:
 
 
 def rendered() -> dict:
-    from loadtests.report import render_report
+    from loadtests.report.page import render_report
 
     return report_text(render_report(json.loads(FIXTURE.read_text())))
 

@@ -19,10 +19,12 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..locks import LockError, NotAcquired, NotOwned
+from locks import LockError, NotAcquired, NotOwned
+
 from ..models import Product
-from .base import Grant, LockUnavailable, Strategy
-from .section import Shelf, checked_write, read_shelf
+from .base import Strategy
+from .contract import Grant, LockUnavailable, Shelf
+from .section import checked_write, read_shelf
 
 logger = logging.getLogger(__name__)
 

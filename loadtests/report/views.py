@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from inventory.charts import colour_for
-
 from .base import MISSING, count
 from .sentences import sentence
+from .svg import colour_for
 
 
 def cell(value: float | None, formatter=count) -> str:

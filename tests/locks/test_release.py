@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from inventory.locks import NotOwned
+from locks import NotOwned
 
 NODE_TIMEOUT_MS = 50
 
@@ -37,7 +37,7 @@ def test_a_redlock_release_names_each_node_it_could_not_reach(twin, cluster, nam
     twin(lock.acquire())
     nodes[1].kill()
     nodes[3].kill()
-    with caplog.at_level(logging.WARNING, logger="inventory.locks"):
+    with caplog.at_level(logging.WARNING, logger="locks"):
         twin(lock.release())
     failed = [record.getMessage() for record in caplog.records if "failed on" in record.getMessage()]
     assert len(failed) == 2, failed
@@ -57,7 +57,7 @@ def test_a_retry_after_a_timed_out_release_that_finds_the_key_gone_is_ambiguous(
     thaw.start()
     try:
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="inventory.locks"):
+        with caplog.at_level(logging.WARNING, logger="locks"):
             twin(lock.release())
         took = time.monotonic() - started
     finally:

@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 
-from inventory.locks import NotAcquired
+from locks import NotAcquired
 
 TTL_MS = 10_000
 # The waiter must be granted well before the holder's TTL would have freed the key.

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from .backends import STRATEGIES, strategy_class
+from .strategies import STRATEGIES, strategy_class
 
 
 @checks.register(checks.Tags.compatibility)

@@ -3,7 +3,7 @@
 Plain keyword-only functions. ``purchase`` returns an outcome for the expected refusals (sold
 out, limit reached, busy, not on sale) and raises for bad input; any refusal leaves stock and
 orders as they were. The critical section and its rules live in
-:mod:`inventory.backends.section`; this module runs it under the configured strategy.
+:mod:`inventory.strategies.section`; this module runs it under the configured strategy.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from django.utils import timezone
 
 from . import soldout
 from .audit import AuditReport, audit
-from .backends import get_backend
-from .backends.base import Strategy
-from .backends.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
-from .backends.redis_stock import forget_sale
-from .backends.section import decide, find_order, shelf_for_sku
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
+from .strategies import get_backend
+from .strategies.base import Strategy
+from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
+from .strategies.redis_stock import forget_sale
+from .strategies.section import decide, find_order, shelf_for_sku
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def reset_sale(*, sku: str, stock: int) -> Product:
     """Start the sale of ``sku`` over: ``stock`` units, no orders, fence back to 0.
 
     The fence may go back to 0 because the lock services' counters never do (and, if one was
-    restarted, a holder advances it past the row's fence: see ``backends/fenced.py``).
+    restarted, a holder advances it past the row's fence: see ``strategies/fenced.py``).
     """
     if isinstance(stock, bool) or not isinstance(stock, int) or stock < 0:
         raise InvalidQuantity("stock must be a whole number, 0 or more")

@@ -9,8 +9,8 @@ from pathlib import Path
 from django.core.management.base import CommandError
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES
-from inventory.backends import STRATEGIES, strategy_class
-from inventory.backends.fenced import FencedLockStrategy
+from inventory.strategies import STRATEGIES, strategy_class
+from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import SCENARIOS, BurstPlan, default_locust_processes
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")

@@ -15,7 +15,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
-from inventory.backends import strategy_class
+from inventory.strategies import strategy_class
 from processes.children import Child, free_port, stop_all, wait_until_answers
 
 from .plan import FLOOR, BurstError, BurstPlan

@@ -1,7 +1,7 @@
 """The processes behind what the strategies need, and the project's own Redlock nodes and etcd cluster.
 
 A strategy declares what it needs as values, a kind and the URLs it will talk to
-(``inventory.backends.base.Needed``: ``kind="redis"`` with one URL, ``kind="etcd"`` with the
+(``inventory.strategies.base.Needed``: ``kind="redis"`` with one URL, ``kind="etcd"`` with the
 member endpoints); it starts nothing itself. :func:`processes_for` maps each need to a
 :class:`~processes.protocol.Process`: a Redis URL served by one of the project's private nodes
 (``REDLOCK_BASE_PORT``) to that node, any other Redis URL to :class:`MachineRedis` (used, never
@@ -22,7 +22,7 @@ from .protocol import Process, ServiceError, started_while_needed
 
 
 class Need(Protocol):
-    """What a strategy declares it needs (``inventory.backends.base.Needed`` has this shape)."""
+    """What a strategy declares it needs (``inventory.strategies.base.Needed`` has this shape)."""
 
     kind: str
     urls: tuple[str, ...]

@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from inventory.backends import reset_backend
+from inventory.strategies import reset_backend
 from processes.services import project_nodes
 from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from inventory.backends import STRATEGIES, strategy_class
-from inventory.backends.fenced import FencedLockStrategy
 from inventory.models import Order, Product
+from inventory.strategies import STRATEGIES, strategy_class
+from inventory.strategies.fenced import FencedLockStrategy
 
 #: Every strategy that must work; the controls (``local``, ``unsafe``) are tested for failing.
 WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).control]

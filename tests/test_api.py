@@ -106,7 +106,7 @@ class TestPurchaseOutcomes:
     def test_busy_is_503_with_retry_after(self, client, make_product, use_backend):
         make_product(stock=5)
         use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
-        from inventory.backends import get_backend
+        from inventory.strategies import get_backend
 
         with get_backend().guard("phone-x"):
             before = snapshot()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.core import checks
 
-from inventory.backends import STRATEGIES, load_backend, strategy_class
 from inventory.checks import check_inventory_backend
+from inventory.strategies import STRATEGIES, load_backend, strategy_class
 from tests.helpers import WORKING_STRATEGIES
 
 CONTROLS = [name for name in STRATEGIES if strategy_class(name).control]
@@ -57,11 +57,11 @@ def test_unknown_backend_is_an_error(settings):
 
 
 def test_dotted_path_is_accepted(settings):
-    assert ids(settings, BACKEND="inventory.backends.db.RowLockStrategy") == []
+    assert ids(settings, BACKEND="inventory.strategies.db.RowLockStrategy") == []
 
 
 def test_dotted_path_that_does_not_import_is_an_error(settings):
-    assert ids(settings, BACKEND="inventory.backends.db.Nowhere") == [("inventory.E001", checks.ERROR)]
+    assert ids(settings, BACKEND="inventory.strategies.db.Nowhere") == [("inventory.E001", checks.ERROR)]
 
 
 @pytest.mark.parametrize("overrides", [{"LOCK_TTL_MS": 0}, {"ACQUIRE_TIMEOUT_MS": -1}])

@@ -14,8 +14,8 @@ import pytest
 from django.db import connections
 
 from inventory.audit import audit
-from inventory.backends import reset_backend
 from inventory.services import purchase
+from inventory.strategies import reset_backend
 
 PROCESSES = 4
 THREADS = 6

@@ -17,9 +17,9 @@ from django.db import connection
 from django.utils import timezone
 
 from inventory.audit import audit
-from inventory.backends.contract import Outcome
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
+from inventory.strategies.contract import Outcome
 from locks import RedisLock
 from tests.helpers import snapshot
 

@@ -17,9 +17,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from inventory.audit import audit
-from inventory.backends.etcd import EtcdLockStrategy
 from inventory.models import Order, Product
 from inventory.services import purchase
+from inventory.strategies.etcd import EtcdLockStrategy
 from processes.services import processes_for, project_cluster
 from tests import slots
 

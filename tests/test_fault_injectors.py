@@ -12,10 +12,10 @@ import redis
 
 from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
 from inventory.audit import audit
-from inventory.backends import load_backend
-from inventory.backends.contract import Outcome
 from inventory.models import Product
 from inventory.services import purchase
+from inventory.strategies import load_backend
+from inventory.strategies.contract import Outcome
 from locks import QuorumUnavailable, Redlock
 from processes.nodes import RedisNodes
 from processes.replication import ReplicatedPair

@@ -15,12 +15,12 @@ import pytest
 from django.db import connection, transaction
 
 from inventory.audit import audit
-from inventory.backends import load_backend
-from inventory.backends.redis import RedisLockStrategy
-from inventory.backends.redlock import RedlockStrategy
-from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import purchase
+from inventory.strategies import load_backend
+from inventory.strategies.redis import RedisLockStrategy
+from inventory.strategies.redlock import RedlockStrategy
+from inventory.strategies.section import checked_write, read_shelf
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

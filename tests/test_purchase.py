@@ -9,12 +9,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from inventory.audit import audit
-from inventory.backends import load_backend
-from inventory.backends.contract import Outcome
-from inventory.backends.section import checked_write, read_shelf
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
+from inventory.strategies import load_backend
+from inventory.strategies.contract import Outcome
+from inventory.strategies.section import checked_write, read_shelf
 from tests.helpers import FENCED_STRATEGIES, snapshot
 
 
@@ -125,7 +125,7 @@ class TestBackendLoading:
 
     def test_unimportable_path_chains_the_cause(self, settings):
         with pytest.raises(ImproperlyConfigured) as info:
-            load_backend("inventory.backends.nowhere.Backend")
+            load_backend("inventory.strategies.nowhere.Backend")
         assert isinstance(info.value.__cause__, ImportError)
 
     def test_not_a_backend_class(self, settings):
@@ -139,7 +139,7 @@ class TestBackendLoading:
         assert load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
 
     def test_dotted_path(self, settings):
-        assert load_backend("inventory.backends.db.RowLockStrategy").name == "db"
+        assert load_backend("inventory.strategies.db.RowLockStrategy").name == "db"
 
     def test_options_come_from_the_strategy_module_with_settings_over_them(self, settings):
         config = {**settings.INVENTORY, "OPTIONS": {"FENCED": False}}

@@ -9,10 +9,10 @@ from django.core.management import CommandError, call_command
 from django.db.models.signals import pre_save
 
 from inventory.audit import audit
-from inventory.backends.contract import Outcome
-from inventory.backends.redis_stock import sale_key, units_key
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
+from inventory.strategies.contract import Outcome
+from inventory.strategies.redis_stock import sale_key, units_key
 from tests.helpers import snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from inventory.backends.contract import Outcome
 from inventory.errors import InvalidQuantity, InventoryError
 from inventory.models import Order
 from inventory.services import purchase, reset_sale, restock
+from inventory.strategies.contract import Outcome
 from tests.helpers import snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -132,7 +132,7 @@ class TestBuyOutcomes:
         make_product(stock=5)
         use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
         # Someone else holds the product's lock, so this purchase cannot get it in time.
-        from inventory.backends import get_backend
+        from inventory.strategies import get_backend
 
         backend = get_backend()
         with backend.guard("phone-x"):

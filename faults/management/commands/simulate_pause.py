@@ -32,9 +32,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
-from inventory.backends.contract import Shelf
-from inventory.backends.section import read_shelf
 from inventory.models import Product
+from inventory.strategies.contract import Shelf
+from inventory.strategies.section import read_shelf
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient

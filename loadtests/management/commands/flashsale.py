@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from inventory.backends import services_needed, strategy_class
+from inventory.strategies import services_needed, strategy_class
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
 from loadtests.options import backend_names, check_fault, check_numbers, check_paths

@@ -1,14 +1,14 @@
 """The contract every purchase strategy fulfils.
 
 A purchase is one critical section: read the product row, decide (the rules in
-:func:`inventory.backends.section.decide`, the same for every strategy), write. A strategy
+:func:`inventory.strategies.section.decide`, the same for every strategy), write. A strategy
 supplies only how that section runs:
 
 * ``guard(sku)``: a context manager held around the whole section, released only after the
   transaction has committed. It yields a :class:`Grant` (the fencing token, if any) and raises
   :class:`LockUnavailable` when exclusive access cannot be had in time. No guard: a grant
   without a token.
-* ``read(product_id)``: the :class:`~inventory.backends.section.Shelf` the decision works on
+* ``read(product_id)``: the :class:`~inventory.strategies.section.Shelf` the decision works on
   (a plain read, or ``SELECT ... FOR UPDATE`` for ``db``). Runs inside the transaction.
 * ``write(shelf, quantity=, grant=)``: take the units; False when the storage check refused the
   write (a *conflict*: the row changed since the read, or a newer token has written).

@@ -2,7 +2,7 @@
 
 Resolved the way Django resolves cache backends: ``import_string`` on the path, and an import
 failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy is one module
-(a :class:`~inventory.backends.base.Strategy` subclass that describes itself) and one line in
+(a :class:`~inventory.strategies.base.Strategy` subclass that describes itself) and one line in
 :data:`STRATEGIES`; the commands, the checks and the tests loop over this registry.
 """
 
@@ -20,15 +20,15 @@ from .base import Strategy
 from .contract import Needed
 
 STRATEGIES = {
-    "db": "inventory.backends.db.RowLockStrategy",
-    "optimistic": "inventory.backends.optimistic.OptimisticStrategy",
-    "redis": "inventory.backends.redis.RedisLockStrategy",
-    "redlock": "inventory.backends.redlock.RedlockStrategy",
-    "etcd": "inventory.backends.etcd.EtcdLockStrategy",
-    "atomic": "inventory.backends.atomic.AtomicUpdateStrategy",
-    "redis-stock": "inventory.backends.redis_stock.RedisStockStrategy",
-    "local": "inventory.backends.local.ProcessLockStrategy",
-    "unsafe": "inventory.backends.unsafe.UnsafeStrategy",
+    "db": "inventory.strategies.db.RowLockStrategy",
+    "optimistic": "inventory.strategies.optimistic.OptimisticStrategy",
+    "redis": "inventory.strategies.redis.RedisLockStrategy",
+    "redlock": "inventory.strategies.redlock.RedlockStrategy",
+    "etcd": "inventory.strategies.etcd.EtcdLockStrategy",
+    "atomic": "inventory.strategies.atomic.AtomicUpdateStrategy",
+    "redis-stock": "inventory.strategies.redis_stock.RedisStockStrategy",
+    "local": "inventory.strategies.local.ProcessLockStrategy",
+    "unsafe": "inventory.strategies.unsafe.UnsafeStrategy",
 }
 
 __all__ = [

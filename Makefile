@@ -56,7 +56,7 @@ services: venv system
 static: venv
 	$(MANAGE) collectstatic --noinput -v0
 
-# The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the backend from INVENTORY_BACKEND.
+# The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the strategy from INVENTORY_STRATEGY.
 serve: services migrate seed static
 	$(BIN)/gunicorn -c gunicorn.conf.py
 

@@ -23,7 +23,7 @@ from . import soldout
 from .audit import AuditReport, audit
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
-from .strategies import get_backend
+from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
@@ -114,9 +114,9 @@ def _elapsed_ms(since: float) -> float:
 
 
 def purchase(
-    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", backend: Strategy | None = None
+    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", strategy: Strategy | None = None
 ) -> PurchaseResult:
-    """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured strategy.
+    """Buy ``quantity`` units of ``sku`` for ``customer`` under ``strategy`` (default: the configured one).
 
     A refusal that the shelf already shows (not on sale, too few units) is answered from one
     plain read without the guard, which keeps thousands of late shoppers off the lock; it is
@@ -127,7 +127,7 @@ def purchase(
     customer gets the same confirmed order back, never a second one.
     """
     began = time.perf_counter()
-    strategy = backend or get_backend()
+    strategy = strategy or get_strategy()
     if not customer:
         raise InventoryError("a purchase needs a customer")
     if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):

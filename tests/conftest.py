@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from inventory.strategies import reset_backend
+from inventory.strategies import reset_strategy
 from processes.services import project_nodes
 from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
 
@@ -64,8 +64,8 @@ def _sale_state_in_redis(request):
 
 
 @pytest.fixture
-def use_backend(settings, request):
-    """``use_backend("redis")`` switches the configured backend for one test."""
+def use_strategy(settings, request):
+    """``use_strategy("redis")`` switches the configured backend for one test."""
 
     def switch(name: str, **overrides):
         if name == "redlock":
@@ -74,23 +74,23 @@ def use_backend(settings, request):
             request.getfixturevalue("redis_client")
         if name == "etcd":
             request.getfixturevalue("etcd_project_cluster")
-        settings.INVENTORY = {**settings.INVENTORY, "BACKEND": name, **overrides}
+        settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": name, **overrides}
 
     yield switch
-    reset_backend()
+    reset_strategy()
 
 
 @pytest.fixture(params=WORKING_STRATEGIES)
-def strategy(request, use_backend) -> str:
+def strategy(request, use_strategy) -> str:
     """Each strategy that must work, configured for the test in turn."""
-    use_backend(request.param)
+    use_strategy(request.param)
     return request.param
 
 
 @pytest.fixture(params=FENCED_STRATEGIES)
-def fenced_strategy(request, use_backend) -> str:
+def fenced_strategy(request, use_strategy) -> str:
     """Each working strategy whose writes carry a fencing token, configured for the test in turn."""
-    use_backend(request.param)
+    use_strategy(request.param)
     return request.param
 
 

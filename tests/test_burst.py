@@ -195,10 +195,10 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"backends": "db,mutex"}, "unknown backend mutex"),
-        ({"backends": "floor"}, "unknown backend floor"),
-        ({"backends": ""}, "unknown backend (none given)"),
-        ({"backends": "db,db"}, "names a backend twice"),
+        ({"backends": "db,mutex"}, "unknown strategy mutex"),
+        ({"backends": "floor"}, "unknown strategy floor"),
+        ({"backends": ""}, "unknown strategy (none given)"),
+        ({"backends": "db,db"}, "names a strategy twice"),
         ({"scenario": "burst"}, "--scenario 'burst'"),
         ({"requests": 0}, "--requests must be 1 or more"),
         ({"stock": -1}, "--stock must be 0 or more"),

@@ -25,10 +25,10 @@ from tests.helpers import snapshot
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_sale_window_is_checked_inside_the_section(use_backend, redis_client, make_product, settings):
+def test_the_sale_window_is_checked_inside_the_section(use_strategy, redis_client, make_product, settings):
     """A shopper waiting for the lock when the sale ends is not sold anything (before: confirmed
     0.7 s after ``sale_ends_at``)."""
-    use_backend("redis")
+    use_strategy("redis")
     make_product(stock=5, sale_ends_at=timezone.now() + timedelta(milliseconds=300))
     holder = RedisLock(redis_client, "flashsale:lock:phone-x", ttl_ms=5000, timeout_ms=0)
     holder.acquire()  # someone holds the lock across the end of the sale

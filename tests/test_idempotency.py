@@ -25,8 +25,8 @@ class TestIdempotencyKey:
         # A new key is a new purchase: refused by the limit (and stock is gone anyway).
         assert not purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-2").confirmed
 
-    def test_concurrent_twins_without_a_guard_order_once(self, use_backend, make_product):
-        use_backend("optimistic")
+    def test_concurrent_twins_without_a_guard_order_once(self, use_strategy, make_product):
+        use_strategy("optimistic")
         make_product(stock=10, limit=5)
         barrier, results = threading.Barrier(4), []
 

@@ -12,7 +12,7 @@ from inventory.audit import audit
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
-from inventory.strategies import load_backend
+from inventory.strategies import load_strategy
 from inventory.strategies.contract import Outcome
 from inventory.strategies.section import checked_write, read_shelf
 from tests.helpers import FENCED_STRATEGIES, snapshot
@@ -118,40 +118,40 @@ class TestStockAdministration:
         assert audit(sku="phone-x", told_sold_out=0).ok
 
 
-class TestBackendLoading:
+class TestStrategyLoading:
     def test_unknown_alias(self, settings):
         with pytest.raises(ImproperlyConfigured, match="not a strategy"):
-            load_backend("memcached")
+            load_strategy("memcached")
 
     def test_unimportable_path_chains_the_cause(self, settings):
         with pytest.raises(ImproperlyConfigured) as info:
-            load_backend("inventory.strategies.nowhere.Backend")
+            load_strategy("inventory.strategies.nowhere.Backend")
         assert isinstance(info.value.__cause__, ImportError)
 
     def test_not_a_backend_class(self, settings):
         with pytest.raises(ImproperlyConfigured, match="not a Strategy subclass"):
-            load_backend("inventory.models.Product")
+            load_strategy("inventory.models.Product")
 
     @pytest.mark.parametrize("control", ["unsafe", "local"])
     def test_controls_are_refused_unless_allowed(self, settings, control):
-        with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_BACKEND=1"):
-            load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": False})
-        assert load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
+        with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_STRATEGY=1"):
+            load_strategy(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": False})
+        assert load_strategy(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
 
     def test_dotted_path(self, settings):
-        assert load_backend("inventory.strategies.db.RowLockStrategy").name == "db"
+        assert load_strategy("inventory.strategies.db.RowLockStrategy").name == "db"
 
     def test_options_come_from_the_strategy_module_with_settings_over_them(self, settings):
         config = {**settings.INVENTORY, "OPTIONS": {"FENCED": False}}
-        assert load_backend("redis", config=config).fenced is False
-        assert load_backend("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
-        assert load_backend("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
+        assert load_strategy("redis", config=config).fenced is False
+        assert load_strategy("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
+        assert load_strategy("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
 
 
 @pytest.mark.django_db(transaction=True)
 class TestRedlockNodeFailures:
-    def test_two_dead_nodes_of_five_still_sell(self, use_backend, fresh_redlock_nodes, make_product):
-        use_backend("redlock")
+    def test_two_dead_nodes_of_five_still_sell(self, use_strategy, fresh_redlock_nodes, make_product):
+        use_strategy("redlock")
         make_product(stock=3)
         fresh_redlock_nodes[0].kill()
         fresh_redlock_nodes[3].kill()
@@ -159,9 +159,9 @@ class TestRedlockNodeFailures:
         assert Product.objects.get(sku="phone-x").stock == 2
 
     def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(
-        self, use_backend, fresh_redlock_nodes, make_product
+        self, use_strategy, fresh_redlock_nodes, make_product
     ):
-        use_backend("redlock")
+        use_strategy("redlock")
         make_product(stock=3)
         for index in (0, 2, 4):
             fresh_redlock_nodes[index].kill()
@@ -173,8 +173,8 @@ class TestRedlockNodeFailures:
         assert elapsed < 1.0, "no quorum is known at once; waiting the acquire timeout would not help"
         assert snapshot("phone-x") == before
 
-    def test_redis_down_answers_busy(self, use_backend, make_product):
-        use_backend("redis", REDIS_URL="redis://127.0.0.1:6/0")  # nothing listens on port 6
+    def test_redis_down_answers_busy(self, use_strategy, make_product):
+        use_strategy("redis", REDIS_URL="redis://127.0.0.1:6/0")  # nothing listens on port 6
         make_product(stock=3)
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.BUSY

@@ -25,9 +25,9 @@ def counter(client, sku="phone-x") -> int | None:
 
 class TestRedisStock:
     def test_the_counter_is_loaded_from_the_database_and_moves_with_sales(
-        self, use_backend, redis_client, make_product
+        self, use_strategy, redis_client, make_product
     ):
-        use_backend("redis-stock")
+        use_strategy("redis-stock")
         make_product(stock=3, limit=2)
         assert counter(redis_client) is None
         assert purchase(sku="phone-x", customer="a", quantity=2).confirmed
@@ -39,8 +39,8 @@ class TestRedisStock:
         assert counter(redis_client) == 0 and Product.objects.get(sku="phone-x").stock == 0
         assert audit(sku="phone-x").ok
 
-    def test_a_failed_database_write_gives_the_units_back(self, use_backend, redis_client, make_product):
-        use_backend("redis-stock")
+    def test_a_failed_database_write_gives_the_units_back(self, use_strategy, redis_client, make_product):
+        use_strategy("redis-stock")
         make_product(stock=5, limit=2)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         before = snapshot()
@@ -59,8 +59,8 @@ class TestRedisStock:
         assert redis_client.hget(units_key("phone-x"), "b") is None
         assert purchase(sku="phone-x", customer="b", quantity=2).confirmed
 
-    def test_drift_costs_a_refusal_never_an_oversell(self, use_backend, redis_client, make_product):
-        use_backend("redis-stock")
+    def test_drift_costs_a_refusal_never_an_oversell(self, use_strategy, redis_client, make_product):
+        use_strategy("redis-stock")
         make_product(stock=1)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         redis_client.hset(sale_key("phone-x"), "stock", 5)  # the counter drifts up by hand
@@ -69,8 +69,8 @@ class TestRedisStock:
         assert counter(redis_client) == 5, "compensated: the refused unit went back"
         assert audit(sku="phone-x").ok and Order.objects.count() == 1
 
-    def test_restock_and_reset_keep_redis_in_step(self, use_backend, redis_client, make_product):
-        use_backend("redis-stock")
+    def test_restock_and_reset_keep_redis_in_step(self, use_strategy, redis_client, make_product):
+        use_strategy("redis-stock")
         make_product(stock=1)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         restock(sku="phone-x", quantity=2)
@@ -87,15 +87,15 @@ class TestReconcile:
         call_command("reconcile", stdout=out, **options)
         return out.getvalue()
 
-    def test_no_drift_after_sales(self, use_backend, make_product):
-        use_backend("redis-stock")
+    def test_no_drift_after_sales(self, use_strategy, make_product):
+        use_strategy("redis-stock")
         make_product(stock=5, limit=2)
         for customer in "abc":
             assert purchase(sku="phone-x", customer=customer, quantity=1).confirmed
         assert "checked 1 sale(s) loaded in Redis; repaired 0" in self.run()
 
-    def test_a_drift_is_reported_and_repaired_from_the_database(self, use_backend, redis_client, make_product):
-        use_backend("redis-stock")
+    def test_a_drift_is_reported_and_repaired_from_the_database(self, use_strategy, redis_client, make_product):
+        use_strategy("redis-stock")
         make_product(stock=5, limit=2)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         redis_client.hset(sale_key("phone-x"), "stock", 9)

@@ -9,10 +9,10 @@ import pytest
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend, metrics", [("redis", {"lock", "hold", "db", "total"}), ("atomic", {"db", "total"})])
 def test_purchase_answers_carry_server_timing_and_counters(
-    use_backend, make_product, client, private_static_root, backend, metrics
+    use_strategy, make_product, client, private_static_root, backend, metrics
 ):
     """Lock wait and hold are reported only by strategies that take a lock."""
-    use_backend(backend)
+    use_strategy(backend)
     make_product(stock=3)
     client.get("/products/phone-x/")
     response = client.post(

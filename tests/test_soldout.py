@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class TestSoldOutMark:
-    def test_a_sold_out_answer_costs_no_sql(self, use_backend, make_product, django_assert_num_queries):
-        use_backend("db")
+    def test_a_sold_out_answer_costs_no_sql(self, use_strategy, make_product, django_assert_num_queries):
+        use_strategy("db")
         make_product(stock=1)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT  # marks it
@@ -25,8 +25,8 @@ class TestSoldOutMark:
             result = purchase(sku="phone-x", customer="c", quantity=1)
         assert (result.outcome, result.units_left) == (Outcome.SOLD_OUT, 0)
 
-    def test_a_restock_clears_the_mark_at_once(self, use_backend, make_product):
-        use_backend("db")
+    def test_a_restock_clears_the_mark_at_once(self, use_strategy, make_product):
+        use_strategy("db")
         make_product(stock=1)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT
@@ -36,15 +36,15 @@ class TestSoldOutMark:
         reset_sale(sku="phone-x", stock=1)
         assert purchase(sku="phone-x", customer="c", quantity=1).confirmed
 
-    def test_bad_input_is_still_refused_on_a_sold_out_product(self, use_backend, make_product):
-        use_backend("db")
+    def test_bad_input_is_still_refused_on_a_sold_out_product(self, use_strategy, make_product):
+        use_strategy("db")
         make_product(stock=0)
         assert purchase(sku="phone-x", customer="a", quantity=1).outcome is Outcome.SOLD_OUT
         with pytest.raises(InvalidQuantity):
             purchase(sku="phone-x", customer="a", quantity=2)
 
-    def test_a_keyed_retry_after_sold_out_gets_its_order(self, use_backend, make_product):
-        use_backend("db")
+    def test_a_keyed_retry_after_sold_out_gets_its_order(self, use_strategy, make_product):
+        use_strategy("db")
         make_product(stock=1)
         first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
         assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT

@@ -1,4 +1,7 @@
-"""Purchase strategies, chosen by ``settings.INVENTORY["BACKEND"]``: an alias or a dotted path.
+"""Purchase strategies, chosen by ``settings.INVENTORY["STRATEGY"]``: an alias or a dotted path.
+
+``INVENTORY["BACKEND"]`` is read as the older name of ``STRATEGY`` (a settings file written before
+the rename keeps working); giving both with different values is refused.
 
 Resolved the way Django resolves cache backends: ``import_string`` on the path, and an import
 failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy is one module
@@ -33,8 +36,9 @@ STRATEGIES = {
 
 __all__ = [
     "STRATEGIES",
-    "get_backend",
-    "load_backend",
+    "configured_name",
+    "get_strategy",
+    "load_strategy",
     "services_needed",
     "strategy_class",
 ]
@@ -45,7 +49,7 @@ def strategy_class(name: str) -> type[Strategy]:
     path = STRATEGIES.get(name, name)
     if "." not in path:
         raise ImproperlyConfigured(
-            f"INVENTORY_BACKEND={name!r} is not a strategy: use one of {', '.join(STRATEGIES)} or a dotted path"
+            f"INVENTORY_STRATEGY={name!r} is not a strategy: use one of {', '.join(STRATEGIES)} or a dotted path"
         )
     try:
         cls = import_string(path)
@@ -56,36 +60,47 @@ def strategy_class(name: str) -> type[Strategy]:
     return cls
 
 
-def load_backend(name: str, *, config: dict | None = None) -> Strategy:
+def configured_name(config: dict) -> str:
+    """The strategy ``config`` names: its ``STRATEGY``, or its ``BACKEND`` (the older name), or db."""
+    named = {key: config[key] for key in ("STRATEGY", "BACKEND") if config.get(key)}
+    if len(set(named.values())) > 1:
+        raise ImproperlyConfigured(
+            f"INVENTORY names two strategies, STRATEGY={named['STRATEGY']!r} and BACKEND={named['BACKEND']!r} "
+            "(its older name): keep STRATEGY"
+        )
+    return next(iter(named.values()), "db")
+
+
+def load_strategy(name: str, *, config: dict | None = None) -> Strategy:
     """Build the strategy ``name`` with ``config`` (default: ``settings.INVENTORY``)."""
     return strategy_class(name)(config=dict(settings.INVENTORY if config is None else config))
 
 
 _lock = threading.Lock()
-_backend: Strategy | None = None
+_strategy: Strategy | None = None
 
 
-def get_backend() -> Strategy:
+def get_strategy() -> Strategy:
     """The configured strategy, built once per process (after gunicorn forks, on first use)."""
-    global _backend
-    if _backend is None:
+    global _strategy
+    if _strategy is None:
         with _lock:
-            if _backend is None:
-                _backend = load_backend(settings.INVENTORY["BACKEND"])
-    return _backend
+            if _strategy is None:
+                _strategy = load_strategy(configured_name(settings.INVENTORY))
+    return _strategy
 
 
-def reset_backend() -> None:
-    global _backend
+def reset_strategy() -> None:
+    global _strategy
     with _lock:
-        if _backend is not None:
-            _backend.close()
-        _backend = None
+        if _strategy is not None:
+            _strategy.close()
+        _strategy = None
 
 
 def _on_setting_changed(*, setting: str, **kwargs) -> None:
     if setting == "INVENTORY":
-        reset_backend()
+        reset_strategy()
 
 
 setting_changed.connect(_on_setting_changed)

@@ -41,7 +41,7 @@ class Strategy:
     check_label: str = "none"
     #: True when ``guard()`` takes a lock: its wait and hold are then reported (``Server-Timing``).
     guarded: bool = False
-    #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_BACKEND=1``.
+    #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_STRATEGY=1``.
     control: bool = False
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults.
     default_options: dict = {}
@@ -51,7 +51,7 @@ class Strategy:
     def __init__(self, *, config: dict) -> None:
         if self.control and not config.get("ALLOW_UNSAFE"):
             raise ImproperlyConfigured(
-                f"INVENTORY_BACKEND={self.name} oversells by design; set ALLOW_UNSAFE_BACKEND=1 to run it anyway"
+                f"INVENTORY_STRATEGY={self.name} oversells by design; set ALLOW_UNSAFE_STRATEGY=1 to run it anyway"
             )
         self.config = config
         given = config.get("OPTIONS") or {}
@@ -88,14 +88,14 @@ class Strategy:
 
     @classmethod
     def server_env(cls, config: dict) -> dict[str, str]:
-        return {"ALLOW_UNSAFE_BACKEND": "1"} if cls.control else {}
+        return {"ALLOW_UNSAFE_STRATEGY": "1"} if cls.control else {}
 
     @classmethod
     def checks(cls, config: dict) -> list[django_checks.CheckMessage]:
         if cls.control:
             return [
                 django_checks.Warning(
-                    f"INVENTORY_BACKEND={cls.name} is a control: it oversells under concurrency",
+                    f"INVENTORY_STRATEGY={cls.name} is a control: it oversells under concurrency",
                     hint="use db, optimistic, redis, redlock or atomic; the controls exist to show that the audit "
                     "catches oversell",
                     id="inventory.W001",

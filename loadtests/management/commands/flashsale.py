@@ -20,7 +20,7 @@ from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, Fa
 from inventory.strategies import services_needed, strategy_class
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
-from loadtests.options import backend_names, check_fault, check_numbers, check_paths
+from loadtests.options import check_fault, check_numbers, check_paths, strategy_names
 from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
@@ -44,9 +44,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
         parser.add_argument(
-            "--backends",
+            "--strategies",
+            "--backends",  # the older name, still accepted
+            dest="strategies",
             default="db,redis,redlock",
-            help="comma-separated strategies, or all (every strategy that is not a control)",
+            help="comma-separated strategies, or all (every strategy that is not a control); older name --backends",
         )
         parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
         parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
@@ -127,7 +129,7 @@ class Command(BaseCommand):
         self,
         *args,
         scenario: str,
-        backends: str,
+        strategies: str,
         requests: int,
         stock: int,
         sku: str,
@@ -145,7 +147,7 @@ class Command(BaseCommand):
         unfenced: bool = False,
         **options,
     ):
-        names = backend_names(scenario=scenario, backends=backends)
+        names = strategy_names(scenario=scenario, strategies=strategies)
         timeout, locust_processes = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -209,7 +211,7 @@ class Command(BaseCommand):
         if controls:
             self.stderr.write(
                 f"warning: {', '.join(controls)} oversell(s) by design (controls); "
-                "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
+                "ALLOW_UNSAFE_STRATEGY=1 is set for their gunicorn only"
             )
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()

@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 
 from inventory.strategies import reset_strategy
-from processes.services import project_nodes
+from processes.needs import project_nodes
 from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
 
 
@@ -25,7 +25,7 @@ def redlock_nodes():
 @pytest.fixture(scope="session")
 def etcd_project_cluster():
     """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
-    from processes.services import project_cluster
+    from processes.needs import project_cluster
 
     cluster = project_cluster()
     started = not cluster.running()

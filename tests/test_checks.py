@@ -80,7 +80,7 @@ def test_every_strategy_describes_itself(settings):
     for name in STRATEGIES:
         cls = strategy_class(name)
         assert cls.name == name and cls.guard_label and cls.check_label
-        assert isinstance(cls.services(settings.INVENTORY), list)
+        assert isinstance(cls.needs(settings.INVENTORY), list)
         assert isinstance(cls.server_env(settings.INVENTORY), dict)
         if not cls.control:
             assert load_strategy(name).name == name

@@ -20,7 +20,7 @@ from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase
 from inventory.strategies.etcd import EtcdLockStrategy
-from processes.services import processes_for, project_cluster
+from processes.needs import processes_for, project_cluster
 from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +46,7 @@ def config(settings, etcd_cluster):
 
 
 def test_the_strategy_describes_its_cluster(config, etcd_cluster):
-    [service] = processes_for(EtcdLockStrategy.services(config))
+    [service] = processes_for(EtcdLockStrategy.needs(config))
     assert service.endpoints == ENDPOINTS and service.startable and service.running()
     assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
     assert EtcdLockStrategy.checks(config) == []

@@ -39,7 +39,7 @@ __all__ = [
     "configured_name",
     "get_strategy",
     "load_strategy",
-    "services_needed",
+    "needs_of",
     "strategy_class",
 ]
 
@@ -106,7 +106,7 @@ def _on_setting_changed(*, setting: str, **kwargs) -> None:
 setting_changed.connect(_on_setting_changed)
 
 
-def services_needed(names: Iterable[str], *, config: dict | None = None) -> list[Needed]:
-    """What the strategies ``names`` need running, each need once (``processes.services`` runs them)."""
+def needs_of(names: Iterable[str], *, config: dict | None = None) -> list[Needed]:
+    """What the strategies ``names`` need running, each need once (``processes.needs`` runs them)."""
     config = settings.INVENTORY if config is None else config
-    return list(dict.fromkeys(need for name in names for need in strategy_class(name).services(config)))
+    return list(dict.fromkeys(need for name in names for need in strategy_class(name).needs(config)))

@@ -17,7 +17,7 @@ Two mechanisms protect the section and the strategies vary them one at a time: t
 (a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
 
 A strategy also describes itself, so the commands and the checks need no list of their own:
-``services()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
+``needs()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
 
@@ -83,7 +83,7 @@ class Strategy:
     # Self-description ------------------------------------------------------------------------
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return []
 
     @classmethod

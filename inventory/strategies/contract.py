@@ -33,9 +33,9 @@ class StaleFence(Exception):
 
 @dataclass(frozen=True)
 class Needed:
-    """A service a strategy needs, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
+    """A process a strategy needs running, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
 
-    The strategy starts nothing; ``processes.services`` maps a need to the process behind it.
+    The strategy starts nothing; ``processes.needs`` maps a need to the process behind it.
     """
 
     kind: str

@@ -158,7 +158,7 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:

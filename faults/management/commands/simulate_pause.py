@@ -38,10 +38,10 @@ from inventory.strategies.section import read_shelf
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient
+from processes.needs import project_cluster
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
 from processes.protocol import started_while_needed
-from processes.services import project_cluster
 
 SKU = "simulate-pause"
 STOCK = 10

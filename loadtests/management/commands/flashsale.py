@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from inventory.strategies import services_needed, strategy_class
+from inventory.strategies import needs_of, strategy_class
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
 from loadtests.options import check_fault, check_numbers, check_paths, strategy_names
@@ -26,9 +26,9 @@ from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row
+from processes.needs import processes_running
 from processes.nodes import NodeError
-from processes.protocol import ServiceError
-from processes.services import services_running
+from processes.protocol import ProcessUnavailable
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
@@ -216,7 +216,7 @@ class Command(BaseCommand):
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with services_running(services_needed(names)) as started:
+            with processes_running(needs_of(names)) as started:
                 if started:
                     self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
@@ -242,7 +242,7 @@ class Command(BaseCommand):
                         self.stdout.write(table_row(run_cells(run)))
                         for line in phase_lines(run):
                             self.stdout.write(line)
-        except (ServiceError, NodeError, BurstError, FaultError) as exc:
+        except (ProcessUnavailable, NodeError, BurstError, FaultError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:

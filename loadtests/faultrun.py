@@ -25,11 +25,11 @@ import psycopg
 from django.conf import settings
 
 from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, make_fault
+from processes.needs import project_cluster, project_nodes
 from processes.nodes import NodeError, RedisNode
 from processes.procfs import child_pids
 from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
-from processes.services import project_cluster, project_nodes
 
 from .figures import fault_phases, longest_gap, resumed_after
 

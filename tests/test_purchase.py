@@ -16,7 +16,7 @@ from tests.helpers import snapshot
 
 # Every strategy that must work (the controls are tested for failing in test_matrix.py).
 BACKENDS = [name for name in STRATEGIES if not strategy_class(name).control]
-FENCED = ["redis", "redlock", "etcd"]
+FENCED = ["redis", "redlock", "etcd", "zookeeper"]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -26,6 +26,7 @@ STRATEGIES = {
     "redis": "inventory.backends.redis.RedisLockStrategy",
     "redlock": "inventory.backends.redlock.RedlockStrategy",
     "etcd": "inventory.backends.etcd.EtcdLockStrategy",
+    "zookeeper": "inventory.backends.zookeeper.ZooKeeperLockStrategy",
     "atomic": "inventory.backends.atomic.AtomicUpdateStrategy",
     "redis-stock": "inventory.backends.redis_stock.RedisStockStrategy",
     "local": "inventory.backends.local.ProcessLockStrategy",

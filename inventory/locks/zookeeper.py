@@ -35,8 +35,8 @@ What is guaranteed
 * While the ensemble has a majority: one owner at a time, grants in sequence order, and the fence
   strictly increases from grant to grant of a name (a later owner's znode was created after every
   earlier owner's, or it would have been the lower one).
-* ``acquire()`` returns or raises :class:`NotAcquired` within ``timeout_ms`` (plus one call) with
-  a majority down: then :class:`QuorumUnavailable` when no member connected at all.
+* ``acquire()`` returns or raises :class:`NotAcquired` within ``timeout_ms`` (at least
+  ``MIN_CALL_S``), with a majority down too (:class:`QuorumUnavailable` when no member connected).
 * Session loss is lock loss. The client counts every *suspended* (connection to its member lost)
   or *lost* (session expired) state; :meth:`ZooKeeperLock.held` is False once either happened
   after the grant, and a holder that asks before writing stops. A write that slips in after the
@@ -72,8 +72,8 @@ __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "
 T = TypeVar("T")
 LOCK_ROOT = "/flashsale/locks"
 NODE_MARK = "__lock__"
-#: A single try (``timeout_ms=0``) may still wait this long for the session's first connection.
-FIRST_CONNECT_S = 1.0
+#: However short ``timeout_ms`` (0 is a single try), each call and the first connection may take this long.
+MIN_CALL_S = 1.0
 #: A waiter also looks again this often, in case a watch event is lost with its member.
 WATCH_RECHECK_S = 1.0
 
@@ -170,6 +170,7 @@ class ZooKeeperLock:
     _lease: Lease | None = None
     _node: str | None = None
     _troubles = 0
+    _started = 0.0
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
         check_arguments(name, client.session_ms, timeout_ms)
@@ -196,9 +197,10 @@ class ZooKeeperLock:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = sequence + 1)."""
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
-        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        self._started = time.monotonic()
+        deadline = self._started + self.timeout_ms / 1000.0
         try:
-            zk = self.client.kazoo(max(deadline, time.monotonic() + FIRST_CONNECT_S))
+            zk = self.client.kazoo(max(deadline, self._started + MIN_CALL_S))
         except TimeoutError as exc:
             raise self._error(QuorumUnavailable, str(exc)) from exc
         troubles = self.client.troubles
@@ -219,7 +221,7 @@ class ZooKeeperLock:
     def _call(self, result, deadline: float):
         """Wait for an asynchronous kazoo call, at most until ``deadline``."""
         try:
-            return result.get(timeout=max(0.001, deadline - time.monotonic()))
+            return result.get(timeout=max(0.001, max(deadline, self._started + MIN_CALL_S) - time.monotonic()))
         except KazooTimeoutError as exc:
             raise self._error(NotAcquired, f"ZooKeeper did not answer within {self.timeout_ms} ms") from exc
 

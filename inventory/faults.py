@@ -10,7 +10,7 @@ stopped.
 
 A fault acts only on what it is given: :class:`inventory.nodes.RedisNode` processes, a
 :class:`inventory.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
-(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
+(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`~inventory.pidfile.child_pids` of the
 gunicorn master it started). It never looks for processes by name.
 
 >>> fault = make_fault("kill-minority", redlock_nodes=nodes)
@@ -27,6 +27,7 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from .nodes import RedisNode, RedisNodes
+from .pidfile import process_state
 from .replication import ReplicatedPair
 
 PHASES = ("before", "during", "after")
@@ -184,7 +185,7 @@ class Failover(Fault):
 class PauseWorker(Fault):
     """SIGSTOP one worker process past the lock's lease, then SIGCONT it.
 
-    ``workers`` returns the pids the caller started (see :func:`child_pids`); the first is stopped.
+    ``workers`` returns the pids the caller started (see :func:`~inventory.pidfile.child_pids`); the first is stopped.
     While stopped, the worker keeps whatever lease it held; after it, its late writes meet the
     storage check.
 
@@ -241,31 +242,6 @@ class PauseWorker(Fault):
         # It may have died while stopped (its master killed it): then there is nothing to resume.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
-
-
-def process_state(pid: int) -> str:
-    """The state letter /proc gives a process (R running, S sleeping, T stopped, ...); "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
-def child_pids(parent: int) -> list[int]:
-    """Pids whose parent is ``parent`` (from /proc), in ascending order: a gunicorn master's workers."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == parent:
-            children.append(int(entry))
-    return sorted(children)
 
 
 FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")

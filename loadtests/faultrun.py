@@ -26,8 +26,9 @@ from django.conf import settings
 
 from inventory.backends.etcd import project_cluster
 from inventory.backends.redlock import project_nodes
-from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
+from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, make_fault
 from inventory.nodes import NodeError, RedisNode
+from inventory.pidfile import child_pids
 from inventory.replication import ReplicatedPair
 
 from .figures import fault_phases, resumed_after

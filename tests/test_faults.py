@@ -11,10 +11,11 @@ import pytest
 import redis
 
 from inventory.backends import Outcome, load_backend
-from inventory.faults import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from inventory.faults import FAULT_NAMES, FaultError, make_fault
 from inventory.locks import QuorumUnavailable, Redlock
 from inventory.models import Product
 from inventory.nodes import RedisNodes
+from inventory.pidfile import child_pids, process_state
 from inventory.replication import ReplicatedPair
 from inventory.services import audit, purchase
 from tests import slots

@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from kazoo.client import KazooClient
 
@@ -173,3 +175,14 @@ def test_follower_then_leader_killed_then_both_back(config, ensemble, make_produ
     strategy.close()
     assert result.confirmed and result.fence > fences[-1]
     assert audit(sku="phone-x").ok and Product.objects.get(sku="phone-x").stock == 50 - 7
+
+
+def test_simulate_pause_with_zookeeper_holds_every_step(config, settings):
+    settings.INVENTORY = config
+    out = StringIO()
+    call_command("simulate_pause", backend="zookeeper", stdout=out)
+    text = out.getvalue()
+    assert "FAIL" not in text and "every step held (zookeeper)" in text
+    assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text
+    product = Product.objects.get(sku="simulate-pause")
+    assert product.stock == product.initial_stock - 1 and product.fence > 0

@@ -111,7 +111,13 @@ class ZooKeeperClient:
         """The connected kazoo client, connecting first if needed; :class:`TimeoutError` past ``deadline``."""
         with self._guard:
             if self._kazoo is None or self._pid != os.getpid():
-                self._kazoo = KazooClient(hosts=",".join(self.hosts), timeout=self.session_ms / 1000.0)
+                self._kazoo = KazooClient(
+                    hosts=",".join(self.hosts),
+                    timeout=self.session_ms / 1000.0,
+                    # Reconnect every 0.5 s at most: kazoo's default backoff grows to a minute, which
+                    # would keep a client away long after a lost majority is back.
+                    connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 0.5},
+                )
                 self._kazoo.add_listener(self._on_state)
                 self._pid = os.getpid()
                 # Set while connected; kazoo reconnects on its own (calling start_async again would restart it).
@@ -186,8 +192,11 @@ class ZooKeeperLock:
     def lease(self) -> Lease | None:
         return self._lease
 
+    def node_names(self) -> list[str]:
+        return list(self.client.hosts)
+
     def _error(self, cls: type[LockError], message: str) -> LockError:
-        return cls(message, name=self.name, nodes=self.client.hosts)
+        return cls(message, name=self.name, nodes=self.node_names())
 
     def held(self) -> bool:
         """The grant still stands as far as this process knows: no session trouble since it."""
@@ -302,7 +311,7 @@ class ZooKeeperLock:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._node = None
         try:
-            zk = self.client.kazoo(time.monotonic())
+            zk = self.client.kazoo(time.monotonic() + MIN_CALL_S)  # a reconnecting client may be back by then
             zk.delete_async(lease.token).get(timeout=max(self.timeout_ms / 1000.0, 0.5))
         except NoNodeError as exc:
             raise self._error(NotOwned, "release refused: the session ended and its znode is gone") from exc

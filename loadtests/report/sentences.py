@@ -152,6 +152,10 @@ def durability(name: str, machine: dict) -> str:
         "etcd": "The lock key is a Raft write, fsynced to the write-ahead log on disk of a majority of the "
         "three members before it is acknowledged: it survives restarts. Its lease can still expire "
         "while a holder is paused; the fence (its create revision) refuses the late write.",
+        "zookeeper": "The lock znode is a ZooKeeper write, fsynced to the transaction log on disk of a majority "
+        "of the three members before it is acknowledged: it survives restarts. It is ephemeral: it ends "
+        "with its session, which can time out while a holder is paused; the fence (its sequence) refuses "
+        "the late write.",
         "atomic": "No lock: one conditional UPDATE in PostgreSQL (write-ahead log, flushed at commit).",
         "redis-stock": f"The stock counter lives in Redis; {redis}. Orders are written to PostgreSQL after the "
         "decrement, so a Redis restart leaves the two apart until `reconcile` rebuilds the "
@@ -171,6 +175,7 @@ GUARD_STATE = [
     ("redis", "one Redis key"),
     ("redlock", "five private Redis nodes"),
     ("etcd", "three etcd members (Raft)"),
+    ("zookeeper", "three ZooKeeper members (Zab)"),
     ("atomic", "PostgreSQL conditional UPDATE"),
     ("redis-stock", "a Redis counter, orders in PostgreSQL"),
     ("local", "process memory"),

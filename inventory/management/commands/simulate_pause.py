@@ -18,7 +18,10 @@ private nodes (``--base-port``, 7789 by default) unless they already run, and st
 started; ``--backend etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
 stopping it only if it was down. There A's pause stops its session's keepalive too, as a frozen
 process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
-session, as two processes would.
+session, as two processes would. ``--backend zookeeper`` uses the project's ensemble (INVENTORY
+ZOOKEEPER_HOSTS) the same way; A holds its lock in a child process of its own, which is really
+frozen (SIGSTOP) for 1.5 × its 1 s session timeout, since kazoo's thread would keep a session of
+a merely sleeping A alive.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from inventory.backends.etcd import project_cluster
 from inventory.backends.section import Shelf
+from inventory.backends.zookeeper import project_ensemble
 from inventory.demos import Holder, Narrator, audit_line, read_shelf, reset_product, why_refused, write_order
+from inventory.frozen_holder import ForkedHolder
 from inventory.locks import Lease, NotOwned, RedisLock, Redlock
 from inventory.locks.etcd import EtcdClient, EtcdLock
+from inventory.locks.zookeeper import ZooKeeperClient, ZooKeeperLock
 from inventory.models import Product
 from inventory.nodes import NodeError, RedisNodes, started_while_needed
 from inventory.ports import SIMULATE_PAUSE_BASE_PORT
@@ -44,13 +50,14 @@ SKU = "simulate-pause"
 STOCK = 10
 TTL_MS = 500
 PAUSE_S = TTL_MS / 1000 * 1.5
+ZOOKEEPER_SESSION_MS = 1000  # the ensemble's least is 400 ms; 1 s leaves room on a loaded machine
 
 
 class Command(BaseCommand):
     help = "Narrate a lock holder pausing past its TTL: its release is ignored and its late write refused by storage."
 
     def add_arguments(self, parser):
-        parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
+        parser.add_argument("--backend", choices=["redis", "redlock", "etcd", "zookeeper"], default="redis")
         parser.add_argument(
             "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"
         )
@@ -65,12 +72,14 @@ class Command(BaseCommand):
         self.fenced = not unfenced
         self.etcd_sessions: list[EtcdClient] = []
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
-        cluster = project_cluster() if backend == "etcd" else None
+        cluster = {"etcd": project_cluster, "zookeeper": project_ensemble}.get(backend, lambda: None)()
         try:
             needed = [*nodes] if backend == "redlock" else [cluster] if cluster is not None else []
             with started_while_needed(needed):
-                if cluster is not None:
+                if backend == "etcd":
                     clients = [EtcdClient(cluster.endpoints)]
+                elif backend == "zookeeper":
+                    clients = [ZooKeeperClient(cluster.hosts, session_ms=ZOOKEEPER_SESSION_MS)]
                 elif backend == "redis":
                     clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
                 else:
@@ -94,7 +103,7 @@ class Command(BaseCommand):
     def a_takes_and_pauses(self, backend: str, clients: list, name: str, product: Product) -> Holder:
         """A takes the lock, reads, and pauses past its lease."""
         step, note = self.narrator.step, self.narrator.note
-        lock_a = self.make_lock(backend, clients, name)
+        lock_a = self.make_lock(backend, clients, name, forked=True)
         lease_a = lock_a.acquire()
         shelf_a = read_shelf(product.pk)
         step(
@@ -106,6 +115,9 @@ class Command(BaseCommand):
         if backend == "etcd":
             lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
             pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        if backend == "zookeeper":
+            lock_a.pause()  # SIGSTOP: A's process, kazoo's thread and its pings stop
+            pause_s = ZOOKEEPER_SESSION_MS / 1000 * 1.5
         note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
         time.sleep(pause_s)
         step(
@@ -133,7 +145,12 @@ class Command(BaseCommand):
                 f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
             )
 
-    def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
+    def make_lock(self, backend: str, clients: list[redis.Redis], name: str, *, forked: bool = False):
+        if backend == "zookeeper":
+            # A in a child process of its own (see the module's docstring); B on this process's session.
+            if forked:
+                return ForkedHolder(clients[0].hosts, name, session_ms=ZOOKEEPER_SESSION_MS)
+            return ZooKeeperLock(clients[0], name, timeout_ms=0)
         if backend == "redis":
             return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
         if backend == "etcd":
@@ -146,17 +163,20 @@ class Command(BaseCommand):
     def holders(self, clients: list, name: str, token: str) -> int:
         if isinstance(clients[0], EtcdClient):  # the lock is the key ``token``, on the cluster
             return int(bool(clients[0].call(lambda gw: gw.get(token))))
+        if isinstance(clients[0], ZooKeeperClient):  # the lock is the znode ``token``, on the ensemble
+            return int(clients[0].kazoo(time.monotonic() + 5).exists(token) is not None)
         return sum(1 for client in clients if client.get(name) == token.encode())
 
     def run_scenario(self, backend: str, clients: list[redis.Redis]) -> None:
         say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
-        majority = 1 if backend == "etcd" else len(clients) // 2 + 1
+        majority = 1 if backend in ("etcd", "zookeeper") else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
+        lifetime = f"session {ZOOKEEPER_SESSION_MS} ms" if backend == "zookeeper" else f"TTL {TTL_MS} ms"
         say(
             f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
-            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
+            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, {lifetime}; {check}"
         )
 
         lock_a, lease_a, shelf_a = self.a_takes_and_pauses(backend, clients, name, product)

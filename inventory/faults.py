@@ -39,8 +39,10 @@ FAULT_STRATEGIES = {
     "kill-majority": frozenset({"redlock"}),
     "restart-redis": frozenset({"redis"}),
     "failover": frozenset({"redis"}),
-    "pause-worker": frozenset({"redis", "redlock", "etcd"}),
+    "pause-worker": frozenset({"redis", "redlock", "etcd", "zookeeper"}),
     "kill-etcd-member": frozenset({"etcd"}),
+    "kill-zk-member": frozenset({"zookeeper"}),
+    "kill-holder": frozenset({"db", "redis", "redlock", "etcd", "zookeeper"}),
 }
 
 #: Faults that make a second holder write from a stale read: without the storage check
@@ -222,7 +224,7 @@ class PauseWorker(Fault):
                 raise FaultError("pause-worker: no worker process to pause")
             inside = self._holding(pids) if self._holding else set()
             self.pid = next((pid for pid in pids if pid in inside), pids[0])
-            self._stop(self.pid)
+            freeze(self.pid)
             if self._holding is None:
                 return
             self.holder = self.pid in self._holding([self.pid])
@@ -230,21 +232,21 @@ class PauseWorker(Fault):
                 return
             os.kill(self.pid, signal.SIGCONT)
 
-    @staticmethod
-    def _stop(pid: int) -> None:
-        os.kill(pid, signal.SIGSTOP)
-        # The signal is delivered asynchronously: return once the worker really is stopped.
-        deadline = time.monotonic() + 1.0
-        while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
-            time.sleep(0.001)
-
     def _recover(self) -> None:
         # It may have died while stopped (its master killed it): then there is nothing to resume.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
 
 
-FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once it really is stopped (the signal is delivered asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 1.0
+    while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+FAULT_NAMES = tuple(FAULT_STRATEGIES)
 
 
 def make_fault(
@@ -256,9 +258,11 @@ def make_fault(
     workers: Callable[[], Sequence[int]] | None = None,
     lease_ttl_ms: int | None = None,
     etcd_cluster=None,
+    zookeeper_ensemble=None,
     hold_s: float | None = None,
     lag_s: float = 0.2,
     holding: Callable[[Sequence[int]], set[int]] | None = None,
+    sold: Callable[[], int] | None = None,
 ) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
@@ -273,6 +277,8 @@ def make_fault(
       ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
     * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
+    * ``kill-zk-member`` (``zookeeper_ensemble``) and ``kill-holder`` (``workers``, ``holding``,
+      ``sold``): see :mod:`inventory.crash_faults`.
     """
 
     def need(part, what: str):
@@ -292,9 +298,11 @@ def make_fault(
         workers=workers,
         lease_ttl_ms=lease_ttl_ms,
         etcd_cluster=etcd_cluster,
+        zookeeper_ensemble=zookeeper_ensemble,
         hold_s=hold_s,
         lag_s=lag_s,
         holding=holding,
+        sold=sold,
     )
 
 
@@ -360,6 +368,12 @@ def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
     )
 
 
+def _crash_fault(name: str, need, **parts) -> Fault:
+    from .crash_faults import build_kill_holder, build_kill_zk_member  # they subclass Fault: import on use
+
+    return (build_kill_holder if name == "kill-holder" else build_kill_zk_member)(name, need, **parts)
+
+
 _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "kill-minority": _kill_redlock_nodes,
     "kill-majority": _kill_redlock_nodes,
@@ -367,4 +381,6 @@ _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "failover": _failover,
     "pause-worker": _pause_worker,
     "kill-etcd-member": _kill_etcd_member,
+    "kill-zk-member": _crash_fault,
+    "kill-holder": _crash_fault,
 }

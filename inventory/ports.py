@@ -14,7 +14,8 @@ and the test suite do not meet (one shared port is marked); the suite moves its 
 7800-7807  ``simulate_failover``'s nodes and its master + replica
 7810-7814  ``simulate_clock_jump``'s five nodes
 7920-7942  the shop's ZooKeeper ensemble: clients 7920-7922, quorum +10, election +20 (``ZOOKEEPER_HOSTS``)
-7950-7972  ``lockbench``'s ZooKeeper ensemble: clients 7950-7952, quorum +10, election +20
+7950-7972  ``lockbench``'s ZooKeeper ensemble: clients 7950-7952, quorum +10, election +20 (moves with
+           ``--base-port``, 171 above it)
 =========  ===========================================================================================
 """
 
@@ -28,4 +29,4 @@ SIMULATE_PAUSE_BASE_PORT = 7789
 SIMULATE_FAILOVER_BASE_PORT = 7800
 SIMULATE_CLOCK_JUMP_BASE_PORT = 7810
 ZOOKEEPER_BASE_PORT = 7920
-LOCKBENCH_ZOOKEEPER_BASE_PORT = 7950
+LOCKBENCH_ZOOKEEPER_BASE_PORT = LOCKBENCH_BASE_PORT + 171

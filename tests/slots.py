@@ -19,7 +19,7 @@ if not 0 <= SLOT <= 6:
 PORT_BASE = TEST_SUITE_BASE_PORT + 1000 * SLOT
 REDLOCK_BASE_PORT = PORT_BASE  # the shop's five Redlock nodes (tests/conftest.py)
 LOCK_TEST_BASE_PORT = PORT_BASE + 100  # tests/locks: five nodes
-LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes
+LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes; its ZooKeeper at +276..+298
 LOCK_ETCD_BASE_PORT = PORT_BASE + 120  # tests/locks/test_etcd.py: three etcd members
 ETCD_COMMAND_BASE_PORT = PORT_BASE + 123  # tests/test_etcd_cluster_command.py: three etcd members
 ETCD_BASE_PORT = PORT_BASE + 126  # the shop's etcd cluster (tests/settings.py, tests/test_etcd_strategy.py)

@@ -55,7 +55,7 @@ def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_reco
     ]
 
 
-def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
+def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str, CommandError | None]:
     path = tmp_path / "burst.json"
     out = StringIO()
     error = None
@@ -64,7 +64,7 @@ def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
             "flashsale",
             sku=SKU,
             scenario="deep",
-            requests=REQUESTS,
+            requests=requests,
             json_path=str(path),
             stdout=out,
             stderr=StringIO(),
@@ -140,6 +140,8 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
         ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --backends redis"),
         ({"backends": "db", "fault": "pause-worker"}, "use --backends etcd,redis,redlock"),
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --backends etcd"),
+        ({"backends": "etcd", "fault": "kill-zk-member"}, "use --backends zookeeper"),
+        ({"backends": "optimistic", "fault": "kill-holder"}, "use --backends db,etcd,redis,redlock,zookeeper"),
         ({"backends": "db", "fault": "bogus"}, "unknown fault 'bogus'"),
         ({"backends": "atomic", "unfenced": True}, "atomic has none"),
     ],

@@ -32,7 +32,7 @@ from loadtests.burst import (
 from loadtests.figures import median_run
 from loadtests.options import backend_names, check_fault, check_numbers, check_paths
 from loadtests.report import complete_machine, write_report
-from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
+from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row, with_floor_ratio
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
@@ -167,6 +167,8 @@ class Command(BaseCommand):
         )
         started_at = timezone.now()
         runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
+        for line in holder_note(runs):
+            self.stdout.write(line)
         rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
         self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
         self.check_runs(runs, fault=fault, unfenced=unfenced)

@@ -12,7 +12,9 @@ import pytest
 
 from inventory.crash_faults import FREED_BY, KillHolder
 from inventory.faults import FaultError, make_fault
+from inventory.models import Order, Product
 from inventory.pidfile import alive
+from inventory.services import audit
 from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
 from loadtests.table import holder_note
@@ -126,3 +128,15 @@ def test_flashsale_kill_zk_member_sells_through_a_follower_and_is_busy_only_with
     [run] = document["runs"]
     assert_fault_row(run, fault="kill-zk-member", backend="zookeeper")
     assert zookeeper_project_ensemble.running(), "both members were restarted"
+
+
+@pytest.mark.django_db
+def test_the_audit_finds_an_idempotency_key_with_two_orders(make_product):
+    product = make_product(stock=5, limit=1)
+    for customer in ("a", "b"):  # one resend sold twice, under two sessions: only the key ties them
+        Order.objects.create(product=product, customer=customer, quantity=1, backend="db", idempotency_key="k1")
+    Order.objects.create(product=product, customer="c", quantity=1, backend="db", idempotency_key="k2")
+    Product.objects.filter(pk=product.pk).update(stock=2)
+    report = audit(sku=product.sku)
+    assert (report.repeated_keys, report.oversold, report.lost) == (1, 0, 0)
+    assert report.problems == ["1 Idempotency-Keys have more than one order"]

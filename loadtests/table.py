@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .burst import FLOOR
+from .report.sentences import ARTICLE_CLAIM
 
 COLUMNS = [
     ("backend", 11),
@@ -103,10 +104,6 @@ def with_floor_ratio(run: dict, floor: dict | None) -> dict:
     if run["backend"] != FLOOR and floor and floor["rps"]:
         run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
     return run
-
-
-#: The article's claim that ``kill-holder`` measures.
-ARTICLE_CLAIM = "If a client disconnects, the lock is automatically released."
 
 
 def holder_note(runs: list[dict]) -> list[str]:

@@ -17,8 +17,10 @@ from inventory.pidfile import alive
 from inventory.services import audit
 from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
+from loadtests.report import render_report
+from loadtests.report.sentences import ARTICLE_CLAIM, kill_stalls
 from loadtests.table import holder_note
-from tests.test_burst_faults import REQUESTS, SKU, assert_fault_row, fault_run
+from tests.test_burst_faults import REQUESTS, assert_fault_row, fault_run
 
 
 @pytest.fixture
@@ -86,6 +88,10 @@ def test_stalls_are_measured_from_each_kill_to_the_next_confirmed_purchase():
         "kill 2: worker 2 was not inside its section (none found in time)",
         "the burst ended after 2 of 3 kills: use more --requests",
     ]
+    assert kill_stalls({"backend": "redis", **figures}) == (
+        f'the article: "{ARTICLE_CLAIM}" Measured: stalled 0.50, never s after each SIGKILL '
+        f"(its timeout is {KILL_HOLDER_TTL_MS} ms; freed when {FREED_BY['redis']})"
+    )
     lines = holder_note([{"backend": "redis", **figures}])
     assert "If a client disconnects, the lock is automatically released." in lines[0]
     assert "stalled_s 0.50, never" in lines[1] and f"timeout {KILL_HOLDER_TTL_MS} ms" in lines[1]
@@ -114,7 +120,9 @@ def test_flashsale_kill_holder_measures_each_stall(tmp_path, zookeeper_project_e
     assert max(kill["stalled_s"] for kill in db["kills"]) < 1.0, "PostgreSQL frees a dead holder's row lock at once"
     # A killed worker's session lives on until its timeout; the next holder waits it out.
     assert all(1.0 < kill["stalled_s"] < KILL_HOLDER_TTL_MS / 1000 + 2.0 for kill in zookeeper["kills"])
-    assert "kill 3: worker" in printed and "the article:" in printed and SKU
+    assert "kill 3: worker" in printed and "the article:" in printed
+    page = render_report(document)
+    assert f"{ARTICLE_CLAIM}&quot; Measured: stalled" in page and page.count('class="kills"') == 2
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from .base import (
 )
 from .charts import _floor_chart, _floor_share, _histogram_figure, _rate_figure, _split_figure, _timeline_figure
 from .machine import MACHINE_LABELS
-from .sentences import GUARD_STATE, durability, phases
+from .sentences import GUARD_STATE, durability, kill_stalls, phases
 from .views import View, cell, esc, views
 
 
@@ -248,6 +248,9 @@ def _phase_table(run: dict) -> str:
     if figure(run, "resumed_after_s") is not None:
         extra.append(f"served again {figure(run, 'resumed_after_s'):.1f} s after the fault")
     note = f"<p>{esc('; '.join(extra).capitalize())}.</p>" if extra else ""
+    if kill_stalls(run):
+        note += f'<p class="kills">{esc(kill_stalls(run))}.</p>'
+
     return (
         f'<div class="table-scroll"><table class="phases"><caption>Before, during and after '
         f"{esc(run.get('fault') or 'the fault')}</caption><thead><tr>{head}</tr></thead>"

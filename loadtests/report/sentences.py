@@ -95,6 +95,23 @@ def _fault(run: dict) -> str:
     return f"during {fault}: {', '.join(said)}{tail}"
 
 
+#: The article's claim that ``flashsale --fault kill-holder`` measures.
+ARTICLE_CLAIM = "If a client disconnects, the lock is automatically released."
+
+
+def kill_stalls(run: dict) -> str:
+    """kill-holder's note: the article's claim beside the stall measured after each SIGKILL."""
+    kills = [kill for kill in run.get("kills") or [] if isinstance(kill, dict)]
+    if not kills:
+        return ""
+    stalls = ", ".join("never" if figure(k, "stalled_s") is None else f"{figure(k, 'stalled_s'):.2f}" for k in kills)
+    timeout = figure(run, "lock_timeout_ms")
+    bound = f"its timeout is {timeout:.0f} ms" if timeout is not None else "no timeout"
+    freed = kills[0].get("freed_by")
+    freed_text = f"; freed when {freed}" if isinstance(freed, str) else ""
+    return f'the article: "{ARTICLE_CLAIM}" Measured: stalled {stalls} s after each SIGKILL ({bound}{freed_text})'
+
+
 def sentences(data: dict) -> list[str]:
     """One :func:`sentence` per run of a burst document, in its order."""
     return [sentence(run) for run in with_floor_ratios(validate(data))]

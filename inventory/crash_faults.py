@@ -38,10 +38,10 @@ class KillHolder(Fault):
 
     ``workers`` returns the pids it may kill; ``holding(pids)`` those inside their section now;
     ``sold()`` a number that grows with every confirmed purchase (orders in the database). Each
-    kill freezes a worker ``holding`` names (SIGSTOP), checks it is still inside, and SIGKILLs it;
-    after ``search_s`` without finding one it kills the last frozen worker anyway (``holder``
-    False). The next kill waits until ``sold()`` has grown (the stall is over) and then
-    ``spacing_s``, at most ``give_up_s`` in all; :meth:`cancel` ends the sequence early.
+    kill freezes every worker (SIGSTOP), SIGKILLs one ``holding`` names and resumes the rest;
+    after ``search_s`` without finding one it kills the first worker anyway (``holder`` False).
+    The next kill waits until ``sold()`` has grown (the stall is over) and then ``spacing_s``, at
+    most ``give_up_s`` in all; :meth:`cancel` ends the sequence early.
 
     ``kills`` records each: ``at`` (``time.monotonic()``), ``pid``, ``holder``.
     """
@@ -91,26 +91,39 @@ class KillHolder(Fault):
         return not self._cancelled
 
     def _kill_one(self) -> dict:
+        """Freeze every worker, ask which is inside its section, kill that one, resume the others.
+
+        Frozen together, a worker inside its section stays inside while the probe looks (a holder
+        of a lock with a slow hand-off spends little of its time inside one transaction).
+        """
         deadline = time.monotonic() + self.search_s
         while True:
             pids = list(self._workers())
             if not pids:
                 raise FaultError("kill-holder: no worker process to kill")
+            for pid in pids:
+                freeze(pid)
             inside = self._holding(pids)
-            pid = next((pid for pid in pids if pid in inside), pids[0])
-            freeze(pid)
-            holder = pid in self._holding([pid])
-            if holder or time.monotonic() > deadline:
+            if inside or time.monotonic() > deadline:
+                victim = min(inside) if inside else pids[0]
                 at = time.monotonic()
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                return {"at": at, "pid": pid, "holder": holder}
-            os.kill(pid, signal.SIGCONT)
+                    os.kill(victim, signal.SIGKILL)
+                _resume([pid for pid in pids if pid != victim])
+                return {"at": at, "pid": victim, "holder": bool(inside)}
+            _resume(pids)
+            time.sleep(0.02)
 
     def _recover(self) -> None:
         """Wait for the sale to move on after the last kill (the gunicorn master has replaced each
         killed worker by itself), so the fault's window holds every stall."""
         self._until_sold_again()
+
+
+def _resume(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 class KillFollowerThenLeader(Fault):

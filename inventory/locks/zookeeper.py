@@ -100,6 +100,7 @@ class ZooKeeperClient:
         self.troubles = 0
         self._kazoo: KazooClient | None = None
         self._live = threading.Event()
+        self._orphans: list[tuple[str, str, float]] = []  # (lock path, znode prefix, sweep until)
         self._pid = 0
         self._guard = threading.Lock()
 
@@ -138,17 +139,38 @@ class ZooKeeperClient:
     def session_id(self) -> int | None:
         return self._kazoo.client_id[0] if self._kazoo is not None and self._kazoo.client_id else None
 
-    def retire(self) -> None:
-        """End this session (its znodes go with it) and start a new one on next use.
+    def retire(self, path: str, prefix: str) -> None:
+        """End this session and start a new one on next use; sweep the znodes ``prefix`` under ``path``.
 
-        For a create whose outcome is unknown: a late create would otherwise leave a znode that
-        blocks the lock as long as the session lives. Every grant under the old session is void.
+        For a znode this process no longer wants and could not delete (a create whose outcome is
+        unknown, a release not confirmed): with the session kept, it would block the lock as long
+        as the session lives. Every grant under the old session is void. Closing the old session
+        reaches the ensemble only if a member answers; if none does, the old session and its
+        znode outlive the outage by a whole session timeout, so the next acquisitions, on the new
+        session, delete what matches ``prefix`` (any client may delete any znode) for two
+        session timeouts.
         """
         with self._guard:
             old, self._kazoo = self._kazoo, None
             self.troubles += 1
+            self._orphans.append((path, prefix, time.monotonic() + 2 * self.session_ms / 1000.0))
         if old is not None:
             threading.Thread(target=_stop_quietly, args=(old,), daemon=True).start()
+
+    def sweep(self, zk: KazooClient, timeout_s: float) -> None:
+        """Delete the znodes of retired sessions (see :meth:`retire`) while their sweep lasts."""
+        with self._guard:
+            now = time.monotonic()
+            self._orphans = [orphan for orphan in self._orphans if orphan[2] > now]
+            orphans = list(self._orphans)
+        for path, prefix, _ in orphans:
+            try:
+                children = zk.get_children_async(path).get(timeout=timeout_s)
+                for child in children:
+                    if child.startswith(prefix):
+                        zk.delete_async(f"{path}/{child}").get(timeout=timeout_s)
+            except (KazooException, KazooTimeoutError):
+                continue  # the next acquisition tries again
 
     def close(self) -> None:
         """End the session at once: its znodes are deleted now, not after the session timeout."""
@@ -176,6 +198,7 @@ class ZooKeeperLock:
     _lease: Lease | None = None
     _node: str | None = None
     _troubles = 0
+    _session_id: int | None = None
     _started = 0.0
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
@@ -199,8 +222,29 @@ class ZooKeeperLock:
         return cls(message, name=self.name, nodes=self.node_names())
 
     def held(self) -> bool:
-        """The grant still stands as far as this process knows: no session trouble since it."""
-        return self._lease is not None and self.client.troubles == self._troubles and self.client.connected()
+        """The grant still stands: no session trouble since it, or, after a connection dropped, the
+        same session back (on any member) and its znode still there.
+
+        A suspended session makes the holder stop and look before it writes: the ensemble may
+        have expired it meanwhile. It waits for the reconnection at most a third of the session
+        timeout; a lost session (expired, or retired) is never back.
+        """
+        if self._lease is None:
+            return False
+        if self.client.troubles == self._troubles and self.client.connected():
+            return True
+        deadline = time.monotonic() + self.client.session_ms / 3000.0
+        if self.client.session_id() != self._session_id or not self.client.wait_connected(deadline):
+            return False
+        try:
+            zk = self.client.kazoo(deadline)
+            stat = zk.exists_async(self._lease.token).get(timeout=max(0.001, deadline - time.monotonic()))
+        except (KazooException, KazooTimeoutError, TimeoutError):
+            return False
+        if stat is None or stat.ephemeralOwner != self._session_id or self.client.session_id() != self._session_id:
+            return False
+        self._troubles = self.client.troubles  # looked at anew: good until the next trouble
+        return True
 
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = sequence + 1)."""
@@ -213,6 +257,7 @@ class ZooKeeperLock:
         except TimeoutError as exc:
             raise self._error(QuorumUnavailable, str(exc)) from exc
         troubles = self.client.troubles
+        self.client.sweep(zk, MIN_CALL_S)
         node = None
         try:
             node = self._create(zk, deadline)
@@ -221,7 +266,7 @@ class ZooKeeperLock:
             if node is not None:
                 self._abandon(zk, node)
             raise
-        self._node, self._troubles = node, troubles
+        self._node, self._troubles, self._session_id = node, troubles, self.client.session_id()
         valid_until = time.monotonic() + self.client.session_ms / 1000.0
         token = f"{self.path}/{node}"
         self._lease = Lease(name=self.name, token=token, fence=sequence_of(node) + 1, valid_until=valid_until)
@@ -263,7 +308,7 @@ class ZooKeeperLock:
             created = self._retrying(create, deadline)
         except NotAcquired:
             if tried:
-                self.client.retire()  # the create may still be applied: let its znode go with the session
+                self.client.retire(self.path, self.prefix)  # the create may still be applied
             raise
         return created.rsplit("/", 1)[1]
 
@@ -302,7 +347,7 @@ class ZooKeeperLock:
         except NoNodeError:
             pass
         except (KazooException, KazooTimeoutError):  # unknown outcome: the session takes the znode with it
-            self.client.retire()
+            self.client.retire(self.path, self.prefix)
 
     def release(self) -> None:
         """Delete the grant's znode; :class:`NotOwned` if the session ended and took it."""
@@ -316,7 +361,7 @@ class ZooKeeperLock:
         except NoNodeError as exc:
             raise self._error(NotOwned, "release refused: the session ended and its znode is gone") from exc
         except (KazooException, KazooTimeoutError, TimeoutError) as exc:
-            self.client.retire()  # the znode goes with the session
+            self.client.retire(self.path, self.prefix)  # the znode goes with the session, or is swept
             raise self._error(LockError, f"release not confirmed ({exc!r}); the session is retired") from exc
 
     def __enter__(self) -> Lease:

@@ -38,9 +38,10 @@ What is guaranteed
 * ``acquire()`` returns or raises :class:`NotAcquired` within ``timeout_ms`` (at least
   ``MIN_CALL_S``), with a majority down too (:class:`QuorumUnavailable` when no member connected).
 * Session loss is lock loss. The client counts every *suspended* (connection to its member lost)
-  or *lost* (session expired) state; :meth:`ZooKeeperLock.held` is False once either happened
-  after the grant, and a holder that asks before writing stops. A write that slips in after the
-  session ended is refused by the fence.
+  or *lost* (session expired) state. After either, :meth:`ZooKeeperLock.held` looks again before
+  answering: True only if the same session is back (on any member, within a third of its
+  timeout) and the grant's znode is still there; a holder that asks before writing stops
+  otherwise. A write that slips in after the session ended is refused by the fence.
 
 What is not guaranteed
 ----------------------

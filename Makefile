@@ -12,11 +12,13 @@ demo: services migrate seed static
 	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 \
 		--json artifacts/burst.json --report artifacts/report.html
 
-# Lint and format check first (pyproject.toml), then the suite. The suite starts (and stops) its own
+# Lint and format check first (pyproject.toml), the import contract (.importlinter), then the suite.
+# The suite starts (and stops) its own
 # Redlock nodes on its own ports; pytest-django makes test_flashsale.
 test: venv system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
@@ -64,7 +66,7 @@ seed: migrate
 lockbench: services
 	$(MANAGE) lockbench --json artifacts/lockbench.json
 
-# inventory/locks/sync.py is generated from the asyncio source aio.py; a test fails when it is stale.
+# locks/_sync/{locks,base}.py are generated from the asyncio source in locks/_async/; a test fails when stale.
 twins: venv
 	$(BIN)/python scripts/unasync_locks.py
 

@@ -21,9 +21,11 @@ from django.utils import timezone
 
 from . import soldout
 from .audit import AuditReport, audit
-from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
+from .backends import get_backend
+from .backends.base import Strategy
+from .backends.contract import Attempt, Grant, LockUnavailable, Outcome, Refusal, Shelf
 from .backends.redis_stock import forget_sale
-from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .backends.section import decide, find_order, shelf_for_sku
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
 

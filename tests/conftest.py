@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 
 from inventory.backends import reset_backend
-from inventory.backends.redlock import project_nodes
+from processes.services import project_nodes
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def redlock_nodes():
 @pytest.fixture(scope="session")
 def etcd_project_cluster():
     """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
-    from inventory.backends.etcd import project_cluster
+    from processes.services import project_cluster
 
     cluster = project_cluster()
     started = not cluster.running()
@@ -37,7 +37,7 @@ def etcd_project_cluster():
 @pytest.fixture(scope="session")
 def zookeeper_project_ensemble():
     """The suite's ZooKeeper ensemble (ZOOKEEPER_HOSTS: the slot's ports +143..+145), started if down."""
-    from inventory.backends.zookeeper import project_ensemble
+    from processes.services import project_ensemble
 
     ensemble = project_ensemble()
     started = not ensemble.running()

@@ -10,16 +10,17 @@ import sys
 
 import pytest
 
-from inventory.crash_faults import FREED_BY, KillHolder
-from inventory.faults import FaultError, make_fault
+from faults.base import FaultError
+from faults.crash import FREED_BY, KillHolder
+from faults.registry import make_fault
+from inventory.audit import audit
 from inventory.models import Order, Product
-from inventory.pidfile import alive
-from inventory.services import audit
 from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
-from loadtests.report import render_report
+from loadtests.report.page import render_report
 from loadtests.report.sentences import ARTICLE_CLAIM, kill_stalls
 from loadtests.table import holder_note
+from processes.pidfile import alive
 from tests.test_burst_faults import REQUESTS, assert_fault_row, fault_run
 
 

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from inventory.zookeeper_ensemble import ZooKeeperEnsemble
+from processes.zookeeper_ensemble import ZooKeeperEnsemble
 from tests import slots
 
 # The lock tests' block (+140..+142, quorum +150.., election +160..): run here with their own

@@ -17,10 +17,12 @@ from django.core.management import call_command
 from django.db import connection
 from kazoo.client import KazooClient
 
+from inventory.audit import audit
 from inventory.backends.section import checked_write
-from inventory.backends.zookeeper import ZooKeeperLockStrategy, project_ensemble
+from inventory.backends.zookeeper import ZooKeeperLockStrategy
 from inventory.models import Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from processes.services import processes_for, project_ensemble
 from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +33,7 @@ SESSION_MS = 2_000
 
 @pytest.fixture(scope="module")
 def ensemble():
-    ensemble = project_ensemble({"ZOOKEEPER_HOSTS": HOSTS})
+    ensemble = project_ensemble(HOSTS)
     started = not ensemble.running()
     ensemble.start()
     yield ensemble
@@ -57,7 +59,7 @@ def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
 
 
 def test_the_strategy_describes_its_ensemble(config, ensemble):
-    [service] = ZooKeeperLockStrategy.services(config)
+    [service] = processes_for(ZooKeeperLockStrategy.services(config))
     assert service.hosts == HOSTS and service.startable and service.running()
     assert ZooKeeperLockStrategy.server_env(config) == {"ZOOKEEPER_HOSTS": ",".join(HOSTS)}
     assert ZooKeeperLockStrategy.checks(config) == []

@@ -23,9 +23,9 @@ from django.utils import timezone
 
 from ..models import Allocation, Product
 from .atomic import take_in_one_statement
-from .base import Grant, Outcome, Strategy
-from .redis import RedisService
-from .section import Attempt, Refusal, find_order
+from .base import Strategy
+from .contract import Attempt, Grant, Needed, Outcome, Refusal
+from .section import find_order
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +152,8 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[RedisService]:
-        return [RedisService(config["REDIS_URL"])]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:
         self.client.close()

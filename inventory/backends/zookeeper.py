@@ -18,19 +18,12 @@ purchases are refused (busy) until the sale is reset, as with etcd. There is no
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core import checks
 
-from ..locks.zookeeper import ZooKeeperClient, ZooKeeperLock
-from ..zookeeper_ensemble import ZooKeeperEnsemble
+from locks.zookeeper import ZooKeeperClient, ZooKeeperLock
+
+from .contract import Needed
 from .fenced import FencedLockStrategy
-
-
-def project_ensemble(config: dict | None = None) -> ZooKeeperEnsemble:
-    """The project's ensemble serving ``config["ZOOKEEPER_HOSTS"]`` (default: ``settings.INVENTORY``'s),
-    its data under ``RUN_DIR/zookeeper``."""
-    config = settings.INVENTORY if config is None else config
-    return ZooKeeperEnsemble.from_hosts(config["ZOOKEEPER_HOSTS"], run_dir=settings.RUN_DIR / "zookeeper")
 
 
 class ZooKeeperLockStrategy(FencedLockStrategy):
@@ -46,8 +39,8 @@ class ZooKeeperLockStrategy(FencedLockStrategy):
         return ZooKeeperLock(self.client, name, timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"])
 
     @classmethod
-    def services(cls, config: dict) -> list[ZooKeeperEnsemble]:
-        return [project_ensemble(config)]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("zookeeper", tuple(config["ZOOKEEPER_HOSTS"]))]
 
     @classmethod
     def server_env(cls, config: dict) -> dict[str, str]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from inventory.locks import NotAcquired, NotOwned, QuorumUnavailable
-from inventory.locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
-from inventory.zookeeper_ensemble import ZooKeeperEnsemble
+from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
+from processes.zookeeper_ensemble import ZooKeeperEnsemble
 from tests import slots
 
 from .test_etcd import FencedRegister

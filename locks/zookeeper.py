@@ -357,9 +357,17 @@ class ZooKeeperLock:
         if lease is None or node is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._node = None
+        # Bounded like an acquire, and at least MIN_CALL_S: a reconnecting client may be back by then.
+        deadline = time.monotonic() + max(self.timeout_ms / 1000.0, MIN_CALL_S)
         try:
-            zk = self.client.kazoo(time.monotonic() + MIN_CALL_S)  # a reconnecting client may be back by then
-            zk.delete_async(lease.token).get(timeout=max(self.timeout_ms / 1000.0, 0.5))
+            while True:
+                zk = self.client.kazoo(deadline)
+                try:
+                    zk.delete_async(lease.token).get(timeout=max(0.001, deadline - time.monotonic()))
+                    return
+                except ConnectionLoss:
+                    if time.monotonic() >= deadline or not self.client.wait_connected(deadline):
+                        raise
         except NoNodeError as exc:
             raise self._error(NotOwned, "release refused: the session ended and its znode is gone") from exc
         except (KazooException, KazooTimeoutError, TimeoutError) as exc:

@@ -27,10 +27,10 @@ from django.conf import settings
 from faults.base import Fault, FaultError
 from faults.crash import FREED_BY, KillFollowerThenLeader, KillHolder
 from faults.registry import FAULT_NAMES, PauseWorker, make_fault
+from processes.needs import project_cluster, project_ensemble, project_nodes
 from processes.nodes import NodeError, RedisNode
 from processes.pidfile import child_pids
 from processes.replication import ReplicatedPair
-from processes.services import project_cluster, project_ensemble, project_nodes
 
 from .figures import fault_phases, longest_gap, resumed_after
 

@@ -103,12 +103,6 @@ def phase_lines(run: dict) -> list[str]:
     return lines
 
 
-def with_floor_ratio(run: dict, floor: dict | None) -> dict:
-    if run["backend"] != FLOOR and floor and floor["rps"]:
-        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
-    return run
-
-
 def holder_note(runs: list[dict]) -> list[str]:
     """kill-holder's closing note: the article's claim beside each strategy's measured stalls and the
     timeout that bounds them, and how to shorten them."""

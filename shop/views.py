@@ -11,10 +11,10 @@ from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
-from inventory.backends.contract import Outcome
 from inventory.errors import InvalidQuantity, InventoryError, ProductNotFound
 from inventory.models import Product
 from inventory.services import MAX_QUANTITY, PurchaseResult, purchase, sale_state
+from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
 MAX_BODY_BYTES = 1024

@@ -24,7 +24,7 @@ from django.utils import timezone
 from ..models import Allocation, Product
 from .atomic import take_in_one_statement
 from .base import Strategy
-from .contract import Attempt, Grant, Needed, Outcome, Refusal
+from .contract import Grant, Needed, Outcome, Refusal, SectionResult
 from .section import find_order
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ def units_key(sku: str) -> str:
     return f"flashsale:stock:{{{sku}}}:units"
 
 
-def _ms(moment) -> str:
+def _epoch_ms(moment) -> str:
+    """A datetime as the milliseconds-since-the-epoch string the Lua script compares ("" for none)."""
     return "" if moment is None else str(int(moment.timestamp() * 1000))
 
 
@@ -82,7 +83,12 @@ def load_sale(client: redis.Redis, product: Product, *, replace: bool = False) -
     """
     keys = [sale_key(product.sku), units_key(product.sku)]
     held = Allocation.objects.filter(product_id=product.pk).values_list("customer", "units")
-    args = [product.stock, product.per_customer_limit, _ms(product.sale_starts_at), _ms(product.sale_ends_at)]
+    args = [
+        product.stock,
+        product.per_customer_limit,
+        _epoch_ms(product.sale_starts_at),
+        _epoch_ms(product.sale_ends_at),
+    ]
     args += [value for pair in held for value in pair]
     with client.pipeline() as pipe:  # MULTI: no purchase runs between the drop and the load
         if replace:
@@ -107,15 +113,15 @@ class RedisStockStrategy(Strategy):
         self.take = self.client.register_script(TAKE)
         self.give_back = self.client.register_script(GIVE_BACK)
 
-    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
-            return Attempt(order=replay, replayed=True)
+            return SectionResult(order=replay, replayed=True)
         product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
             pk=product_id
         )
         keys = [sale_key(product.sku), units_key(product.sku)]
-        now_ms = _ms(timezone.now())
+        now_ms = _epoch_ms(timezone.now())
         try:
             code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
             if code == -1:
@@ -123,9 +129,9 @@ class RedisStockStrategy(Strategy):
                 code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
         except redis.RedisError as exc:
             logger.warning("redis-stock: Redis unavailable (%s)", exc)
-            return Attempt(refusal=Refusal(Outcome.BUSY))
+            return SectionResult(refusal=Refusal(Outcome.BUSY))
         if code != 3:
-            return Attempt(
+            return SectionResult(
                 refusal={
                     0: Refusal(Outcome.NOT_ON_SALE),
                     1: Refusal(Outcome.LIMIT_REACHED),
@@ -152,7 +158,7 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:

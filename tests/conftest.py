@@ -38,7 +38,7 @@ def etcd_project_cluster():
 @pytest.fixture(scope="session")
 def zookeeper_project_ensemble():
     """The suite's ZooKeeper ensemble (ZOOKEEPER_HOSTS: the slot's ports +143..+145), started if down."""
-    from processes.services import project_ensemble
+    from processes.needs import project_ensemble
 
     ensemble = project_ensemble()
     started = not ensemble.running()

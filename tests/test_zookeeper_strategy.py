@@ -18,11 +18,11 @@ from django.db import connection
 from kazoo.client import KazooClient
 
 from inventory.audit import audit
-from inventory.backends.section import checked_write
-from inventory.backends.zookeeper import ZooKeeperLockStrategy
 from inventory.models import Order, Product
 from inventory.services import purchase
-from processes.services import processes_for, project_ensemble
+from inventory.strategies.section import checked_write
+from inventory.strategies.zookeeper import ZooKeeperLockStrategy
+from processes.needs import processes_for, project_ensemble
 from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
 
 
 def test_the_strategy_describes_its_ensemble(config, ensemble):
-    [service] = processes_for(ZooKeeperLockStrategy.services(config))
+    [service] = processes_for(ZooKeeperLockStrategy.needs(config))
     assert service.hosts == HOSTS and service.startable and service.running()
     assert ZooKeeperLockStrategy.server_env(config) == {"ZOOKEEPER_HOSTS": ",".join(HOSTS)}
     assert ZooKeeperLockStrategy.checks(config) == []
@@ -76,7 +76,7 @@ def test_threads_buying_at_once_sell_exactly_the_stock(config, make_product):
     def shopper(index: int) -> None:
         try:
             for k in range(4):
-                result = purchase(sku="hot", customer=f"t{index}-c{k}", quantity=1, backend=strategy)
+                result = purchase(sku="hot", customer=f"t{index}-c{k}", quantity=1, strategy=strategy)
                 with guard:
                     outcomes[result.outcome.value] += 1
                     outcomes["conflicts"] += result.conflicts
@@ -127,7 +127,7 @@ def test_a_holder_whose_session_ended_is_stopped_or_refused(config, make_product
 
     def shopper_a():
         try:
-            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, backend=holder)
+            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, strategy=holder)
         finally:
             connection.close()
 
@@ -136,7 +136,7 @@ def test_a_holder_whose_session_ended_is_stopped_or_refused(config, make_product
     assert holder.session_ended.wait(10)
     other = ZooKeeperLockStrategy(config=config)
     started = time.monotonic()
-    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, backend=other)
+    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     waited = time.monotonic() - started
     holder.other_bought.set()
     thread.join(10)
@@ -154,26 +154,26 @@ def test_a_holder_whose_session_ended_is_stopped_or_refused(config, make_product
 def test_follower_then_leader_killed_then_both_back(config, ensemble, make_product):
     make_product(stock=50, limit=1)
     strategy = ZooKeeperLockStrategy(config=config)
-    fences = [purchase(sku="phone-x", customer="warm", quantity=1, backend=strategy).fence]
+    fences = [purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).fence]
     leader = ensemble.leader()
     follower = next(member for member in ensemble if member is not leader)
     follower.kill()
     for i in range(5):
-        result = purchase(sku="phone-x", customer=f"f{i}", quantity=1, backend=strategy)
+        result = purchase(sku="phone-x", customer=f"f{i}", quantity=1, strategy=strategy)
         assert result.confirmed, result
         fences.append(result.fence)
     assert fences == sorted(set(fences)), "grants go on with growing fences while one member is down"
     leader.kill()
     before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
     started = time.monotonic()
-    result = purchase(sku="phone-x", customer="late", quantity=1, backend=strategy)
+    result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
     assert result.outcome.value == "busy"
     assert time.monotonic() - started < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0
     assert (Product.objects.get(sku="phone-x").stock, Order.objects.count()) == before
     follower.start()
     leader.start()
     ensemble.reset()
-    result = purchase(sku="phone-x", customer="back", quantity=1, backend=strategy)
+    result = purchase(sku="phone-x", customer="back", quantity=1, strategy=strategy)
     strategy.close()
     assert result.confirmed and result.fence > fences[-1]
     assert audit(sku="phone-x").ok and Product.objects.get(sku="phone-x").stock == 50 - 7
@@ -182,7 +182,7 @@ def test_follower_then_leader_killed_then_both_back(config, ensemble, make_produ
 def test_simulate_pause_with_zookeeper_holds_every_step(config, settings):
     settings.INVENTORY = config
     out = StringIO()
-    call_command("simulate_pause", backend="zookeeper", stdout=out)
+    call_command("simulate_pause", strategy="zookeeper", stdout=out)
     text = out.getvalue()
     assert "FAIL" not in text and "every step held (zookeeper)" in text
     assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text

@@ -39,7 +39,7 @@ class ZooKeeperLockStrategy(FencedLockStrategy):
         return ZooKeeperLock(self.client, name, timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"])
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("zookeeper", tuple(config["ZOOKEEPER_HOSTS"]))]
 
     @classmethod

@@ -43,10 +43,10 @@ from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient
 from locks.zookeeper import ZooKeeperClient, ZooKeeperLock
+from processes.needs import project_cluster, project_ensemble
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
 from processes.protocol import started_while_needed
-from processes.needs import project_cluster, project_ensemble
 
 SKU = "simulate-pause"
 STOCK = 10
@@ -61,11 +61,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--strategy",
-            "--strategy",  # the older name, still accepted
+            "--backend",  # the older name, still accepted
             dest="strategy",
             choices=["redis", "redlock", "etcd", "zookeeper"],
             default="redis",
-            help="the lock to pause under (older name: --strategy)",
+            help="the lock to pause under (older name: --backend)",
         )
         parser.add_argument(
             "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"

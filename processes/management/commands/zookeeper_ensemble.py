@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from processes.services import project_ensemble
+from processes.needs import project_ensemble
 from processes.zookeeper_ensemble import ZooKeeperError
 
 

@@ -31,7 +31,7 @@ COUNTS = (
     "answered",
     "busy",
     "client_retries",
-    "resent_after_error",
+    "transport_resends",
     "balancer_answers",
     "transport_errors",
     "page_failures",

@@ -14,13 +14,15 @@ workers on other machines or with Locust's web UI: docs/distributed.md.
    post back to back (fixed concurrency).
 
 Every purchase carries a random ``Idempotency-Key``. A 503 with ``Retry-After`` is resent with
-the same key after waiting as told; one that got no HTTP answer, or a balancer's 502 (its pod
-died), is resent with the same key to the next host: at most one order per key, at most
-``--max-retries`` resends. A resent purchase is counted once in ``sent``/``answered``/
-``status_counts`` (with its final answer), its resends in ``client_retries`` (those after no
-answer also in ``resent_after_error``). Workers report exact per-purchase figures through
-Locust's ``report_to_master`` / ``worker_report``; the master writes ``--progress-file`` every
-0.1 s and ``--summary-json`` at the end. Locust's own ``--csv``/``--html`` count every exchange.
+the same key after waiting as told (``client_retries``). One that got no HTTP answer (refused,
+reset, timed out: a killed worker or pod resets its connections) or a balancer's 502 (its pod
+died) is resent with the same key over a new connection to the next host (``transport_resends``;
+the wall-clock time of each is kept with the purchase). Both share the ``--max-retries`` bound:
+at most one order per key. A resent purchase is counted once in ``sent``/``answered``/
+``status_counts`` (with its final answer); one whose last try got no answer is a
+``transport_error``. Workers report exact per-purchase figures through Locust's
+``report_to_master`` / ``worker_report``; the master writes ``--progress-file`` every 0.1 s and
+``--summary-json`` at the end. Locust's own ``--csv``/``--html`` count every exchange.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `loadtest
 from loadtests.balancer import ANSWERED_BY  # noqa: E402
 from loadtests.conductor import Conductor  # noqa: E402
 from loadtests.connection import Connection, retry_after_s  # noqa: E402
-from loadtests.figures import parse_server_timing  # noqa: E402
 from loadtests.sale import Sale  # noqa: E402
 
 PAGE_NAME = "product page"
@@ -355,10 +356,10 @@ class Shopper(User):
     def purchase(self, options, request: bytes, *, sent: float | BaseException | None = None) -> None:
         """Send one purchase (or read the answer to one ``sent`` at the opening); resend it with
         the same Idempotency-Key after a 503 + Retry-After, no answer or a balancer's 502, at
-        most --max-retries times."""
+        most --max-retries times in all."""
         sale.sent += 1
         started = None
-        busy_at = []
+        busy_at, reset_at = [], []
         for attempt in range(options.max_retries + 1):
             already = sent if attempt == 0 else None
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
@@ -374,27 +375,13 @@ class Shopper(User):
             failed = status in (0, BAD_GATEWAY)
             if (retry_after is None and not failed) or attempt == options.max_retries:
                 break
-            sale.client_retries += 1
             if failed:
-                sale.resent_after_error += 1
-                self.connection.fail_over()
-                gevent.sleep(RESEND_WAIT_S * (attempt + 1))
+                reset_at.append(round(time.time(), 4))
+                sale.transport_resends += 1
+                self.connection.fail_over()  # a new connection, to the next host
+                gevent.sleep(RESEND_WAIT_S * attempt)  # the first resend at once, later ones back off
             else:
+                sale.client_retries += 1
                 gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
-        self.record(status, headers, body, busy=retry_after is not None, started=started, busy_at=busy_at)
-
-    def record(
-        self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float, busy_at: list[float]
-    ) -> None:
-        try:
-            payload = json.loads(body or b"{}")
-        except ValueError:
-            payload = {}
-        sale.record(
-            status,
-            timing=parse_server_timing(headers.get("Server-Timing") if headers else None),
-            payload=payload if isinstance(payload, dict) else {},
-            busy=busy,
-            started=started,
-            busy_at=busy_at,
-        )
+        busy = retry_after is not None
+        sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)

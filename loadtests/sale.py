@@ -9,15 +9,18 @@ the shares add up to exactly the sale's purchases whatever the number of workers
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from gevent.event import Event
 
-from loadtests.figures import TIMING_KEYS
+from loadtests.figures import TIMING_KEYS, parse_server_timing
 
 if TYPE_CHECKING:
+    from geventhttpclient.header import Headers
+
     from loadtests.locustfile import Shopper
 
 #: The last counter fields of a response body that the burst adds up.
@@ -31,7 +34,7 @@ TOTALS = (
     "answered",
     "busy",
     "client_retries",
-    "resent_after_error",
+    "transport_resends",
     "balancer_answers",
     "transport_errors",
 )
@@ -59,8 +62,8 @@ class Sale:
         self.answered = 0  # purchases with a final answer (or a transport error)
         self.status_counts: Counter[str] = Counter()  # final answers; "0" = no HTTP answer
         self.busy = 0  # final 503 + Retry-After answers (retries exhausted)
-        self.client_retries = 0  # resends of a purchase, for any reason
-        self.resent_after_error = 0  # of which after no HTTP answer or a balancer's 502
+        self.client_retries = 0  # resends after a 503 + Retry-After
+        self.transport_resends = 0  # resends after no HTTP answer or a balancer's 502 (a reset connection, a dead pod)
         self.balancer_answers = 0  # answers the balancer gave itself (no pod saw the request)
         self.transport_errors = 0
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
@@ -69,7 +72,8 @@ class Sale:
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
         # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
-        # wall clock of each 503 + Retry-After answer it got (resent or final)]
+        # wall clock of each 503 + Retry-After answer it got (resent or final), of each try that got no answer
+        # and was resent]
         self.purchases_done: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
@@ -91,10 +95,24 @@ class Sale:
         return len(range(self.offset + user_index, self.purchases, self.total_users))
 
     def record(
-        self, status: int, *, timing: dict[str, float], payload: dict, busy: bool, started: float, busy_at: list[float]
+        self,
+        status: int,
+        headers: Headers | None,
+        body: bytes,
+        *,
+        busy: bool,
+        started: float,
+        busy_at: list[float],
+        reset_at: list[float],
     ) -> None:
         """A purchase's final answer (status 0: none): its server timing and its JSON body."""
         finished = time.time()
+        timing = parse_server_timing(headers.get("Server-Timing") if headers else None)
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
         self.answered += 1
         self.last_answered_at = finished
         self.latencies_ms.append(round((finished - started) * 1000, 2))
@@ -108,7 +126,9 @@ class Sale:
         for name, value in timing.items():
             if name in self.timing:
                 self.timing[name].append(value)
-        self.purchases_done.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at])
+        self.purchases_done.append(
+            [round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at, reset_at]
+        )
         if isinstance(payload.get("outcome"), str):
             self.outcomes[payload["outcome"]] += 1
         for name in BODY_COUNTS:
@@ -135,8 +155,8 @@ class Sale:
             **self.progress(),
             "finished": finished,
             **{name: self.counts[name] for name in BODY_COUNTS},
-            "status_counts": dict(self.status_counts),
-            "outcomes": dict(self.outcomes),
+            "status_counts": dict(sorted(self.status_counts.items())),
+            "outcomes": dict(sorted(self.outcomes.items())),
             "errors": list(self.errors),
             "first_sent_at": self.first_sent_at,
             "last_sent_at": self.last_sent_at,

@@ -55,7 +55,7 @@ RUN_KEYS = {
     "latency_histogram_ms",
     "balancer",
     "locust_workers",
-    "resent_after_error",
+    "transport_resends",
     "balancer_answers",
     "locust_report",
 }

@@ -97,7 +97,7 @@ def test_the_judge_fails_a_fault_run_whose_gap_exceeds_the_limit():
     assert "no purchase was confirmed for 2.01s after restart-redis recovered (limit 2s)" in problems
 
 
-def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
+def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str, CommandError | None]:
     path = tmp_path / "burst.json"
     out = StringIO()
     error = None
@@ -106,7 +106,7 @@ def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
             "flashsale",
             sku=SKU,
             scenario="deep",
-            requests=REQUESTS,
+            requests=requests,
             json_path=str(path),
             master_port=LOCUST_MASTER_PORT,
             stdout=out,
@@ -183,7 +183,7 @@ def test_kill_pod_resends_in_flight_purchases_once_each(balancer, tmp_path):
     assert run["balancer"] == balancer and "whole pod" in run["fault_description"]
     assert (run["oversold"], run["lost"], run["transport_errors"], run["errors_5xx"]) == (0, 0, 0, 0), run["problems"]
     assert run["invariants_ok"] is True, run["problems"]
-    assert run["resent_after_error"] >= 1  # the purchases in flight on the killed pod were resent
+    assert run["transport_resends"] >= 1  # the purchases in flight on the killed pod were resent
     assert 0 <= run["resumed_after_s"] <= RESUME_LIMIT_S
     # From the database: one order per Idempotency-Key, every confirmed purchase one order.
     orders = Order.objects.filter(product__sku=SKU)
@@ -203,6 +203,8 @@ def test_kill_pod_resends_in_flight_purchases_once_each(balancer, tmp_path):
         ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --strategies redis"),
         ({"backends": "db", "fault": "pause-worker"}, "use --strategies etcd,redis,redlock"),
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --strategies etcd"),
+        ({"backends": "etcd", "fault": "kill-zk-member"}, "use --strategies zookeeper"),
+        ({"backends": "optimistic", "fault": "kill-holder"}, "use --strategies db,etcd,redis,redlock,zookeeper"),
         ({"backends": "db", "fault": "bogus"}, "unknown fault 'bogus'"),
         ({"backends": "atomic", "unfenced": True}, "atomic has none"),
         ({"backends": "redis", "fault_hold": 0.1}, "--fault-hold needs a --fault"),

@@ -16,7 +16,7 @@ def figures(**changes) -> dict:
         "answered": 100,
         "client_retries": 0,
         "balancer_answers": 0,
-        "resent_after_error": 0,
+        "transport_resends": 0,
         "transport_errors": 0,
         "page_failures": 0,
         "constraint_hits": 0,
@@ -35,8 +35,8 @@ def figures(**changes) -> dict:
         ({"client_retries": 5, "server_purchases": 105}, True),  # the shop's 503s, resent
         ({"client_retries": 5, "balancer_answers": 5, "server_purchases": 100}, True),  # HAProxy's own 503s
         ({"client_retries": 5, "balancer_answers": 5, "server_purchases": 105}, False),  # more than reached them
-        ({"client_retries": 3, "resent_after_error": 3, "server_purchases": 101}, True),  # two died unlogged
-        ({"client_retries": 3, "resent_after_error": 3, "server_purchases": 99}, False),  # more than were resent
+        ({"transport_resends": 3, "server_purchases": 101}, True),  # two died unlogged
+        ({"transport_resends": 3, "server_purchases": 99}, False),  # more than were resent
     ],
 )
 def test_the_access_log_count_allows_only_what_the_balancer_answered_or_a_dead_pod_lost(changes, ok):

@@ -17,7 +17,8 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
+from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
+from faults.registry import FAULT_NAMES
 from inventory.strategies import needs_of, strategy_class
 from loadtests.balancer import BalancerError
 from loadtests.burst import run_row
@@ -27,7 +28,7 @@ from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
-from loadtests.table import COLUMNS, phase_lines, run_cells, table_row
+from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.ports import LOCUST_MASTER_PORT
@@ -205,7 +206,10 @@ class Command(BaseCommand):
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
-        """Say what --unfenced was expected to show; refuse (exit non-zero) when a run broke an invariant."""
+        """kill-holder's note; say what --unfenced was expected to show; refuse (exit non-zero) when a
+        run broke an invariant."""
+        for line in holder_note(runs):
+            self.stdout.write(line)
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if unfenced and fault in OVERSELL_UNFENCED:
             oversold = sum(run["oversold"] for run in runs)

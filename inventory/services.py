@@ -57,6 +57,8 @@ class Timings:
     lock_hold_ms: float | None = None  # from the grant to the release (after commit)
     db_ms: float = 0.0  # inside the section's transactions
     total_ms: float = 0.0
+    queue_wait_ms: float | None = None  # queued for a combining leader (None: BATCH=1, no queue)
+    batch: int | None = None  # purchases served by the section that served this one
 
 
 @dataclass(frozen=True)
@@ -145,29 +147,48 @@ def purchase(
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
         timings.total_ms = _ms(began)
-        result = _result(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
+        result = result_of(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+    if strategy.batch > 1:
+        from .batched import purchase_in_batch
+
+        result = purchase_in_batch(
+            strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key
+        )
+        timings = result.timings
+    else:
+        result = _alone(
+            strategy,
+            sku=sku,
+            product_id=shelf.product_id,
+            customer=customer,
+            quantity=quantity,
+            key=idempotency_key,
+            timings=timings,
+        )
+    timings.total_ms = _ms(began)
+    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+
+
+def _alone(
+    strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str, timings: Timings
+) -> PurchaseResult:
+    """One purchase in its own section: take the guard, run the section, commit, release."""
+    waiting = time.perf_counter()
     try:
         with ExitStack() as held:
-            waiting = time.perf_counter()
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
-            result = _run_section(
-                strategy,
-                grant,
-                product_id=shelf.product_id,
-                customer=customer,
-                quantity=quantity,
-                key=idempotency_key,
-                timings=timings,
+            timings.batch = 1
+            result = run_section(
+                strategy, grant, product_id=product_id, customer=customer, quantity=quantity, key=key, timings=timings
             )
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _ms(granted)
     except LockUnavailable:
         timings.lock_wait_ms = _ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
-    timings.total_ms = _ms(began)
-    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+    return result
 
 
 def _past(moment: float | None) -> bool:
@@ -185,7 +206,7 @@ def _remember(
     return result
 
 
-def _run_section(
+def run_section(
     strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str, timings: Timings
 ) -> PurchaseResult:
     """Run the section until it writes or refuses; re-run it on a conflict while the strategy allows."""
@@ -198,7 +219,7 @@ def _run_section(
                 product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
             )
         except IntegrityError as exc:
-            return _constraint_hit(
+            return constraint_hit(
                 strategy,
                 exc,
                 product_id=product_id,
@@ -211,7 +232,7 @@ def _run_section(
         finally:
             timings.db_ms += _ms(started)
         if attempt.conflict is None:
-            return _result(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
+            return result_of(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
         conflicts += 1
         again = None if recovered else strategy.recover(attempt.conflict, grant)
         if again is not None:
@@ -226,7 +247,7 @@ def _run_section(
     )
 
 
-def _result(
+def result_of(
     strategy: Strategy,
     attempt: Attempt,
     *,
@@ -246,7 +267,7 @@ def _result(
     )
 
 
-def _constraint_hit(
+def constraint_hit(
     strategy: Strategy,
     exc: IntegrityError,
     *,
@@ -262,7 +283,7 @@ def _constraint_hit(
     if constraint == IDEMPOTENCY_CONSTRAINT:
         # The same key's twin committed first (possible only without a guard): its order is the answer.
         replay = find_order(product_id=product_id, customer=customer, key=key)
-        return _result(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
+        return result_of(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
     if constraint not in CONSTRAINT_OUTCOMES:
         raise exc
     logger.warning(

@@ -3,6 +3,7 @@ with :class:`~django.core.management.base.CommandError`."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -30,6 +31,27 @@ def backend_names(*, scenario: str, backends: str) -> list[str]:
     if len(set(names)) != len(names):
         raise CommandError(f"--backends names a backend twice: {backends}")
     return names
+
+
+def batch_sizes(text: str) -> list[int]:
+    """``--batch 1,64`` → [1, 64]: whole numbers, 1 or more, none twice."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise CommandError(f"--batch {text!r}: give sizes of 1 or more, each once, e.g. --batch 1,64")
+    return sizes
+
+
+def default_threads(threads: int | None, *, sizes: list[int], users: int, pods: int, workers: int) -> int:
+    """--threads as given; else the plan's default, or with a batch size above 1 enough threads per
+    worker for every closed-loop shopper to be inside a worker at once (a batch is one worker's)."""
+    if threads is not None:
+        return threads
+    if max(sizes) == 1:
+        return BurstPlan.threads
+    return max(BurstPlan.threads, math.ceil(users / (pods * workers)))
 
 
 def check_numbers(

@@ -36,6 +36,7 @@ class BurstPlan:
     timeout_s: float = 180.0
     fault: str | None = None  # a name of inventory.faults.FAULT_NAMES, injected into every row
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
+    batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
 
     @property
     def sale_stock(self) -> int:

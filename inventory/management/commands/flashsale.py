@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -30,7 +31,7 @@ from loadtests.burst import (
     run_row,
 )
 from loadtests.figures import median_run
-from loadtests.options import backend_names, check_fault, check_numbers, check_paths
+from loadtests.options import backend_names, batch_sizes, check_fault, check_numbers, check_paths, default_threads
 from loadtests.report import complete_machine, write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 
@@ -71,8 +72,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads",
             type=int,
-            default=BurstPlan.threads,
-            help=f"threads per gunicorn worker (default {BurstPlan.threads})",
+            default=None,
+            help=f"threads per gunicorn worker (default {BurstPlan.threads}; with a --batch size above 1, enough "
+            "for every closed-loop shopper to be inside a worker at once, so purchases can share a section)",
+        )
+        parser.add_argument(
+            "--batch",
+            default="1",
+            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
+            "in its own section); docs/batching.md",
         )
         parser.add_argument(
             "--locust-processes",
@@ -125,7 +133,7 @@ class Command(BaseCommand):
         pods: int,
         users: int,
         workers: int,
-        threads: int,
+        threads: int | None,
         locust_processes: int | None,
         repeat: int,
         timeout: float | None,
@@ -133,9 +141,12 @@ class Command(BaseCommand):
         report_path: str = "",
         fault: str | None = None,
         unfenced: bool = False,
+        batch: str = "1",
         **options,
     ):
         names = backend_names(scenario=scenario, backends=backends)
+        sizes = batch_sizes(batch)
+        threads = default_threads(threads, sizes=sizes, users=users, pods=pods, workers=workers)
         timeout, locust_processes = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -166,8 +177,9 @@ class Command(BaseCommand):
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
-        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
+        keys = [(name, size) for name in names for size in sizes]
+        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
+        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
         self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
@@ -187,10 +199,11 @@ class Command(BaseCommand):
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
-    def run_rows(self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
+    def run_rows(self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
         """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
-        strategies need running; each row printed as it ends."""
+        strategies need running; each row printed as it ends. A row is a strategy at a BATCH size."""
         fault = plan.fault
+        names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
@@ -217,8 +230,8 @@ class Command(BaseCommand):
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
                     floor = None
-                    for name in names if fault else [FLOOR, *names]:
-                        run = with_floor_ratio(self.run_one(name, plan), floor)
+                    for name, size in keys if fault else [(FLOOR, 1), *keys]:
+                        run = with_floor_ratio(self.run_one(name, replace(plan, batch=size)), floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -252,12 +265,12 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], names: list[str]) -> list[dict]:
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]]) -> list[dict]:
         """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floor = [], None
-        for name in names:
-            mine = [run for run in runs if run["backend"] == name]
+        for name, size in keys:
+            mine = [run for run in runs if run["backend"] == name and run["batch"] == size]
             row = median_run(mine)
             row.pop("round", None)
             row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from .backends import Grant, LockUnavailable, Outcome, Strategy
 from .backends.batch import Ask, BatchAttempt
@@ -61,6 +61,8 @@ def purchase_in_batch(
     def busy(ticket: Ticket) -> PurchaseResult:
         return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings(queue_wait_ms=_ms(ticket.queued_at)))
 
+    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
+        connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
     ticket = combiner.submit(
         Ask(customer, quantity, key), serve=serve, timeout_s=strategy.config["ACQUIRE_TIMEOUT_MS"] / 1000, busy=busy
     )

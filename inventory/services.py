@@ -346,7 +346,7 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     reset also drops the customers' units there: its orders are gone.
     """
     try:
-        soldout.client().incr(soldout.generation_key(sku))
+        soldout.raise_generation(sku)
     except redis.RedisError as exc:
         raise InventoryError(
             f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"

@@ -21,6 +21,7 @@ from .base import (
     validate,
     with_floor_ratios,
 )
+from .batching import batching_section
 from .charts import _floor_chart, _floor_share, _histogram_figure, _rate_figure, _split_figure, _timeline_figure
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, phases
@@ -89,6 +90,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         )
     parts.append("</ul></section>")
     parts.append(_comparison(shown))
+    parts.append(batching_section(shown))
     parts.append(_machine_section(machine, command))
     parts.append('<section aria-labelledby="per-strategy"><h2 id="per-strategy">Per strategy</h2>')
     parts += [_strategy(v, machine) for v in shown]

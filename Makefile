@@ -13,7 +13,7 @@ MANAGE := $(BIN)/python manage.py
 demo: services migrate seed static
 	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 \
 		--json artifacts/burst.json --report artifacts/report.html
-	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 2000 --batch 1,64 --threads 8 \
+	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 2000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html
 
 # Lint and format check first (pyproject.toml), then the suite. The suite starts (and stops) its own

@@ -44,14 +44,15 @@ def batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def default_threads(threads: int | None, *, sizes: list[int], users: int, pods: int, workers: int) -> int:
-    """--threads as given; else the plan's default, or with a batch size above 1 enough threads per
-    worker for every closed-loop shopper to be inside a worker at once (a batch is one worker's)."""
-    if threads is not None:
-        return threads
-    if max(sizes) == 1:
-        return BurstPlan.threads
-    return max(BurstPlan.threads, math.ceil(users / (pods * workers)))
+def threads_for_batches(given: int | None, *, threads: int, users: int, pods: int, workers: int) -> int:
+    """Threads per worker for the rows whose purchases share sections: --batch-threads as given, else
+    enough for every closed-loop shopper to be inside a worker at once (a batch is one worker's
+    threads), and never fewer than --threads."""
+    if given is not None:
+        if given < 1:
+            raise CommandError(f"--batch-threads must be 1 or more, not {given}")
+        return given
+    return max(threads, math.ceil(users / (pods * workers)))
 
 
 def check_numbers(

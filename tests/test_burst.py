@@ -147,9 +147,10 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     document, printed, error = burst(tmp_path, scenario="deep", backends="db", requests=200, users=40, batch="1,8")
 
     assert error is None, f"{error}\n{printed}"
-    assert "4 workers × 10 threads" in printed  # enough threads for the 40 shoppers to share sections
+    assert "4 workers × 4 threads (10 in BATCH>1 rows)" in printed  # enough for the 40 shoppers to share sections
     floor, alone, batched = document["runs"]
     assert (floor["backend"], alone["batch"], batched["batch"]) == ("floor", 1, 8)
+    assert (floor["sizing"]["threads"], alone["sizing"]["threads"], batched["sizing"]["threads"]) == (4, 4, 10)
     assert alone["sections"] == 200 and alone["batch_p50"] == alone["batch_p99"] == 1
     assert batched["sections"] < 200 and 1 < batched["batch_p99"] <= 8
     assert batched["server_timing"]["queue_wait_ms"]["p50"] >= 0 and alone["server_timing"]["queue_wait_ms"] is None
@@ -212,6 +213,7 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"batch": "1,0"}, "--batch '1,0'"),
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
+        ({"batch": "1,8", "batch_threads": 0}, "--batch-threads must be 1 or more"),
     ],
 )
 def test_bad_arguments_start_nothing(options, message, tmp_path):

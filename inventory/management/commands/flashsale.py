@@ -31,7 +31,14 @@ from loadtests.burst import (
     run_row,
 )
 from loadtests.figures import median_run
-from loadtests.options import backend_names, batch_sizes, check_fault, check_numbers, check_paths, default_threads
+from loadtests.options import (
+    backend_names,
+    batch_sizes,
+    check_fault,
+    check_numbers,
+    check_paths,
+    threads_for_batches,
+)
 from loadtests.report import complete_machine, write_report
 from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
 
@@ -72,9 +79,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads",
             type=int,
+            default=BurstPlan.threads,
+            help=f"threads per gunicorn worker for the floor and BATCH=1 rows (default {BurstPlan.threads})",
+        )
+        parser.add_argument(
+            "--batch-threads",
+            type=int,
             default=None,
-            help=f"threads per gunicorn worker (default {BurstPlan.threads}; with a --batch size above 1, enough "
-            "for every closed-loop shopper to be inside a worker at once, so purchases can share a section)",
+            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
+            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
         )
         parser.add_argument(
             "--batch",
@@ -133,7 +146,7 @@ class Command(BaseCommand):
         pods: int,
         users: int,
         workers: int,
-        threads: int | None,
+        threads: int,
         locust_processes: int | None,
         repeat: int,
         timeout: float | None,
@@ -142,11 +155,11 @@ class Command(BaseCommand):
         fault: str | None = None,
         unfenced: bool = False,
         batch: str = "1",
+        batch_threads: int | None = None,
         **options,
     ):
         names = backend_names(scenario=scenario, backends=backends)
         sizes = batch_sizes(batch)
-        threads = default_threads(threads, sizes=sizes, users=users, pods=pods, workers=workers)
         timeout, locust_processes = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -160,6 +173,9 @@ class Command(BaseCommand):
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        self.batch_threads = threads_for_batches(
+            batch_threads, threads=threads, users=users, pods=pods, workers=workers
+        )
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
             requests=requests,
@@ -170,7 +186,7 @@ class Command(BaseCommand):
             users=users,
             workers=workers,
             threads=threads,
-            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batch_threads)),
             locust_processes=locust_processes,
             timeout_s=timeout,
             fault=fault,
@@ -219,7 +235,9 @@ class Command(BaseCommand):
                 collect_static()
                 self.stdout.write(
                     f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
-                    f"× {plan.workers} workers × {plan.threads} threads, pool {plan.pool_max_size} per worker, "
+                    f"× {plan.workers} workers × {plan.threads} threads"
+                    + (f" ({self.batch_threads} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                    + f", pool {plan.pool_max_size} per worker at most, "
                     f"{plan.locust_processes} Locust process(es)"
                 )
                 if fault:
@@ -231,7 +249,7 @@ class Command(BaseCommand):
                 for round_number in range(1, repeat + 1):
                     floor = None
                     for name, size in keys if fault else [(FLOOR, 1), *keys]:
-                        run = with_floor_ratio(self.run_one(name, replace(plan, batch=size)), floor)
+                        run = with_floor_ratio(self.run_one(name, self.row_plan(plan, size)), floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -245,6 +263,11 @@ class Command(BaseCommand):
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         return runs
+
+    def row_plan(self, plan: BurstPlan, size: int) -> BurstPlan:
+        """The plan of a row at BATCH ``size``: batched rows run --batch-threads per worker."""
+        threads = plan.threads if size == 1 else self.batch_threads
+        return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
         """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""

@@ -147,13 +147,12 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
             row.stop()
             peak_connections = sampler.stop()
         figures = row_figures(row, summaries, progress, faulted)
-    return record(
-        backend=backend,
-        plan=plan,
-        figures=figures,
-        started_at=started_at,
-        peak_db_connections=peak_connections,
+    row = record(
+        backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections
     )
+    # Combining (BATCH): the size asked for, the sections run and the sizes they had.
+    row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
+    return row
 
 
 def row_figures(row: Row, summaries: list[dict | None], progress: Progress, faulted: FaultRun | None) -> dict:
@@ -270,10 +269,6 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "floor_ratio": None,
         "server_timing": figures["server_timing"],
         "max_lock_wait_ms": figures["max_lock_wait_ms"],
-        "batch": plan.batch,
-        "sections": figures.get("sections"),
-        "batch_p50": figures.get("batch_p50"),
-        "batch_p99": figures.get("batch_p99"),
         "phases": figures.get("phases", []),
         "resumed_after_s": figures.get("resumed_after_s"),
         "timeline": figures["timeline"],

@@ -83,19 +83,6 @@ class Command(BaseCommand):
             help=f"threads per gunicorn worker for the floor and BATCH=1 rows (default {BurstPlan.threads})",
         )
         parser.add_argument(
-            "--batch-threads",
-            type=int,
-            default=None,
-            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
-            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
-        )
-        parser.add_argument(
-            "--batch",
-            default="1",
-            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
-            "in its own section); docs/batching.md",
-        )
-        parser.add_argument(
             "--locust-processes",
             type=int,
             default=None,
@@ -115,7 +102,25 @@ class Command(BaseCommand):
             default="",
             help="write the self-contained HTML report here (e.g. artifacts/report.html)",
         )
+        self.add_batch_arguments(parser)
         self.add_fault_arguments(parser)
+
+    @staticmethod
+    def add_batch_arguments(parser) -> None:
+        """--batch-threads and --batch: purchases sharing sections."""
+        parser.add_argument(
+            "--batch-threads",
+            type=int,
+            default=None,
+            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
+            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
+        )
+        parser.add_argument(
+            "--batch",
+            default="1",
+            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
+            "in its own section); docs/batching.md",
+        )
 
     @staticmethod
     def add_fault_arguments(parser) -> None:
@@ -159,7 +164,7 @@ class Command(BaseCommand):
         **options,
     ):
         names = backend_names(scenario=scenario, backends=backends)
-        sizes = batch_sizes(batch)
+        keys = [(name, size) for name in names for size in batch_sizes(batch)]
         timeout, locust_processes = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -173,9 +178,7 @@ class Command(BaseCommand):
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
-        self.batch_threads = threads_for_batches(
-            batch_threads, threads=threads, users=users, pods=pods, workers=workers
-        )
+        self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names)
         plan = BurstPlan(
             requests=requests,
@@ -186,14 +189,13 @@ class Command(BaseCommand):
             users=users,
             workers=workers,
             threads=threads,
-            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batch_threads)),
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
             locust_processes=locust_processes,
             timeout_s=timeout,
             fault=fault,
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        keys = [(name, size) for name in names for size in sizes]
         runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
         rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
         self.write_outputs(self.document(rows, started_at), json_path=json_path, report_path=report_path)
@@ -236,7 +238,7 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
                     f"× {plan.workers} workers × {plan.threads} threads"
-                    + (f" ({self.batch_threads} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                    + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
                     + f", pool {plan.pool_max_size} per worker at most, "
                     f"{plan.locust_processes} Locust process(es)"
                 )
@@ -266,7 +268,7 @@ class Command(BaseCommand):
 
     def row_plan(self, plan: BurstPlan, size: int) -> BurstPlan:
         """The plan of a row at BATCH ``size``: batched rows run --batch-threads per worker."""
-        threads = plan.threads if size == 1 else self.batch_threads
+        threads = plan.threads if size == 1 else self.batched
         return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:

@@ -150,7 +150,7 @@ def purchase(
         result = result_of(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     if strategy.batch > 1:
-        from .batched import purchase_in_batch
+        from .batched import purchase_in_batch  # here, as batched builds on this module
 
         result = purchase_in_batch(
             strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key

@@ -199,7 +199,11 @@ class RedisStockStrategy(Strategy):
             codes = [(-2, 0)] * len(fresh)
         taken = [index for index, (code, _) in zip(fresh, codes, strict=True) if code == 3]
         try:
-            db = batch_section(self, product_id=product_id, asks=[asks[i] for i in taken], grant=grant)
+            db = (
+                batch_section(self, product_id=product_id, asks=[asks[i] for i in taken], grant=grant)
+                if taken
+                else BatchAttempt(attempts=[])
+            )
         except BaseException:
             self._compensate_many(keys, [asks[i] for i in taken])
             raise

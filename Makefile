@@ -16,11 +16,13 @@ demo: services migrate seed static
 	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 2000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html
 
-# Lint and format check first (pyproject.toml), then the suite. The suite starts (and stops) its own
+# Lint and format check first (pyproject.toml), the import contract (.importlinter), then the suite.
+# The suite starts (and stops) its own
 # Redlock nodes on its own ports; pytest-django makes test_flashsale.
 test: venv system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
@@ -68,7 +70,7 @@ seed: migrate
 lockbench: services
 	$(MANAGE) lockbench --json artifacts/lockbench.json
 
-# inventory/locks/sync.py is generated from the asyncio source aio.py; a test fails when it is stale.
+# locks/_sync/{locks,base}.py are generated from the asyncio source in locks/_async/; a test fails when stale.
 twins: venv
 	$(BIN)/python scripts/unasync_locks.py
 

@@ -16,9 +16,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from inventory.errors import InventoryError
+
 from .audit import AuditReport
 from .models import BurstRun, Order, Product
-from .services import InventoryError, reset_sale, restock, sale_state
+from .services import reset_sale, restock, sale_state
 
 admin.site.site_header = "Flash sale admin"
 admin.site.site_title = "Flash sale admin"

@@ -21,10 +21,11 @@ import weakref
 
 from django.db import IntegrityError, connection
 
-from .backends import Grant, LockUnavailable, Outcome, Strategy
+from .backends.base import Strategy
 from .backends.batch import Ask, BatchAttempt
+from .backends.contract import Grant, LockUnavailable, Outcome
 from .combining import Combiner, Ticket
-from .services import PurchaseResult, Timings, constraint_hit, result_of
+from .results import PurchaseResult, Timings, constraint_hit, result_of
 
 _combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()

@@ -7,16 +7,16 @@ carries it, and the page's script only shows it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
-from django.utils.safestring import mark_safe
-
-from loadtests import report as burst_report
 
 from .audit import AuditReport
-from .charts import Bar, Series, bar_chart, colour_for, line_chart
 from .models import BurstRun, Product
 from .services import sale_state
 
@@ -61,53 +61,6 @@ def stock_totals(rows: list[dict]) -> dict:
     }
 
 
-def latest_run_per_backend(runs: list[BurstRun]) -> list[BurstRun]:
-    latest: dict[str, BurstRun] = {}
-    for run in runs:  # newest first
-        latest.setdefault(run.backend, run)
-    return sorted(latest.values(), key=lambda r: r.backend)
-
-
-def burst_charts(runs: list[BurstRun]) -> dict[str, str]:
-    """The dashboard's SVG charts from the newest run of each backend."""
-    latest = latest_run_per_backend(runs)
-    if not latest:
-        return {}
-    series = [
-        Series(
-            f"{run.backend} ({run.started_at:%b %d %H:%M})",
-            [(float(point[0]), float(point[1])) for point in run.timeline if len(point) >= 2],
-            colour_for(run.backend, i),
-        )
-        for i, run in enumerate(latest)
-    ]
-    return {
-        "stock": mark_safe(
-            line_chart(
-                series,
-                title="Stock left during the latest burst of each backend",
-                x_label="seconds",
-                y_label="units left",
-            )
-        ),
-        "throughput": mark_safe(
-            bar_chart(
-                [Bar(run.backend, run.rps, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-                title="Throughput per backend (latest burst)",
-                unit="requests/s",
-            )
-        ),
-        "p99": mark_safe(
-            bar_chart(
-                [Bar(run.backend, run.p99_ms, colour_for(run.backend, i)) for i, run in enumerate(latest)],
-                title="99th percentile latency per backend (latest burst)",
-                unit="ms",
-            )
-        ),
-        "legend": [(s.label, s.colour) for s in series],
-    }
-
-
 def dashboard_view(request: HttpRequest):
     _require_view_permission(request)
     runs = list(BurstRun.objects.all()[:50])
@@ -117,7 +70,7 @@ def dashboard_view(request: HttpRequest):
         "title": "Sale dashboard",
         "products": products,
         "runs": runs,
-        "charts": burst_charts(runs),
+        "charts": _panels[0].charts(runs) if _panels else {},
         "report": latest_report(),
         "totals": {
             **stock_totals(products),
@@ -137,10 +90,33 @@ def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
     return response
 
 
+@dataclass(frozen=True)
+class BurstPanel:
+    """What the load tests add to the dashboard: charts of the newest runs, and where the latest
+    report is and how to read its sentences back (the load tests know all three)."""
+
+    charts: Callable[[list[BurstRun]], dict]
+    report_path: Callable[[], Path]
+    read_summary: Callable[[Path], dict | None]
+
+
+_panels: list[BurstPanel] = []
+
+
+def show_bursts(panel: BurstPanel) -> None:
+    """Show the bursts' charts and the latest report. ``loadtests`` calls this from its
+    ``AppConfig.ready()``, so the sale imports nothing of the load tests; without it the dashboard
+    shows the runs' table only."""
+    _panels[:] = [panel]
+
+
 def latest_report() -> dict | None:
     """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
     itself (so they are the ones the linked page shows), and the command; None when there is none."""
-    summary = burst_report.read_summary(burst_report.LATEST_REPORT)
+    if not _panels:
+        return None
+    panel = _panels[0]
+    summary = panel.read_summary(panel.report_path())
     if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
         return None
     said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
@@ -151,8 +127,10 @@ def latest_report() -> dict | None:
 def dashboard_report_view(request: HttpRequest) -> FileResponse:
     """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
     _require_view_permission(request)
+    if not _panels:
+        raise Http404("No report yet: run `manage.py report` after a burst.")
     try:
-        report = open(burst_report.LATEST_REPORT, "rb")  # noqa: SIM115 - FileResponse closes it
+        report = open(_panels[0].report_path(), "rb")  # noqa: SIM115 - FileResponse closes it
         response = FileResponse(report, content_type="text/html; charset=utf-8")
     except FileNotFoundError:
         raise Http404("No report yet: run `manage.py report` after a burst.") from None

@@ -12,7 +12,6 @@ import logging
 import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
@@ -21,11 +20,15 @@ from django.utils import timezone
 
 from . import soldout
 from .audit import AuditReport, audit
-from .backends import Grant, LockUnavailable, Outcome, Strategy, get_backend
+from .backends import get_backend
+from .backends.base import Strategy
+from .backends.contract import Attempt, Grant, LockUnavailable, Outcome, Shelf
 from .backends.redis_stock import forget_sale
-from .backends.section import Attempt, Refusal, Shelf, decide, find_order, shelf_for_sku
+from .backends.section import decide, find_order, shelf_for_sku
+from .batched import purchase_in_batch
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
+from .results import PurchaseResult, Timings, constraint_hit, result_of
 
 logger = logging.getLogger(__name__)
 
@@ -47,44 +50,6 @@ __all__ = [
     "reset_sale",
     "restock",
 ]
-
-
-@dataclass
-class Timings:
-    """Where one purchase spent its time on the server (milliseconds)."""
-
-    lock_wait_ms: float | None = None  # acquiring the guard (None: no guard was taken)
-    lock_hold_ms: float | None = None  # from the grant to the release (after commit)
-    db_ms: float = 0.0  # inside the section's transactions
-    total_ms: float = 0.0
-    queue_wait_ms: float | None = None  # queued for a combining leader (None: BATCH=1, no queue)
-    batch: int | None = None  # purchases served by the section that served this one
-
-
-@dataclass(frozen=True)
-class PurchaseResult:
-    outcome: Outcome
-    backend: str
-    order_id: int | None = None
-    fence: int | None = None
-    units_left: int | None = None  # with SOLD_OUT: units still on the shelf (fewer than asked)
-    conflicts: int = 0  # writes the storage check refused
-    retries: int = 0  # runs of the section after the first
-    constraint_hits: int = 0  # a database constraint refused the write: the strategy failed
-    timings: Timings = field(default_factory=Timings)
-
-    @property
-    def confirmed(self) -> bool:
-        return self.outcome is Outcome.CONFIRMED
-
-
-# Database constraints that only a failing strategy trips, and what the shopper is told then.
-CONSTRAINT_OUTCOMES = {
-    "product_stock_not_negative": Outcome.SOLD_OUT,
-    "product_stock_at_most_initial": Outcome.BUSY,
-    "allocation_within_limit": Outcome.LIMIT_REACHED,
-}
-IDEMPOTENCY_CONSTRAINT = "order_idempotency_key_once"
 
 
 def check_quantity(quantity: object, *, limit: int = MAX_QUANTITY) -> int:
@@ -150,8 +115,6 @@ def purchase(
         result = result_of(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     if strategy.batch > 1:
-        from .batched import purchase_in_batch  # here, as batched builds on this module
-
         result = purchase_in_batch(
             strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key
         )
@@ -244,58 +207,6 @@ def run_section(
         retries += 1
     return PurchaseResult(
         Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=timings
-    )
-
-
-def result_of(
-    strategy: Strategy,
-    attempt: Attempt,
-    *,
-    grant: Grant | None = None,
-    conflicts: int = 0,
-    retries: int = 0,
-    timings: Timings,
-) -> PurchaseResult:
-    common = {"conflicts": conflicts, "retries": retries, "timings": timings}
-    if attempt.order is not None:
-        return PurchaseResult(
-            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
-        )
-    refusal: Refusal = attempt.refusal
-    return PurchaseResult(
-        refusal.outcome, strategy.name, fence=grant.token if grant else None, units_left=refusal.units_left, **common
-    )
-
-
-def constraint_hit(
-    strategy: Strategy,
-    exc: IntegrityError,
-    *,
-    product_id: int,
-    customer: str,
-    key: str,
-    conflicts: int,
-    retries: int,
-    timings: Timings,
-) -> PurchaseResult:
-    """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
-    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
-    if constraint == IDEMPOTENCY_CONSTRAINT:
-        # The same key's twin committed first (possible only without a guard): its order is the answer.
-        replay = find_order(product_id=product_id, customer=customer, key=key)
-        return result_of(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
-    if constraint not in CONSTRAINT_OUTCOMES:
-        raise exc
-    logger.warning(
-        "%s: constraint %s refused a purchase (the strategy let a bad write through)", strategy.name, constraint
-    )
-    return PurchaseResult(
-        CONSTRAINT_OUTCOMES[constraint],
-        strategy.name,
-        conflicts=conflicts,
-        retries=retries,
-        constraint_hits=1,
-        timings=timings,
     )
 
 

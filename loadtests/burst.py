@@ -16,7 +16,7 @@ environment, so the burst hits the same database whether the command runs from a
 inside a pytest-django test (whose database is ``test_<name>``).
 
 The plan, its error and the progress live in :mod:`loadtests.plan`, the row's processes (pods,
-Locust, the connection sampler) in :mod:`loadtests.pods`; their names are importable from here.
+Locust, the connection sampler) in :mod:`loadtests.pods`; import each name from its own module.
 """
 
 from __future__ import annotations
@@ -31,66 +31,28 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from inventory.audit import audit
 from inventory.models import BurstRun, Product
-from inventory.services import audit, reset_sale
+from inventory.services import reset_sale
+from processes.children import ChildError
 
 from .faultrun import FaultRun
 from .figures import merge, timeline
 from .judge import judge
 from .plan import (
     FLOOR,
-    PREPARE_ALLOWANCE_S,
-    PREPARE_PER_SHOPPER_S,
     SAMPLE_INTERVAL_S,
-    SCENARIOS,
-    SHOPPERS_PER_PROCESS,
     BurstError,
     BurstPlan,
     Progress,
-    default_locust_processes,
 )
 from .pods import (
-    CONNECTION_SAMPLE_INTERVAL_S,
-    LOCUSTFILE,
-    POD_NICE,
     ConnectionSampler,
     Row,
-    collect_static,
     database_url,
     read_json,
-    server_environment,
-    shares,
     write_json,
 )
-from .processes import ChildError
-
-__all__ = [
-    "FLOOR",
-    "SCENARIOS",
-    "SAMPLE_INTERVAL_S",
-    "SHOPPERS_PER_PROCESS",
-    "PREPARE_ALLOWANCE_S",
-    "PREPARE_PER_SHOPPER_S",
-    "BurstError",
-    "BurstPlan",
-    "default_locust_processes",
-    "Progress",
-    "LOCUSTFILE",
-    "CONNECTION_SAMPLE_INTERVAL_S",
-    "POD_NICE",
-    "database_url",
-    "server_environment",
-    "collect_static",
-    "read_json",
-    "write_json",
-    "shares",
-    "ConnectionSampler",
-    "Row",
-    "prepare_product",
-    "run_row",
-    "drive",
-    "record",
-]
 
 
 def prepare_product(*, sku: str, stock: int) -> Product:
@@ -117,7 +79,12 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
     faulted = None
     if plan.fault and backend != FLOOR:
         faulted = FaultRun(
-            plan.fault, backend=backend, fenced=plan.fenced, requests=plan.requests, database_url=database_url()
+            plan.fault,
+            backend=backend,
+            fenced=plan.fenced,
+            requests=plan.requests,
+            database_url=database_url(),
+            hold_s=plan.fault_hold_s,
         )
     env = {} if plan.fenced or backend == FLOOR else {"INVENTORY_FENCED": "0"}
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch, faulted or nullcontext():
@@ -271,6 +238,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "max_lock_wait_ms": figures["max_lock_wait_ms"],
         "phases": figures.get("phases", []),
         "resumed_after_s": figures.get("resumed_after_s"),
+        "longest_gap_s": figures.get("longest_gap_s"),
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),

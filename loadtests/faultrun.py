@@ -24,13 +24,12 @@ from typing import Self
 import psycopg
 from django.conf import settings
 
-from inventory.backends.etcd import project_cluster
-from inventory.backends.redlock import project_nodes
-from inventory.faults import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
-from inventory.nodes import NodeError, RedisNode
-from inventory.replication import ReplicatedPair
+from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
+from processes.nodes import NodeError, RedisNode
+from processes.replication import ReplicatedPair
+from processes.services import project_cluster, project_nodes
 
-from .figures import fault_phases, resumed_after
+from .figures import fault_phases, longest_gap, resumed_after
 
 #: Ports of the fault's private Redis, from ``REDLOCK_BASE_PORT``: +40 the restarted node, +41/+42
 #: the failover's master and replica, +43 the relay the pods connect to.
@@ -47,19 +46,24 @@ PAUSE_LEASE_DEFAULT_MS = 1000
 FAILOVER_LEASE_MS = 2000
 #: After the sale resumes later than this (seconds after the recovery), the row has a problem.
 RESUME_LIMIT_S = 2.0
+#: ``longest_gap_s`` looks at the sale from this long after the recovery (the judge's limit: judge.GAP_LIMIT_S).
+GAP_FROM_S = 1.0
 POLL_S = 0.02
 
 
 class FaultRun:
     """The fault ``name`` in one row of ``backend``; use as a context manager around the row."""
 
-    def __init__(self, name: str, *, backend: str, fenced: bool, requests: int, database_url: str) -> None:
+    def __init__(
+        self, name: str, *, backend: str, fenced: bool, requests: int, database_url: str, hold_s: float | None = None
+    ) -> None:
         if name not in FAULT_NAMES:
             raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
         self.name = name
         self.backend = backend
         self.requests = requests
         self.database_url = database_url
+        self.hold_s = hold_s
         self.run_dir = Path(settings.RUN_DIR) / "burst-faults"
         self.env: dict[str, str] = {} if fenced else {"INVENTORY_FENCED": "0"}
         self.node: RedisNode | None = None
@@ -86,24 +90,26 @@ class FaultRun:
                     f"{self.name} kills only the project's own Redlock nodes ({', '.join(nodes.urls)}); "
                     "REDLOCK_URLS names others"
                 )
-            return make_fault(self.name, redlock_nodes=nodes)
+            return make_fault(self.name, redlock_nodes=nodes, hold_s=self.hold_s)
         if self.name == "restart-redis":
             self.node = RedisNode(port=base, run_dir=self.run_dir)
             own_node(self.node)
             self.node.start()
             self.env["REDIS_URL"] = self.node.url
-            return make_fault(self.name, redis_node=self.node)
+            return make_fault(self.name, redis_node=self.node, hold_s=self.hold_s)
         if self.name == "failover":
             self.pair = ReplicatedPair(base_port=base + 1, front_port=base + 3, run_dir=self.run_dir)
             self.pair.start()
             self.env.update(REDIS_URL=self.pair.front.url, LOCK_TTL_MS=str(FAILOVER_LEASE_MS))
-            return make_fault(self.name, pair=self.pair)
+            return make_fault(self.name, pair=self.pair, hold_s=self.hold_s)
         if self.name == "pause-worker":
             lease_ms = PAUSE_LEASE_MS.get(self.backend, PAUSE_LEASE_DEFAULT_MS)
             self.env["LOCK_TTL_MS"] = str(lease_ms)
             self.probe = SectionProbe(self.database_url)
-            return make_fault(self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside)
-        return make_fault(self.name, etcd_cluster=project_cluster())
+            return make_fault(
+                self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside, hold_s=self.hold_s
+            )
+        return make_fault(self.name, etcd_cluster=project_cluster(), hold_s=self.hold_s)
 
     def workers(self) -> list[int]:
         """The first pod's gunicorn workers."""
@@ -140,8 +146,9 @@ class FaultRun:
             self.node.stop()
 
     def figures(self, purchases: list[list], *, opened_at: float) -> dict:
-        """``fault``, ``phases``, ``resumed_after_s`` for the row, and ``fault_problems``: what went wrong
-        with the fault itself (never injected, an error, no recovery, sales that did not resume in time)."""
+        """``fault``, ``phases``, ``resumed_after_s``, ``longest_gap_s`` for the row, and ``fault_problems``:
+        what went wrong with the fault itself (never injected, an error, no recovery, sales that did not
+        resume in time)."""
         timer = self.timer
         injected = timer.injected_wall if timer else None
         recovered = timer.recovered_wall if timer else None
@@ -166,6 +173,7 @@ class FaultRun:
             "fault_description": detail,
             "phases": fault_phases(purchases, opened_at=opened_at, injected_at=injected, recovered_at=recovered),
             "resumed_after_s": resumed,
+            "longest_gap_s": longest_gap(purchases, since=None if recovered is None else recovered + GAP_FROM_S),
             "fault_problems": problems,
         }
 

@@ -231,6 +231,19 @@ def resumed_after(purchases: list[list], *, recovered_at: float | None) -> float
     return round(min(confirmed) - recovered_at, 3) if confirmed else None
 
 
+def longest_gap(purchases: list[list], *, since: float | None) -> float | None:
+    """The longest stretch without a confirmed (201) answer from ``since`` (wall clock) to the
+    run's last answer: between ``since`` and the first confirmation, two consecutive ones, or the
+    last one and the end. None without ``since``, or when the run ended before it."""
+    if since is None or not purchases:
+        return None
+    end = max(p[1] for p in purchases)
+    if end < since:
+        return None
+    points = [since, *sorted(p[1] for p in purchases if p[2] == 201 and p[1] >= since), end]
+    return round(max(b - a for a, b in zip(points, points[1:], strict=False)), 3)
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median ``rps`` (the lower middle one for an even count), carrying
     ``rps`` = the median, ``rps_range`` = [min, max] and ``repeats``."""

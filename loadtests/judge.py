@@ -8,6 +8,8 @@ from __future__ import annotations
 
 #: The spike's target: every purchase sent within this many seconds of the first (client clock).
 SPIKE_ARRIVAL_LIMIT_S = 1.0
+#: A fault run fails when, from a second after the recovery on, no purchase was confirmed for longer.
+GAP_LIMIT_S = 2.0
 
 
 def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list[str]:
@@ -20,6 +22,11 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
         if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:
             problems.append("stock went below 0 during the burst")
     problems += figures.get("fault_problems", [])
+    gap = figures.get("longest_gap_s")
+    if gap is not None and gap > GAP_LIMIT_S:
+        problems.append(
+            f"no purchase was confirmed for {gap:.2f}s after {figures.get('fault')} recovered (limit {GAP_LIMIT_S:g}s)"
+        )
     if errors_5xx:
         problems.append(f"{errors_5xx} server errors")
     if figures["transport_errors"]:

@@ -9,11 +9,10 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
+from faults.registry import FAULT_NAMES, FAULT_STRATEGIES
 from inventory.backends import STRATEGIES, strategy_class
 from inventory.backends.fenced import FencedLockStrategy
-from inventory.faults import FAULT_NAMES, FAULT_STRATEGIES
-
-from .burst import SCENARIOS, BurstPlan, default_locust_processes
+from loadtests.plan import SCENARIOS, BurstPlan, default_locust_processes
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -103,9 +102,16 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
             raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
 
 
-def check_fault(*, fault: str | None, unfenced: bool, scenario: str, names: list[str]) -> None:
-    """Refuse a fault outside the deep scenario or with a strategy it means nothing for, and
-    --unfenced with a strategy that has no storage check to switch off."""
+def check_fault(
+    *, fault: str | None, unfenced: bool, scenario: str, names: list[str], hold_s: float | None = None
+) -> None:
+    """Refuse a fault outside the deep scenario or with a strategy it means nothing for, a
+    --fault-hold without a fault or below 0, and --unfenced with a strategy that has no storage
+    check to switch off."""
+    if hold_s is not None and (fault is None or hold_s < 0):
+        raise CommandError(
+            f"--fault-hold {hold_s:g}: give 0 seconds or more" if fault else "--fault-hold needs a --fault"
+        )
     if unfenced:
         plain = [name for name in names if not issubclass(strategy_class(name), FencedLockStrategy)]
         if plain:

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 from inventory.backends import strategy_class
+from processes.children import Child, free_port, stop_all, wait_until_answers
 
 from .plan import FLOOR, BurstError, BurstPlan
-from .processes import Child, free_port, stop_all, wait_until_answers
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 CONNECTION_SAMPLE_INTERVAL_S = 0.05
@@ -191,6 +191,7 @@ class Row:
                     nice=POD_NICE,
                 )
             )
+            self.pods[-1].start()
             self.ports.append(port)
         for pod, port in zip(self.pods, self.ports, strict=False):
             wait_until_answers(pod, f"http://127.0.0.1:{port}/api/products/{self.plan.sku}")
@@ -254,6 +255,7 @@ class Row:
                     log_path=self.run_dir / f"{self.backend}-locust{index}.log",
                 )
             )
+            self.locusts[-1].start()
             offset += user_count
 
     def summary_path(self, index: int) -> Path:

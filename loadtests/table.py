@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .burst import FLOOR
+from loadtests.plan import FLOOR
 
 COLUMNS = [
     ("backend", 11),
@@ -80,8 +80,8 @@ def run_cells(run: dict) -> list:
 
 def phase_lines(run: dict) -> list[str]:
     """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
-    purchases sent in it, the 503 answers received in it; then the longest lock wait and how soon
-    sales resumed."""
+    purchases sent in it, the 503 answers received in it; then the longest lock wait, how soon
+    sales resumed and the longest gap between sales after that."""
     lines = [f"  {run['fault']}: {run['fault_description']}"] if run.get("fault_description") else []
     for phase in run.get("phases") or []:
         counts = " ".join(f"{status}×{n}" for status, n in phase["status_counts"].items()) or "no purchases"
@@ -92,9 +92,11 @@ def phase_lines(run: dict) -> list[str]:
     if run.get("fault"):
         resumed = run.get("resumed_after_s")
         wait = run.get("max_lock_wait_ms")
+        gap = run.get("longest_gap_s")
         lines.append(
             f"  {run['fault']}: longest lock wait {'-' if wait is None else f'{wait:.0f}'} ms, sales resumed "
             f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
+            + ("" if gap is None else f", longest gap without a sale from 1 s after it {gap:.2f} s")
         )
     return lines
 

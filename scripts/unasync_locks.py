@@ -1,11 +1,12 @@
 """Generate the blocking lock modules from their asyncio sources with ``unasync``.
 
-    python scripts/unasync_locks.py          # write sync.py and _sync_base.py
+    python scripts/unasync_locks.py          # write locks/_sync/locks.py and locks/_sync/base.py
     python scripts/unasync_locks.py --check  # exit 1 if either is not what its source generates
 
-``inventory/locks/aio.py`` generates ``sync.py`` and ``_aio_base.py`` generates ``_sync_base.py``.
-``unasync`` drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements
-below rename the asyncio modules and classes to their blocking twins. The result has its imports
+``locks/_async/locks.py`` generates ``locks/_sync/locks.py`` and ``locks/_async/base.py`` generates
+``locks/_sync/base.py`` (each folder's ``io.py`` is written by hand: its I/O differs). ``unasync``
+drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements below rename the
+asyncio classes to their blocking twins (the modules keep their names, one folder each). The result has its imports
 sorted and is formatted by ``ruff`` (the project's settings, pyproject.toml), so the twins pass
 ``make test``'s lint and format checks. ``make twins`` runs the first form; tests/locks/test_twins.py
 runs the second, so ``make test`` fails if the twins diverge.
@@ -20,15 +21,13 @@ from pathlib import Path
 import tokenize_rt
 import unasync
 
-LOCKS = Path(__file__).resolve().parents[1] / "inventory" / "locks"
+LOCKS = Path(__file__).resolve().parents[1] / "locks"
 #: asyncio source → generated blocking twin.
 TWINS = {
-    LOCKS / "aio.py": LOCKS / "sync.py",
-    LOCKS / "_aio_base.py": LOCKS / "_sync_base.py",
+    LOCKS / "_async" / "locks.py": LOCKS / "_sync" / "locks.py",
+    LOCKS / "_async" / "base.py": LOCKS / "_sync" / "base.py",
 }
 REPLACEMENTS = {
-    "_aio_io": "_sync_io",
-    "_aio_base": "_sync_base",
     "AsyncRedisLock": "RedisLock",
     "AsyncRedlock": "Redlock",
 }
@@ -36,8 +35,8 @@ REPLACEMENTS = {
 
 def header(source: Path) -> str:
     return (
-        f"# Generated from {source.name} by scripts/unasync_locks.py (make twins): do not edit; "
-        f"edit {source.name} and regenerate.\n"
+        f"# Generated from _async/{source.name} by scripts/unasync_locks.py (make twins): do not edit;\n"
+        f"# edit _async/{source.name} and regenerate.\n"
     )
 
 
@@ -56,7 +55,7 @@ def formatted(source: str, target: Path) -> str:
             input=source,
             capture_output=True,
             text=True,
-            cwd=LOCKS.parents[1],
+            cwd=LOCKS.parent,
         )
         if result.returncode != 0:
             raise SystemExit(f"ruff {command[0]} failed on the generated {target.name}: {result.stderr.strip()}")

@@ -13,7 +13,8 @@ import time
 
 from django.http import HttpRequest, JsonResponse
 
-from inventory.services import InvalidQuantity, check_quantity
+from inventory.errors import InvalidQuantity
+from inventory.services import check_quantity
 
 from .views import Refused, json_error, purchase_quantity, shopper_id
 

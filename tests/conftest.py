@@ -9,8 +9,8 @@ import redis
 from django.conf import settings
 
 from inventory.backends import reset_backend
-from inventory.backends.redlock import project_nodes
 from inventory.soldout_local import MARKS
+from processes.services import project_nodes
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def redlock_nodes():
 @pytest.fixture(scope="session")
 def etcd_project_cluster():
     """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
-    from inventory.backends.etcd import project_cluster
+    from processes.services import project_cluster
 
     cluster = project_cluster()
     started = not cluster.running()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from inventory.ports import TEST_SUITE_BASE_PORT
+from processes.ports import TEST_SUITE_BASE_PORT
 
 SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0"))
 if not 0 <= SLOT <= 6:

@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from inventory.charts import nice_ticks
 from inventory.models import BurstRun, Order, Product
 from inventory.services import purchase
+from loadtests.report.svg import nice_ticks
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
 CHANGELIST = "/admin/inventory/product/"

@@ -18,14 +18,16 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from inventory import soldout
-from inventory.backends import Outcome, get_backend, load_backend
-from inventory.backends.base import NO_GRANT
+from inventory.audit import audit
+from inventory.backends import get_backend, load_backend
 from inventory.backends.batch import Ask
+from inventory.backends.contract import NO_GRANT, Outcome
 from inventory.backends.redis_stock import forget_sale
 from inventory.backends.section import read_shelf
 from inventory.batched import combiners_of, run_batch
 from inventory.models import Allocation, Order, Product
-from inventory.services import Timings, audit, purchase, reset_sale
+from inventory.results import Timings
+from inventory.services import purchase, reset_sale
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]

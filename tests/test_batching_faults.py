@@ -11,12 +11,15 @@ import time
 import pytest
 from django.db import connections
 
-from inventory.backends import Outcome, get_backend, load_backend, reset_backend
+from inventory.audit import audit
+from inventory.backends import get_backend, load_backend, reset_backend
 from inventory.backends.batch import Ask
+from inventory.backends.contract import Outcome
 from inventory.batched import run_batch
 from inventory.combining import Combiner
 from inventory.models import Order
-from inventory.services import Timings, audit, purchase
+from inventory.results import Timings
+from inventory.services import purchase
 
 
 def buy_then_die(sku: str) -> None:

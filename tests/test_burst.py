@@ -177,6 +177,16 @@ def test_repeat_reports_the_median_and_range(tmp_path):
     for run in document["runs"]:
         low, high = run["rps_range"]
         assert run["repeats"] == 2 and low <= run["rps"] <= high
+    # Every repeat's own figures are kept too, in the order they ran.
+    assert [(run["round"], run["backend"]) for run in document["repeats"]] == [
+        (1, "floor"),
+        (1, "db"),
+        (2, "floor"),
+        (2, "db"),
+    ]
+    assert (
+        sorted(run["rps"] for run in document["repeats"] if run["backend"] == "db") == rows(document)["db"]["rps_range"]
+    )
     assert BurstRun.objects.count() == 2
     assert "median of 2 runs" in printed
 

@@ -16,9 +16,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
-from inventory.nodes import RedisNode
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
-from loadtests.figures import fault_phases, resumed_after
+from loadtests.figures import fault_phases, longest_gap, resumed_after
+from loadtests.judge import GAP_LIMIT_S, judge
+from loadtests.plan import BurstPlan
+from processes.nodes import RedisNode
 
 SKU = "flash-burst"
 REQUESTS = 600
@@ -53,6 +55,44 @@ def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_reco
     assert [p["name"] for p in fault_phases(purchases, opened_at=100.0, injected_at=None, recovered_at=None)] == [
         "before"
     ]
+
+
+def test_the_longest_gap_counts_from_a_second_after_the_recovery_to_the_end():
+    # [sent, answered, status, ...]: confirmations at 103.0, 103.4, 110.0; a 503 answered at 111.5.
+    purchases = [
+        [101.0, 101.5, 201, 1.0, []],
+        [102.5, 103.0, 201, 1.0, []],
+        [103.3, 103.4, 201, 1.0, []],
+        [103.5, 110.0, 201, 9000.0, []],
+        [104.0, 111.5, 503, 5000.0, []],
+    ]
+    # From 102.0: 102→103 (1.0), 103→103.4, 103.4→110 (6.6), 110→111.5 (the end).
+    assert longest_gap(purchases, since=102.0) == pytest.approx(6.6)
+    assert longest_gap(purchases[:3], since=102.0) == pytest.approx(1.0)
+    assert longest_gap(purchases, since=None) is None
+    assert longest_gap(purchases, since=112.0) is None  # the run ended before the window opened
+
+
+def test_the_judge_fails_a_fault_run_whose_gap_exceeds_the_limit():
+    plan = BurstPlan(requests=1, stock=1, scenario="deep", fault="restart-redis")
+    figures = {
+        "constraint_hits": 0,
+        "timeline": [],
+        "transport_errors": 0,
+        "page_failures": 0,
+        "sent": 1,
+        "answered": 1,
+        "client_retries": 0,
+        "server_purchases": 1,
+        "arrival_window_s": 0.0,
+        "fault": "restart-redis",
+    }
+    for gap, failed in ((None, False), (GAP_LIMIT_S, False), (GAP_LIMIT_S + 0.01, True)):
+        problems = judge(
+            backend="redis", plan=plan, figures={**figures, "longest_gap_s": gap}, report=None, errors_5xx=0
+        )
+        assert bool(problems) is failed, (gap, problems)
+    assert "no purchase was confirmed for 2.01s after restart-redis recovered (limit 2s)" in problems
 
 
 def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
@@ -142,6 +182,11 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --backends etcd"),
         ({"backends": "db", "fault": "bogus"}, "unknown fault 'bogus'"),
         ({"backends": "atomic", "unfenced": True}, "atomic has none"),
+        ({"backends": "redis", "fault_hold": 0.1}, "--fault-hold needs a --fault"),
+        (
+            {"backends": "redis", "fault": "restart-redis", "fault_hold": -1.0},
+            "--fault-hold -1: give 0 seconds or more",
+        ),
     ],
 )
 @pytest.mark.django_db

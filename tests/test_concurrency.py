@@ -13,8 +13,9 @@ from collections import Counter
 import pytest
 from django.db import connections
 
+from inventory.audit import audit
 from inventory.backends import STRATEGIES, reset_backend, strategy_class
-from inventory.services import audit, purchase
+from inventory.services import purchase
 
 PROCESSES = 4
 THREADS = 6

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from inventory.etcd_cluster import EtcdCluster
+from processes.etcd_cluster import EtcdCluster
 from tests import slots
 
 # Inside tests/locks/test_etcd.py's block (+120..+139), clear of its cluster (+120..+122, peers +130..+132).

@@ -16,9 +16,11 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from inventory.backends.etcd import EtcdLockStrategy, project_cluster
+from inventory.audit import audit
+from inventory.backends.etcd import EtcdLockStrategy
 from inventory.models import Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from processes.services import processes_for, project_cluster
 from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +30,7 @@ ENDPOINTS = [f"http://127.0.0.1:{slots.ETCD_BASE_PORT + i}" for i in range(3)]
 
 @pytest.fixture(scope="module")
 def etcd_cluster():
-    cluster = project_cluster({"ETCD_ENDPOINTS": ENDPOINTS})
+    cluster = project_cluster(ENDPOINTS)
     started = not cluster.running()
     cluster.start()
     yield cluster
@@ -44,7 +46,7 @@ def config(settings, etcd_cluster):
 
 
 def test_the_strategy_describes_its_cluster(config, etcd_cluster):
-    [service] = EtcdLockStrategy.services(config)
+    [service] = processes_for(EtcdLockStrategy.services(config))
     assert service.endpoints == ENDPOINTS and service.startable and service.running()
     assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
     assert EtcdLockStrategy.checks(config) == []

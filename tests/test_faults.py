@@ -1,4 +1,4 @@
-"""inventory.faults against real processes: private redis-server nodes, a master + replica, a child process."""
+"""faults.registry against real processes: private redis-server nodes, a master + replica, a child process."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import time
 import pytest
 import redis
 
-from inventory.backends import Outcome, load_backend
-from inventory.faults import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
-from inventory.locks import QuorumUnavailable, Redlock
+from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from inventory.audit import audit
+from inventory.backends import load_backend
+from inventory.backends.contract import Outcome
 from inventory.models import Product
-from inventory.nodes import RedisNodes
-from inventory.replication import ReplicatedPair
-from inventory.services import audit, purchase
+from inventory.services import purchase
+from locks import QuorumUnavailable, Redlock
+from processes.nodes import RedisNodes
+from processes.replication import ReplicatedPair
 from tests import slots
 
 BASE_PORT = slots.FAULTS_BASE_PORT  # five nodes, then a master + replica, all this module's own
@@ -44,6 +46,9 @@ def test_kill_minority_leaves_a_quorum_and_recovery_restarts_the_nodes_empty(nod
     fault = make_fault("kill-minority", redlock_nodes=nodes)
     nodes[0].client().set("kept-in-memory", 1)
     assert (fault.name, fault.strategies, fault.hold_s) == ("kill-minority", frozenset({"redlock"}), 2.0)
+    # The crash-and-restart faults come back at once by default (issue 16).
+    assert make_fault("kill-majority", redlock_nodes=nodes).hold_s == 0.1
+    assert make_fault("restart-redis", redis_node=nodes[0]).hold_s == 0.1
     assert fault.description == "2 of 5 Redlock nodes (a minority) are killed, then restarted empty"
     before = time.monotonic()
     fault.inject()

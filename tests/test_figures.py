@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.burst import shares
 from loadtests.figures import (
     latency_histogram,
     log_buckets,
@@ -14,6 +13,7 @@ from loadtests.figures import (
     percentile,
     timeline,
 )
+from loadtests.pods import shares
 
 
 def summary(**fields) -> dict:

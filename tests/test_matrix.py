@@ -14,12 +14,13 @@ from typing import Callable
 import pytest
 from django.db import connection, transaction
 
+from inventory.audit import audit
 from inventory.backends import load_backend
 from inventory.backends.redis import RedisLockStrategy
 from inventory.backends.redlock import RedlockStrategy
 from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
-from inventory.services import audit, purchase
+from inventory.services import purchase
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

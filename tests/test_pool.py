@@ -21,8 +21,9 @@ import pytest
 from django.conf import settings
 
 from inventory.models import Order, Product
-from loadtests.burst import BurstPlan, database_url, server_environment
-from loadtests.processes import Child, free_port, wait_until_answers
+from loadtests.plan import BurstPlan
+from loadtests.pods import database_url, server_environment
+from processes.children import Child, free_port, wait_until_answers
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +62,7 @@ def test_more_buyers_than_connections_get_503_not_500(make_product, tmp_path):
         env=server_environment(backend="db", port=port, plan=plan, access_log=tmp_path / "access.log"),
         log_path=tmp_path / "gunicorn.log",
     )
+    server.start()
     try:
         wait_until_answers(server, f"{base}/api/products/{SKU}")
         with psycopg.connect(database_url()) as holder:

@@ -8,10 +8,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
+from inventory.audit import audit
+from inventory.backends import STRATEGIES, load_backend, strategy_class
+from inventory.backends.contract import Outcome
 from inventory.backends.section import checked_write, read_shelf
+from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
-from inventory.services import InvalidQuantity, ProductNotFound, audit, purchase, reset_sale, restock
+from inventory.services import purchase, reset_sale, restock
 from tests.helpers import snapshot
 
 # Every strategy that must work (the controls are tested for failing in test_matrix.py).

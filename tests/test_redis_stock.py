@@ -8,10 +8,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models.signals import pre_save
 
-from inventory.backends import Outcome
+from inventory.audit import audit
+from inventory.backends.contract import Outcome
 from inventory.backends.redis_stock import sale_key, units_key
 from inventory.models import Order, Product
-from inventory.services import audit, purchase, reset_sale, restock
+from inventory.services import purchase, reset_sale, restock
 from tests.helpers import snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,7 +135,7 @@ class TestSoldOutMark:
         assert purchase(sku="phone-x", customer="c", quantity=1).confirmed
 
     def test_bad_input_is_still_refused_on_a_sold_out_product(self, use_backend, make_product):
-        from inventory.services import InvalidQuantity
+        from inventory.errors import InvalidQuantity
 
         use_backend("db")
         make_product(stock=0)
@@ -151,7 +152,7 @@ class TestSoldOutMark:
         assert again.confirmed and again.order_id == first.order_id and Order.objects.count() == 1
 
     def test_restock_is_refused_when_redis_is_down(self, settings, make_product):
-        from inventory.services import InventoryError
+        from inventory.errors import InventoryError
 
         make_product(stock=1)
         settings.INVENTORY = {**settings.INVENTORY, "REDIS_URL": "redis://127.0.0.1:6/0"}

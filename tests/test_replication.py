@@ -1,4 +1,4 @@
-"""inventory.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
+"""processes.replication: a real master + replica; holding the stream delays writes, a failover loses them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 import pytest
 import redis
 
-from inventory.nodes import NodeError, RedisNode
-from inventory.replication import ReplicatedPair
+from processes.nodes import NodeError, RedisNode
+from processes.replication import ReplicatedPair
 from tests import slots
 
 BASE_PORT = slots.REPLICATION_BASE_PORT  # this module's own master + replica, and a foreign node after them

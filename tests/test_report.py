@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from loadtests import report
-from loadtests.report import ReportError, read_summary, render_report, sentence, sentences, svg, write_report
+from loadtests.report import base as report_base
+from loadtests.report import machine as report_machine
+from loadtests.report import svg
+from loadtests.report.base import ReportError
+from loadtests.report.page import read_summary, render_report, write_report
+from loadtests.report.sentences import sentence, sentences
 
 FIXTURE = Path(__file__).with_name("burst_fixture.json")
 
@@ -260,7 +264,7 @@ class TestCommand:
 
 @pytest.mark.django_db
 def test_machine_info_asks_the_real_services():
-    info = report.machine_info()
+    info = report_machine.machine_info()
     assert info["cores"] >= 1 and info["memory_bytes"] > 2**20
     assert info["postgresql"].startswith("PostgreSQL ")
     assert re.fullmatch(r"\d+\.\d+\.\d+", info["redis"])
@@ -278,7 +282,7 @@ class TestDashboard:
     @pytest.fixture
     def latest(self, monkeypatch, tmp_path):
         path = tmp_path / "report.html"
-        monkeypatch.setattr(report, "LATEST_REPORT", path)
+        monkeypatch.setattr(report_base, "LATEST_REPORT", path)
         return path
 
     def test_links_the_latest_report_with_its_sentences(self, staff, latest, burst):

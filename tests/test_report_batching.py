@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadtests.report import render_report
 from loadtests.report.batching import batching_sentence
+from loadtests.report.page import render_report
 
 
 def row(backend: str, *, batch: int, rps: float, sections: int | None, drain_s: float, locked: bool = True) -> dict:

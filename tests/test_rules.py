@@ -17,10 +17,13 @@ from django.db import connection
 from django.db.models.signals import pre_save
 from django.utils import timezone
 
-from inventory.backends import STRATEGIES, Outcome, load_backend, strategy_class
-from inventory.locks import RedisLock
+from inventory.audit import audit
+from inventory.backends import STRATEGIES, load_backend, strategy_class
+from inventory.backends.contract import Outcome
+from inventory.errors import InventoryError
 from inventory.models import Allocation, Order, Product
-from inventory.services import InventoryError, audit, purchase
+from inventory.services import purchase
+from locks import RedisLock
 from tests.helpers import snapshot
 
 WORKING = [name for name in STRATEGIES if not strategy_class(name).control]

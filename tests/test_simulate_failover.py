@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from inventory.audit import audit
 from inventory.models import Order, Product
-from inventory.services import audit
 from tests import slots
 
 BASE_PORT = slots.SIMULATE_FAILOVER_BASE_PORT  # 8 private ports of the demo's own

@@ -7,8 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from inventory.audit import audit
 from inventory.models import Order, Product
-from inventory.services import audit
 from tests import slots
 
 # The lock tests' node ports (tests/locks/conftest.py); the command starts them if they are down

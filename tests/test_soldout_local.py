@@ -12,7 +12,8 @@ from django.conf import settings
 from django.db import connections
 
 from inventory import soldout
-from inventory.backends import Outcome, reset_backend
+from inventory.backends import reset_backend
+from inventory.backends.contract import Outcome
 from inventory.services import purchase, restock
 from inventory.soldout_local import LISTENER_NAME, MARKS
 

@@ -9,16 +9,15 @@ failure re-raised as ``ImproperlyConfigured`` from its cause. Adding a strategy 
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from ..nodes import started_while_needed
-from .base import Grant, LockUnavailable, Outcome, Service, ServiceError, StaleFence, Strategy
+from .base import Strategy
+from .contract import Needed
 
 STRATEGIES = {
     "db": "inventory.backends.db.RowLockStrategy",
@@ -34,16 +33,9 @@ STRATEGIES = {
 
 __all__ = [
     "STRATEGIES",
-    "Grant",
-    "LockUnavailable",
-    "Outcome",
-    "Service",
-    "ServiceError",
-    "StaleFence",
-    "Strategy",
     "get_backend",
     "load_backend",
-    "services_running",
+    "services_needed",
     "strategy_class",
 ]
 
@@ -99,17 +91,7 @@ def _on_setting_changed(*, setting: str, **kwargs) -> None:
 setting_changed.connect(_on_setting_changed)
 
 
-@contextmanager
-def services_running(names: Iterable[str], *, config: dict | None = None) -> Iterator[list[Service]]:
-    """Start what the strategies ``names`` need and is down; at the end stop those, only those.
-
-    Services someone else runs are used and left running; a service that is down and not the
-    project's to start raises :class:`ServiceError` saying what to do.
-    """
+def services_needed(names: Iterable[str], *, config: dict | None = None) -> list[Needed]:
+    """What the strategies ``names`` need running, each need once (``processes.services`` runs them)."""
     config = settings.INVENTORY if config is None else config
-    needed: dict[str, Service] = {}
-    for name in names:
-        for service in strategy_class(name).services(config):
-            needed.setdefault(service.description, service)
-    with started_while_needed(needed.values()) as started:
-        yield started
+    return list(dict.fromkeys(need for name in names for need in strategy_class(name).services(config)))

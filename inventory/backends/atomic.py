@@ -14,8 +14,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Product
-from .base import Grant, Outcome, Strategy
-from .section import Attempt, Refusal, Shelf, allocate, create_order, decide, find_order, held_units, read_shelf
+from .base import Strategy
+from .contract import Attempt, Grant, Outcome, Refusal, Shelf
+from .section import allocate, create_order, decide, find_order, held_units, read_shelf
 
 
 def on_sale(now) -> Q:

@@ -17,72 +17,20 @@ Two mechanisms protect the section and the strategies vary them one at a time: t
 (a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
 
 A strategy also describes itself, so the commands and the checks need no list of their own:
-``services()`` (what must be running, and whether the project can start it), ``server_env()``
+``services()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Callable, Protocol
 
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
-if TYPE_CHECKING:
-    from .batch import Ask, BatchAttempt
-    from .section import Attempt, Shelf
-
-
-class Outcome(str, Enum):
-    CONFIRMED = "confirmed"
-    SOLD_OUT = "sold_out"
-    LIMIT_REACHED = "limit_reached"
-    BUSY = "busy"
-    NOT_ON_SALE = "not_on_sale"
-
-
-class LockUnavailable(Exception):
-    """The strategy could not grant exclusive access in time; the shopper should retry."""
-
-
-class StaleFence(Exception):
-    """A newer lock grant has already written the row: this holder's lease ran out."""
-
-
-class ServiceError(RuntimeError):
-    """A service a strategy needs is down and cannot be started; the message says what to do."""
-
-
-class Service(Protocol):
-    """Something a strategy needs running: the machine's Redis, the Redlock nodes, etcd."""
-
-    description: str
-    startable: bool  # True when the project starts it itself (private processes)
-
-    def running(self) -> bool: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What the guard hands the section: the fencing token, and a way to move it forward.
-
-    ``advance(past)`` (distributed locks only) raises the lock service's counter above ``past``
-    while this grant still holds the lock, and returns the new token; it raises when the lock
-    is no longer held. See :meth:`FencedLockStrategy.recover`.
-    """
-
-    token: int | None = None
-    advance: Callable[[int], int] | None = None
-
-
-NO_GRANT = Grant()
+from .batch import Ask, BatchAttempt, batch_section
+from .contract import NO_GRANT, Attempt, Grant, Needed, Shelf
+from .section import attempt_section
 
 
 class Strategy:
@@ -129,14 +77,10 @@ class Strategy:
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
-        from .section import attempt_section
-
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
 
     def attempt_batch(self, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False) -> BatchAttempt:
         """One run of the section for a batch of purchases (``BATCH`` > 1): one read, one write."""
-        from .batch import batch_section
-
         return batch_section(self, product_id=product_id, asks=asks, grant=grant, careful=careful)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
@@ -150,7 +94,7 @@ class Strategy:
     # Self-description ------------------------------------------------------------------------
 
     @classmethod
-    def services(cls, config: dict) -> list[Service]:
+    def services(cls, config: dict) -> list[Needed]:
         return []
 
     @classmethod

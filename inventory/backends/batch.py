@@ -19,13 +19,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..models import Allocation, Order
-from .base import Grant, Strategy
-from .section import Attempt, Refusal, Shelf, decide
+from .contract import Attempt, Grant, Refusal, Shelf
+from .section import decide
+
+if TYPE_CHECKING:
+    from .base import Strategy
 
 
 @dataclass(frozen=True)

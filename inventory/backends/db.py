@@ -7,8 +7,9 @@ holds a database connection while it waits, so a spike drains the connection poo
 
 from __future__ import annotations
 
-from .base import Grant, Strategy
-from .section import Shelf, checked_write, read_shelf
+from .base import Strategy
+from .contract import Grant, Shelf
+from .section import checked_write, read_shelf
 
 
 class RowLockStrategy(Strategy):

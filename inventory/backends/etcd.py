@@ -16,19 +16,13 @@ until the sale is reset. There is no ``advance_fence``: etcd has no counter to r
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core import checks
 
-from ..etcd_cluster import EtcdCluster
-from ..locks.etcd import EtcdClient, EtcdLock
+from locks.etcd import EtcdLock
+from locks.etcd_client import EtcdClient
+
+from .contract import Needed
 from .fenced import FencedLockStrategy
-
-
-def project_cluster(config: dict | None = None) -> EtcdCluster:
-    """The project's cluster serving ``config["ETCD_ENDPOINTS"]`` (default: ``settings.INVENTORY``'s),
-    its data under ``RUN_DIR/etcd``."""
-    config = settings.INVENTORY if config is None else config
-    return EtcdCluster.from_endpoints(config["ETCD_ENDPOINTS"], run_dir=settings.RUN_DIR / "etcd")
 
 
 class EtcdLockStrategy(FencedLockStrategy):
@@ -46,8 +40,8 @@ class EtcdLockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[EtcdCluster]:
-        return [project_cluster(config)]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("etcd", tuple(config["ETCD_ENDPOINTS"]))]
 
     @classmethod
     def server_env(cls, config: dict) -> dict[str, str]:

@@ -19,10 +19,12 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..locks import LockError, NotAcquired, NotOwned
+from locks import LockError, NotAcquired, NotOwned
+
 from ..models import Product
-from .base import Grant, LockUnavailable, Strategy
-from .section import Shelf, checked_write, read_shelf
+from .base import Strategy
+from .contract import Grant, LockUnavailable, Shelf
+from .section import checked_write, read_shelf
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +57,10 @@ class FencedLockStrategy(Strategy):
         finally:
             try:
                 lock.release()
-            except NotOwned:
-                # The lease ran out before release. Whatever committed was fenced, so the data
-                # is safe; the TTL is too short for this load and worth knowing about.
-                logger.warning("lock %s expired before release (fence %s)", lease.name, lease.fence)
+            except NotOwned as exc:
+                # The lease ran out (or its node forgot it) before release. Whatever committed was
+                # fenced, so the data is safe; the message says which, and it is worth knowing about.
+                logger.warning("lock %s no longer held at release (fence %s): %s", lease.name, lease.fence, exc)
             except LockError:
                 logger.exception("releasing %s failed; it expires by its TTL", lease.name)
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterator
 
-from .base import NO_GRANT, Grant, LockUnavailable
+from .contract import NO_GRANT, Grant, LockUnavailable
 from .unsafe import UnsafeStrategy
 
 

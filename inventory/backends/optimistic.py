@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import random
 
-from .base import Grant, Strategy
-from .section import Shelf, checked_write, read_shelf
+from .base import Strategy
+from .contract import Grant, Shelf
+from .section import checked_write, read_shelf
 
 
 class OptimisticStrategy(Strategy):

@@ -7,42 +7,12 @@ forgets it and grants it twice; the storage check keeps the second holder's stal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import redis
 
-from ..locks import RedisLock
-from ..nodes import RedisNode, ping_error
-from .base import ServiceError
+from locks import RedisLock
+
+from .contract import Needed
 from .fenced import FencedLockStrategy
-
-
-@dataclass(frozen=True)
-class RedisService:
-    """A Redis that a strategy needs: a private node the project starts, or one it only uses."""
-
-    url: str
-    node: RedisNode | None = None  # None: not the project's to start (the machine's Redis)
-
-    @property
-    def description(self) -> str:
-        return f"redis-server {self.url}" + (" (private)" if self.node else "")
-
-    @property
-    def startable(self) -> bool:
-        return self.node is not None
-
-    def running(self) -> bool:
-        return ping_error(self.url, timeout_s=1) is None
-
-    def start(self) -> None:
-        if self.node is None:
-            raise ServiceError(f"Redis at {self.url} does not answer: start it (Debian: apt-get install redis-server)")
-        self.node.start()
-
-    def stop(self) -> None:
-        if self.node is not None:
-            self.node.stop()
 
 
 class RedisLockStrategy(FencedLockStrategy):
@@ -59,8 +29,8 @@ class RedisLockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[RedisService]:
-        return [RedisService(config["REDIS_URL"])]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:
         self.client.close()

@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from ..models import Allocation, Product
 from .atomic import take_in_one_statement, take_units
-from .base import Grant, Outcome, Strategy
+from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section, keyed_orders
-from .redis import RedisService
-from .section import Attempt, Refusal, Shelf, find_order, read_shelf
+from .contract import Attempt, Grant, Needed, Outcome, Refusal, Shelf
+from .section import find_order, read_shelf
 
 logger = logging.getLogger(__name__)
 
@@ -248,9 +248,10 @@ class RedisStockStrategy(Strategy):
             return Attempt(order=replays[(ask.customer, ask.key)], replayed=True)
         if answers[index] is not None:
             return answers[index]
-        first = next(i for i in range(index) if asks[i].customer == ask.customer and asks[i].key == ask.key)
-        answer = answers[first]
-        return Attempt(order=answer.order, replayed=True) if answer.order is not None else answer
+        pair = (ask.customer, ask.key)
+        same = [answers[i] for i in range(index) if (asks[i].customer, asks[i].key) == pair and answers[i] is not None]
+        taken = next((answer for answer in same if answer is not None and answer.order is not None), None)
+        return Attempt(order=taken.order, replayed=True) if taken is not None else same[-1]
 
     def _alone(self, product_id: int, ask: Ask, grant: Grant) -> Attempt | IntegrityError:
         try:
@@ -273,8 +274,8 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[RedisService]:
-        return [RedisService(config["REDIS_URL"])]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:
         self.client.close()

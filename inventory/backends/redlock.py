@@ -7,20 +7,12 @@ lets a second holder in; the storage check on the product row refuses the late w
 from __future__ import annotations
 
 import redis
-from django.conf import settings
 from django.core import checks
 
-from ..locks import Redlock
-from ..nodes import RedisNodes
+from locks import Redlock
+
+from .contract import Needed
 from .fenced import FencedLockStrategy
-from .redis import RedisService
-
-
-def project_nodes() -> RedisNodes:
-    """The project's private Redlock nodes (``REDLOCK_BASE_PORT``, five by default)."""
-    return RedisNodes(
-        base_port=settings.REDLOCK_BASE_PORT, count=settings.REDLOCK_NODE_COUNT, run_dir=settings.RUN_DIR / "redlock"
-    )
 
 
 class RedlockStrategy(FencedLockStrategy):
@@ -37,9 +29,8 @@ class RedlockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[RedisService]:
-        ours = {node.url: node for node in project_nodes()}
-        return [RedisService(url, ours.get(url)) for url in config["REDLOCK_URLS"]]
+    def services(cls, config: dict) -> list[Needed]:
+        return [Needed("redis", (url,)) for url in config["REDLOCK_URLS"]]
 
     @classmethod
     def checks(cls, config: dict) -> list[checks.CheckMessage]:

@@ -19,46 +19,20 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ..models import Allocation, Order, Product
-from .base import Grant, Outcome, Strategy
+from .contract import Attempt, Grant, Outcome, Refusal, Shelf
+
+if TYPE_CHECKING:
+    from .base import Strategy
 
 SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
-
-
-@dataclass(frozen=True)
-class Shelf:
-    """What one read of the product row saw."""
-
-    product_id: int
-    stock: int
-    version: int
-    fence: int
-    per_customer_limit: int
-    sale_starts_at: datetime | None
-    sale_ends_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    outcome: Outcome
-    units_left: int | None = None  # with SOLD_OUT: how many are still on the shelf
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What one run of the section did: exactly one field is set."""
-
-    order: Order | None = None  # confirmed (a new order, or the one an idempotency key names)
-    refusal: Refusal | None = None
-    conflict: Shelf | None = None  # the storage check refused the write based on this read
-    replayed: bool = False  # with ``order``: an earlier order with the same idempotency key
 
 
 def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:

@@ -7,8 +7,9 @@ unit: it exists to prove that the burst's audit catches oversell. Loads only wit
 
 from __future__ import annotations
 
-from .base import Grant, Strategy
-from .section import Shelf, checked_write, read_shelf
+from .base import Strategy
+from .contract import Grant, Shelf
+from .section import checked_write, read_shelf
 
 
 class UnsafeStrategy(Strategy):

@@ -20,74 +20,8 @@ machine (it needs Django's database connection and the shop's Redis settings) an
 :func:`complete_machine` fills in what a recorded block lacks; ``manage.py report`` does that
 before rendering. :func:`read_summary` gives back the sentences of a written report.
 
-The parts live in modules of this package and are importable from it: ``base`` (paths, the
+The parts live in modules of this package; import each name from its module: ``base`` (paths, the
 error, reading figures), ``sentences`` (the sentence, phases, durability), ``machine``,
 ``views`` (escaping and one view per run), ``charts`` (the SVG figures), ``page`` (rendering,
 writing and reading a report) and ``svg`` (the drawing primitives).
 """
-
-from __future__ import annotations
-
-from . import svg
-from .base import (
-    CONTROLS,
-    DEFAULT_JSON,
-    LATEST_REPORT,
-    MISSING,
-    STYLE,
-    ReportError,
-    count,
-    figure,
-    ms,
-    number,
-    plural,
-    ratio,
-    status_count,
-    timing,
-    validate,
-    with_floor_ratios,
-)
-from .machine import MACHINE_ALIASES, MACHINE_KEYS, MACHINE_LABELS, complete_machine, machine_info
-from .page import machine_rows, read_summary, render_report, when, write_report
-from .sentences import GUARD_STATE, durability, phases, redis_persistence, sentence, sentences
-from .views import View, cell, esc, views
-
-__all__ = [
-    "svg",
-    "CONTROLS",
-    "DEFAULT_JSON",
-    "LATEST_REPORT",
-    "MISSING",
-    "STYLE",
-    "ReportError",
-    "count",
-    "figure",
-    "ms",
-    "number",
-    "plural",
-    "ratio",
-    "status_count",
-    "timing",
-    "validate",
-    "with_floor_ratios",
-    "GUARD_STATE",
-    "durability",
-    "phases",
-    "redis_persistence",
-    "sentence",
-    "sentences",
-    "MACHINE_ALIASES",
-    "MACHINE_KEYS",
-    "MACHINE_LABELS",
-    "complete_machine",
-    "machine_info",
-    "View",
-    "cell",
-    "esc",
-    "views",
-    "machine_rows",
-    "read_summary",
-    "render_report",
-    "when",
-    "write_report",
-]

@@ -23,7 +23,7 @@ CONTROLS = {"local", "unsafe"}
 MISSING = "–"
 
 
-_SUMMARY = re.compile(r'<script type="application/json" id="report-summary">(.*?)</script>', re.S)
+SUMMARY = re.compile(r'<script type="application/json" id="report-summary">(.*?)</script>', re.S)
 
 
 class ReportError(ValueError):

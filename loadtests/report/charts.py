@@ -10,7 +10,7 @@ from .sentences import phases
 from .views import View, cell, esc
 
 
-def _floor_chart(shown: list[View]) -> str:
+def floor_chart(shown: list[View]) -> str:
     bars = [
         (v.label, figure(v.run, "floor_ratio"), v.colour)
         for v in shown
@@ -50,7 +50,7 @@ def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
     return [], "units left"
 
 
-def _timeline_figure(v: View) -> str:
+def timeline_figure(v: View) -> str:
     run = v.run
     points, label = _timeline_points(run)
     found = phases(run)
@@ -76,7 +76,7 @@ def _timeline_figure(v: View) -> str:
     return f'<figure class="card"><figcaption>{esc(what)}</figcaption>{chart}</figure>'
 
 
-def _rate_figure(v: View) -> str:
+def rate_figure(v: View) -> str:
     """Purchases answered per second between samples, for fault runs (where the dip is the story)."""
     found = phases(v.run)
     rows = [r for r in _timeline_rows(v.run) if len(r) > 3 and number(r[3]) is not None]
@@ -101,7 +101,7 @@ def _rate_figure(v: View) -> str:
     return f'<figure class="card"><figcaption>Purchases answered per second</figcaption>{chart}</figure>'
 
 
-def _histogram_figure(v: View) -> str:
+def histogram_figure(v: View) -> str:
     run = v.run
     raw = run.get("latency_histogram_ms")
     buckets = sorted(
@@ -132,7 +132,7 @@ def _histogram_figure(v: View) -> str:
     )
 
 
-def _floor_share(v: View) -> str:
+def floor_share(v: View) -> str:
     rps = figure(v.run, "rps")
     if v.name == "floor":
         return f'<p class="share-text">Throughput: {cell(rps)} requests/s, the floor (1×).</p>'
@@ -155,7 +155,7 @@ def _floor_share(v: View) -> str:
     )
 
 
-def _split_figure(v: View) -> str:
+def split_figure(v: View) -> str:
     run = v.run
     parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"), ("total", "total_ms")]
     rows = []

@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .base import (
-    _SUMMARY,
     CONTROLS,
     MISSING,
     STYLE,
+    SUMMARY,
     count,
     figure,
     ms,
@@ -22,7 +22,7 @@ from .base import (
     with_floor_ratios,
 )
 from .batching import batching_section
-from .charts import _floor_chart, _floor_share, _histogram_figure, _rate_figure, _split_figure, _timeline_figure
+from .charts import floor_chart, floor_share, histogram_figure, rate_figure, split_figure, timeline_figure
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, phases
 from .views import View, cell, esc, views
@@ -184,7 +184,7 @@ def _comparison(shown: list[View]) -> str:
         '<div class="table-scroll" tabindex="0" role="region" aria-label="All runs, side by side">'
         '<table class="runs"><caption>Every run of this burst; "–" means the JSON has no such figure.</caption>'
         f"<thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-        f"{_floor_chart(shown)}</section>"
+        f"{floor_chart(shown)}</section>"
     )
 
 
@@ -208,7 +208,7 @@ def _strategy(v: View, machine: dict) -> str:
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",
     ]
-    figures = [_timeline_figure(v), _rate_figure(v), _histogram_figure(v), _split_figure(v)]
+    figures = [timeline_figure(v), rate_figure(v), histogram_figure(v), split_figure(v)]
     problems = run.get("problems") if isinstance(run.get("problems"), list) else []
     problem_list = "".join(f"<li>{esc(p)}</li>" for p in problems)
     return (
@@ -217,7 +217,7 @@ def _strategy(v: View, machine: dict) -> str:
         f'<p class="sentence">{esc(v.sentence)}</p>'
         f'<p class="durability"><strong>Lock state:</strong> {esc(durability(v.name, machine))}</p>'
         f"{f'<ul class=problems>{problem_list}</ul>' if problem_list else ''}"
-        f"{_floor_share(v)}"
+        f"{floor_share(v)}"
         f'<div class="charts">{"".join(figures)}</div>{_phase_table(run)}</article>'
     )
 
@@ -291,7 +291,7 @@ def read_summary(path: str | os.PathLike) -> dict | None:
     """The sentences a written report carries (``{"started_at", "command", "sentences": [{"backend",
     "sentence", "ok"}]}``), or None when there is no readable report at ``path``."""
     try:
-        found = _SUMMARY.search(Path(path).read_text(encoding="utf-8"))
+        found = SUMMARY.search(Path(path).read_text(encoding="utf-8"))
         return json.loads(found.group(1)) if found else None
     except (OSError, ValueError):
         return None

@@ -1,9 +1,10 @@
-"""The report's inline SVG charts: no script, no external file, no font download.
+"""The project's SVG charts, for the burst report and the admin dashboard: no script, no external
+file, no font download.
 
 Every function returns one ``<svg>`` element sized by its ``viewBox`` only, so it scales to the
 width of its container (a phone's screen included). Each has ``role="img"``, a ``<title>`` and
 a ``<desc>`` naming the figures it draws, linked by ``aria-labelledby``. Every piece of text
-passes through :func:`esc`, so labels taken from the JSON are inert.
+passes through :func:`esc`, so labels taken from the JSON or the database are inert.
 """
 
 from __future__ import annotations
@@ -11,13 +12,58 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 
-from inventory.charts import fmt, nice_ticks
-
+#: One colour per backend, readable on white and distinguishable in greyscale order.
+BACKEND_COLOURS = {
+    "floor": "#64748b",
+    "db": "#2563eb",
+    "optimistic": "#0891b2",
+    "redis": "#dc2626",
+    "redlock": "#7c3aed",
+    "etcd": "#059669",
+    "atomic": "#65a30d",
+    "redis-stock": "#db2777",
+    "local": "#c2410c",
+    "unsafe": "#d97706",
+}
+FALLBACK_COLOURS = ["#0f766e", "#be185d", "#4d7c0f", "#475569"]
 #: viewBox width of every chart; about a phone's CSS width, so 12-unit text stays readable there.
 WIDTH = 360
 _ids = itertools.count(1)
+
+
+def colour_for(name: str, index: int = 0) -> str:
+    return BACKEND_COLOURS.get(name, FALLBACK_COLOURS[index % len(FALLBACK_COLOURS)])
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: Sequence[tuple[float, float]]
+    colour: str
+
+
+def nice_ticks(maximum: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least ``maximum`` (1, 2 or 5 times a power of ten apart)."""
+    if maximum <= 0 or not math.isfinite(maximum):
+        return [0.0, 1.0]
+    raw = maximum / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    top = math.ceil(maximum / step) * step
+    return [i * step for i in range(int(round(top / step)) + 1)]
+
+
+def fmt(value: float) -> str:
+    if abs(value) >= 10_000:
+        return f"{value / 1000:.0f}k"
+    if abs(value) >= 1000:
+        return f"{value / 1000:.1f}k".replace(".0k", "k")
+    if value == int(value):
+        return f"{int(value)}"
+    return f"{value:.1f}"
 
 
 def esc(value: object) -> str:
@@ -120,6 +166,29 @@ def timeline_chart(
         'stroke-linejoin="round"/>'
     )
     return _svg(height=210, title=title, desc=desc, body=body, css_class="chart-timeline")
+
+
+def line_chart(series: Sequence[Series], *, title: str, y_label: str) -> str:
+    """Lines over time (seconds), one per series, on shared axes from zero; a dot marks each end."""
+    points = [point for line in series for point in line.points]
+    plot = Plot(
+        height=210, x_max=max((x for x, _ in points), default=1) or 1, y_max=max((y for _, y in points), default=1) or 1
+    )
+    body = plot.y_axis(y_label) + plot.x_axis("seconds")
+    for line in (line for line in series if line.points):
+        path = " ".join(f"{num(plot.x(x))},{num(plot.y(y))}" for x, y in line.points)
+        body.append(
+            f'<polyline class="line" points="{path}" fill="none" stroke="{esc(line.colour)}" stroke-width="2.5" '
+            f'stroke-linejoin="round"><title>{esc(line.label)}</title></polyline>'
+        )
+        end_x, end_y = line.points[-1]
+        body.append(f'<circle cx="{num(plot.x(end_x))}" cy="{num(plot.y(end_y))}" r="3.5" fill="{esc(line.colour)}"/>')
+    desc = "; ".join(
+        f"{line.label}: from {fmt(line.points[0][1])} to {fmt(line.points[-1][1])} over {fmt(line.points[-1][0])} s"
+        for line in series
+        if line.points
+    )
+    return _svg(height=210, title=title, desc=desc or "no data", body=body, css_class="chart-line")
 
 
 def _marker_x(value: float, bounds: Sequence[float], lower: float, slot: float, left: float) -> float | None:
@@ -226,7 +295,8 @@ def hbar_chart(
             body.append(
                 f'<rect x="{plot.left}" y="{num(y + j * bar_h)}" width="{num(max(width, 1))}" '
                 f'height="{bar_h - 2}" fill="{esc(colour(i, j))}" rx="2">'
-                f"<title>{esc(label)} {esc(series)}: {value_format(value)} {esc(unit)}</title></rect>"
+                f"<title>{esc(' '.join(filter(None, (label, series))))}: "
+                f"{value_format(value)} {esc(unit)}</title></rect>"
             )
             body.append(
                 f'<text class="value" x="{num(plot.left + max(width, 1) + 4)}" '

@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from html import escape
 
-from inventory.charts import colour_for
-
 from .base import MISSING, count
 from .sentences import sentence
+from .svg import colour_for
 
 
 def esc(value: object) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from loadtests.report import sentences, write_report
+from loadtests.report.page import write_report
+from loadtests.report.sentences import sentences
 
 FIXTURE = Path(__file__).resolve().parents[1] / "burst_fixture.json"
 

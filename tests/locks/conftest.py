@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from inventory.nodes import RedisNodes
+from processes.nodes import RedisNodes
 from tests import slots
 
 from .twins import KINDS, Twin

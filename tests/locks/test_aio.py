@@ -8,8 +8,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from inventory.locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable
-from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
+from locks import AsyncRedisLock, AsyncRedlock, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 from .conftest import SINGLE_URL, async_clients, run
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from inventory.etcd_cluster import EtcdCluster
-from inventory.locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
-from inventory.locks.etcd import WATCH_RECHECK_S, EtcdClient, EtcdLock
+from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
+from locks.etcd import EtcdLock
+from locks.etcd_client import WATCH_RECHECK_S, EtcdClient
+from processes.etcd_cluster import EtcdCluster
 from tests import slots
 
 CLIENT_PORTS = [slots.LOCK_ETCD_BASE_PORT + i for i in range(3)]

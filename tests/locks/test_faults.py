@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from inventory.locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import NotAcquired, NotOwned, QuorumUnavailable
+from processes.relay import Relay
 
-from .netfaults import StallOnEval, Unreachable
+from .netfaults import Unreachable
 from .twins import Twin
 
 NODE_TIMEOUT_MS = 50
@@ -160,7 +161,7 @@ def test_the_noscript_fallback_is_bounded_by_the_node_timeout(twin, cluster, nam
     """Before: after NOSCRIPT the EVAL reply was read without the node timeout (the client's
     socket timeout, 1 s here, redis-py's default 5 s)."""
     nodes, sync_clients = cluster
-    proxy = StallOnEval(nodes[0].port)
+    proxy = Relay(target_port=nodes[0].port, stall_on=b"$4\r\nEVAL\r\n")
     try:
         clients = twin.clients([proxy.port, *(node.port for node in list(nodes)[1:])])
         warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from inventory.locks import Lease, LockError, LockLost, NotAcquired, NotOwned, RedisLock
+from locks import Lease, LockError, LockLost, NotAcquired, NotOwned, RedisLock
 
 from .conftest import SINGLE_URL
 from .workers import increment_under_lock

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from inventory.locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
+from locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
 
 from .conftest import SINGLE_URL
 from .workers import increment_under_lock

@@ -1,4 +1,4 @@
-"""The blocking twin is generated from the asyncio one: fail when ``sync.py`` is stale or hand-edited."""
+"""The blocking twin is generated from the asyncio one: fail when ``locks/_sync/`` is stale or hand-edited."""
 
 from __future__ import annotations
 

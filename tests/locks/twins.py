@@ -15,8 +15,7 @@ import threading
 import redis
 import redis.asyncio as aioredis
 
-from inventory.locks import RedisLock, Redlock
-from inventory.locks.aio import AsyncRedisLock, AsyncRedlock
+from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
 
 KINDS = ["sync", "asyncio"]
 

@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from inventory.locks import RedisLock, Redlock
+from locks import RedisLock, Redlock
 
 
 def increment_under_lock(kind: str, urls: list[str], name: str, counter_url: str, times: int) -> None:

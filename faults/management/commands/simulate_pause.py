@@ -1,0 +1,206 @@
+"""Kleppmann's pause scenario, run for real against Redis and the database, narrated step by step.
+
+A takes the lock with a short TTL, gets fencing token fA and reads the shelf; A stops for longer
+than the TTL (a stop-the-world pause, here a sleep: A does nothing while its lease runs out); B
+takes the lock, gets fB > fA, reads the shelf and writes (accepted); A wakes, releases (refused:
+B's lock is intact) and writes what it decided before the pause, with fA. The storage check
+refuses it: the row is no longer what A read, and fA is not newer than the row's fence fB. B
+releases; the audit finds nothing oversold.
+
+``--unfenced`` turns the storage check off: A's late write lands on top of B's, both orders
+stand on one unit of stock, and the audit shows one unit oversold (Kleppmann's point: the lock
+alone did not protect the write).
+
+Exits 0 only when every step held: without ``--unfenced`` that means the late write was refused
+and nothing was oversold; with it, that the late write landed and the audit showed the damage.
+``--backend redis`` uses the shop's Redis (INVENTORY REDIS_URL); ``--backend redlock`` starts five
+private nodes (``--base-port``, 7789 by default) unless they already run, and stops the ones it
+started; ``--backend etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
+stopping it only if it was down. There A's pause stops its session's keepalive too, as a frozen
+process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
+session, as two processes would.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from inventory.backends.contract import Shelf
+from inventory.backends.section import read_shelf
+from inventory.models import Product
+from locks import Lease, NotOwned, RedisLock, Redlock
+from locks.etcd import EtcdLock
+from locks.etcd_client import EtcdClient
+from processes.nodes import NodeError, RedisNodes
+from processes.ports import SIMULATE_PAUSE_BASE_PORT
+from processes.protocol import started_while_needed
+from processes.services import project_cluster
+
+SKU = "simulate-pause"
+STOCK = 10
+TTL_MS = 500
+PAUSE_S = TTL_MS / 1000 * 1.5
+
+
+class Command(BaseCommand):
+    help = "Narrate a lock holder pausing past its TTL: its release is ignored and its late write refused by storage."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
+        parser.add_argument(
+            "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"
+        )
+        parser.add_argument(
+            "--unfenced",
+            action="store_true",
+            help="turn the storage check off: the late write lands (shows the damage)",
+        )
+
+    def handle(self, *args, backend: str, base_port: int, unfenced: bool, **options):
+        self.narrator = Narrator(self.stdout)
+        self.fenced = not unfenced
+        self.etcd_sessions: list[EtcdClient] = []
+        nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
+        cluster = project_cluster() if backend == "etcd" else None
+        try:
+            needed = [*nodes] if backend == "redlock" else [cluster] if cluster is not None else []
+            with started_while_needed(needed):
+                if cluster is not None:
+                    clients = [EtcdClient(cluster.endpoints)]
+                elif backend == "redis":
+                    clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
+                else:
+                    clients = [node.client(socket_timeout=2.0) for node in nodes]
+                try:
+                    self.run_scenario(backend, clients)
+                finally:
+                    for client in clients + self.etcd_sessions:
+                        client.close()
+        except NodeError as exc:
+            raise CommandError(str(exc)) from exc
+        self.narrator.check()
+        if self.fenced:
+            self.narrator.say(f"every step held ({backend})")
+        else:
+            self.narrator.say(
+                f"every step held ({backend}, unfenced): the late write landed and the audit shows "
+                f"the oversell the storage check prevents (exit 0: the damage was shown)"
+            )
+
+    def a_takes_and_pauses(self, backend: str, clients: list, name: str, product: Product) -> Holder:
+        """A takes the lock, reads, and pauses past its lease."""
+        step, note = self.narrator.step, self.narrator.note
+        lock_a = self.make_lock(backend, clients, name)
+        lease_a = lock_a.acquire()
+        shelf_a = read_shelf(product.pk)
+        step(
+            lease_a.fence > 0,
+            f"A takes the lock: fence {lease_a.fence}, valid for {lease_a.remaining_ms():.0f} ms; "
+            f"A reads stock {shelf_a.stock} and decides to sell 1",
+        )
+        pause_s = PAUSE_S
+        if backend == "etcd":
+            lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
+            pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
+        time.sleep(pause_s)
+        step(
+            lease_a.remaining_ms() < 0 and self.holders(clients, name, lease_a.token) == 0,
+            f"A's lease ran out while paused ({lease_a.remaining_ms():.0f} ms), its keys expired",
+        )
+        return Holder(lock_a, lease_a, shelf_a)
+
+    def a_writes_late(self, backend: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
+        """A writes what it decided before its pause, with its stale fence, after B's write."""
+        landed = write_order(
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
+        )
+        after_a = read_shelf(product.pk)
+        stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
+        if self.fenced:
+            self.narrator.step(
+                not landed and after_a == after_b,
+                f"{stale}: REFUSED by the storage check: {why_refused(shelf_a, lease_a.fence)} "
+                f"(stock {after_a.stock}, row fence {after_a.fence})",
+            )
+        else:
+            self.narrator.step(
+                landed and after_a.stock == STOCK - 1,
+                f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
+            )
+
+    def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
+        if backend == "redis":
+            return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
+        if backend == "etcd":
+            # A and B each get their own session, as two processes would; etcd's shortest lease is 2 s.
+            client = EtcdClient(clients[0].endpoints)
+            self.etcd_sessions.append(client)
+            return EtcdLock(client, name, ttl_ms=TTL_MS, timeout_ms=0)
+        return Redlock(clients, name, ttl_ms=TTL_MS, timeout_ms=0)
+
+    def holders(self, clients: list, name: str, token: str) -> int:
+        if isinstance(clients[0], EtcdClient):  # the lock is the key ``token``, on the cluster
+            return int(bool(clients[0].call(lambda gw: gw.get(token))))
+        return sum(1 for client in clients if client.get(name) == token.encode())
+
+    def run_scenario(self, backend: str, clients: list[redis.Redis]) -> None:
+        say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
+        name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
+        majority = 1 if backend == "etcd" else len(clients) // 2 + 1
+        product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
+        check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
+        say(
+            f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
+            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
+        )
+
+        lock_a, lease_a, shelf_a = self.a_takes_and_pauses(backend, clients, name, product)
+
+        lock_b = self.make_lock(backend, clients, name)
+        lease_b = lock_b.acquire()
+        shelf_b = read_shelf(product.pk)
+        step(
+            lease_b.fence > lease_a.fence,
+            f"B takes the lock: fence {lease_b.fence} > A's {lease_a.fence}; B reads stock {shelf_b.stock}",
+        )
+
+        accepted = write_order(
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=backend
+        )
+        after_b = read_shelf(product.pk)
+        recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"
+        step(
+            accepted and after_b.stock == STOCK - 1,
+            f"B writes with fence {lease_b.fence}: accepted (stock {after_b.stock}, {recorded})",
+        )
+
+        note("A wakes up, still believing it holds the lock")
+        try:
+            lock_a.release()
+            refused = False
+        except NotOwned:
+            refused = True
+        holding = self.holders(clients, name, lease_b.token)
+        step(
+            refused and holding >= majority,
+            f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)",
+        )
+
+        self.a_writes_late(backend, product, lease_a, shelf_a, after_b)
+
+        lock_b.release()
+        step(self.holders(clients, name, lease_b.token) == 0, "B releases; no node holds the lock")
+        oversold, line = audit_line(SKU)
+        expected = 0 if self.fenced else 1
+        step(
+            oversold == expected,
+            line + ("" if self.fenced else " -- Kleppmann's point: the lock alone did not protect the write"),
+        )

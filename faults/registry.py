@@ -1,0 +1,393 @@
+"""Faults a burst injects into processes the project started itself: kills, restarts, a failover, a pause.
+
+Every fault has a ``name`` (what ``flashsale --fault`` accepts), a one-line ``description``,
+``inject()`` and ``recover()``, and ``hold_s``: how long the caller should leave it in between the
+two. Both calls record ``time.monotonic()`` (``injected_at`` when ``inject`` is called,
+``recovered_at`` once ``recover`` has returned, the service back), so a run can split its requests
+into the phases ``before`` / ``during`` / ``after`` with :meth:`Fault.phase`. ``close()`` recovers
+a fault that was injected and not recovered (use it in a ``finally``), so nothing stays killed or
+stopped.
+
+A fault acts only on what it is given: :class:`processes.nodes.RedisNode` processes, a
+:class:`processes.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
+(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
+gunicorn master it started). It never looks for processes by name.
+
+>>> fault = make_fault("kill-minority", redlock_nodes=nodes)
+>>> fault.inject(); time.sleep(fault.hold_s); fault.recover()
+>>> fault.phase(t)     # 'before', 'during' or 'after' for a time.monotonic() t
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import Callable, Sequence
+
+from processes.nodes import RedisNode, RedisNodes
+from processes.protocol import Restartable
+from processes.replication import ReplicatedPair
+
+PHASES = ("before", "during", "after")
+
+#: The strategies each fault means something for: the lock service it breaks, or (pause-worker) a
+#: lease that runs out while its holder is frozen. ``flashsale --fault`` refuses other pairings.
+FAULT_STRATEGIES = {
+    "kill-minority": frozenset({"redlock"}),
+    "kill-majority": frozenset({"redlock"}),
+    "restart-redis": frozenset({"redis"}),
+    "failover": frozenset({"redis"}),
+    "pause-worker": frozenset({"redis", "redlock", "etcd"}),
+    "kill-etcd-member": frozenset({"etcd"}),
+}
+
+#: Faults that make a second holder write from a stale read: without the storage check
+#: (``INVENTORY_FENCED=0``) they are expected to oversell.
+OVERSELL_UNFENCED = frozenset({"pause-worker", "failover"})
+
+
+class FaultError(ValueError):
+    """A fault was asked for something it cannot do: unknown name, missing part, wrong order of calls."""
+
+
+class Fault:
+    """Base class: subclasses provide ``_inject()`` and ``_recover()``."""
+
+    name: str = ""
+    description: str = ""
+    #: Strategies the fault means something for (``flashsale`` refuses other pairings); None: any.
+    strategies: frozenset[str] | None = None
+
+    def __init__(self, *, hold_s: float) -> None:
+        if hold_s < 0:
+            raise FaultError(f"{self.name}: hold_s must be >= 0, got {hold_s}")
+        self.hold_s = hold_s
+        self.injected_at: float | None = None
+        self.recovered_at: float | None = None
+
+    def inject(self) -> None:
+        if self.injected_at is not None:
+            raise FaultError(f"{self.name} was already injected; make a new fault per run")
+        self.injected_at = time.monotonic()
+        self._inject()
+
+    def recover(self) -> None:
+        if self.injected_at is None:
+            raise FaultError(f"{self.name}: recover() before inject()")
+        if self.recovered_at is not None:
+            raise FaultError(f"{self.name} was already recovered")
+        self._recover()
+        self.recovered_at = time.monotonic()
+
+    def close(self) -> None:
+        """Recover if injected and not yet recovered; otherwise nothing."""
+        if self.injected_at is not None and self.recovered_at is None:
+            self.recover()
+
+    def phase(self, at: float) -> str:
+        """The phase a ``time.monotonic()`` instant falls in: before inject, until recovered, after."""
+        if self.injected_at is None or at < self.injected_at:
+            return "before"
+        if self.recovered_at is None or at < self.recovered_at:
+            return "during"
+        return "after"
+
+    def window(self, origin: float) -> tuple[float | None, float | None]:
+        """(injected, recovered) in seconds since ``origin`` (a ``time.monotonic()`` value); None if not yet."""
+        return tuple(None if at is None else at - origin for at in (self.injected_at, self.recovered_at))
+
+    def _inject(self) -> None:
+        raise NotImplementedError("subclasses of Fault must provide _inject()")
+
+    def _recover(self) -> None:
+        raise NotImplementedError("subclasses of Fault must provide _recover()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}: {self.description}>"
+
+
+class KillProcesses(Fault):
+    """SIGKILL some processes (they lose everything they kept in memory); recover starts them again.
+
+    ``members`` is called at inject time, so a caller can pick then (an etcd cluster's leader, say).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        members: Callable[[], Sequence[Restartable]],
+        hold_s: float,
+        strategies: frozenset[str] | None = None,
+    ) -> None:
+        self.name, self.description, self.strategies = name, description, strategies
+        super().__init__(hold_s=hold_s)
+        self._members = members
+        self.killed: list[Restartable] = []
+
+    def _inject(self) -> None:
+        self.killed = list(self._members())
+        for member in self.killed:
+            member.kill()
+
+    def _recover(self) -> None:
+        for member in self.killed:
+            member.start()
+
+
+class Failover(Fault):
+    """The ``redis`` strategy's master dies with writes its replica never got; the replica takes over.
+
+    inject: hold the replication stream for ``lag_s`` (writes acknowledged then are on the master
+    only; the call blocks that long), then SIGKILL the master: clients on ``pair.front`` are cut
+    off. recover: promote the replica (``REPLICAOF NO ONE``) and point ``pair.front`` at it. Locks
+    and fence increments of the lag are lost: the promoted counter is behind, so fences repeat
+    until it passes the row's fence, and those writes are refused by the storage check.
+    """
+
+    name = "failover"
+    description = "the Redis master dies before its last writes replicate; the replica is promoted"
+    strategies = FAULT_STRATEGIES["failover"]
+
+    def __init__(self, *, pair: ReplicatedPair, hold_s: float, lag_s: float) -> None:
+        super().__init__(hold_s=hold_s)
+        if lag_s < 0:
+            raise FaultError(f"failover: lag_s must be >= 0, got {lag_s}")
+        self.pair = pair
+        self.lag_s = lag_s
+        self.replication_lag: tuple[int, int] | None = None  # (master offset, replica offset) at the kill
+
+    def _inject(self) -> None:
+        self.pair.hold_replication()
+        time.sleep(self.lag_s)
+        self.replication_lag = self.pair.offsets()
+        self.pair.kill_master()
+
+    def _recover(self) -> None:
+        self.pair.promote()
+        front = self.pair.front
+        if front is None:
+            raise FaultError("failover: the pair is not started")
+        front.retarget(self.pair.replica.port)
+
+
+class PauseWorker(Fault):
+    """SIGSTOP one worker process past the lock's lease, then SIGCONT it.
+
+    ``workers`` returns the pids the caller started (see :func:`child_pids`); the first is stopped.
+    While stopped, the worker keeps whatever lease it held; after it, its late writes meet the
+    storage check.
+
+    A pause shows something only when it freezes a holder inside its section. ``holding`` (pids →
+    those inside it now) makes inject aim: it stops a worker ``holding`` names (else the first),
+    asks again once it is stopped, and if it is not inside, resumes it and tries again, for at
+    most ``search_s``; then the last one stays stopped. ``holder`` says whether it was inside.
+    """
+
+    name = "pause-worker"
+    description = "a gunicorn worker is frozen (SIGSTOP) past the lock's lease, then resumed (SIGCONT)"
+    strategies = FAULT_STRATEGIES["pause-worker"]
+
+    def __init__(
+        self,
+        *,
+        workers: Callable[[], Sequence[int]],
+        hold_s: float,
+        holding: Callable[[Sequence[int]], set[int]] | None = None,
+        search_s: float = 2.0,
+    ) -> None:
+        super().__init__(hold_s=hold_s)
+        self._workers = workers
+        self._holding = holding
+        self.search_s = search_s
+        self.pid: int | None = None
+        self.holder: bool | None = None  # None: not asked (no ``holding``)
+
+    def _inject(self) -> None:
+        deadline = time.monotonic() + self.search_s
+        while True:
+            pids = list(self._workers())
+            if not pids:
+                raise FaultError("pause-worker: no worker process to pause")
+            inside = self._holding(pids) if self._holding else set()
+            self.pid = next((pid for pid in pids if pid in inside), pids[0])
+            self._stop(self.pid)
+            if self._holding is None:
+                return
+            self.holder = self.pid in self._holding([self.pid])
+            if self.holder or time.monotonic() > deadline:
+                return
+            os.kill(self.pid, signal.SIGCONT)
+
+    @staticmethod
+    def _stop(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        # The signal is delivered asynchronously: return once the worker really is stopped.
+        deadline = time.monotonic() + 1.0
+        while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def _recover(self) -> None:
+        # It may have died while stopped (its master killed it): then there is nothing to resume.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+
+
+def process_state(pid: int) -> str:
+    """The state letter /proc gives a process (R running, S sleeping, T stopped, ...); "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def child_pids(parent: int) -> list[int]:
+    """Pids whose parent is ``parent`` (from /proc), in ascending order: a gunicorn master's workers."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == parent:
+            children.append(int(entry))
+    return sorted(children)
+
+
+#: The default hold of the crash-and-restart faults (restart-redis, kill-majority): the node is back
+#: about as soon as a supervisor would bring it back.
+CRASH_RESTART_HOLD_S = 0.1
+
+FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
+
+
+def make_fault(
+    name: str,
+    *,
+    redlock_nodes: RedisNodes | None = None,
+    redis_node: RedisNode | None = None,
+    pair: ReplicatedPair | None = None,
+    workers: Callable[[], Sequence[int]] | None = None,
+    lease_ttl_ms: int | None = None,
+    etcd_cluster=None,
+    hold_s: float | None = None,
+    lag_s: float = 0.2,
+    holding: Callable[[Sequence[int]], set[int]] | None = None,
+) -> Fault:
+    """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
+
+    * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
+      nodes, restarts them empty. Default hold 2 s for a minority; 0.1 s for a majority, a crash
+      and restart (a hold of 1 s let most of the clients' stale connections fail and be dropped
+      before a release could pick one: issue 16). The distlock page delays a restart by one TTL;
+      restarted sooner, a majority of forgetful nodes can grant a lock that is still held, and only
+      the storage check keeps the second holder's write out.
+    * ``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
+      start empty. Default hold 0.1 s, a crash and restart (as for ``kill-majority``).
+    * ``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s.
+    * ``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease. With
+      ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
+    * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
+      ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
+    """
+
+    def need(part, what: str):
+        if part is None:
+            raise FaultError(f"{name} needs {what}")
+        return part
+
+    build = _FAULT_BUILDERS.get(name)
+    if build is None:
+        raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
+    return build(
+        name,
+        need,
+        redlock_nodes=redlock_nodes,
+        redis_node=redis_node,
+        pair=pair,
+        workers=workers,
+        lease_ttl_ms=lease_ttl_ms,
+        etcd_cluster=etcd_cluster,
+        hold_s=hold_s,
+        lag_s=lag_s,
+        holding=holding,
+    )
+
+
+# One builder per fault name, for make_fault: each takes the name, make_fault's ``need`` and all its parts.
+
+
+def _kill_redlock_nodes(name: str, need, *, redlock_nodes, hold_s, **_) -> Fault:
+    nodes = need(redlock_nodes, "the Redlock nodes (redlock_nodes=RedisNodes)")
+    count = (len(nodes) - 1) // 2 if name == "kill-minority" else len(nodes) // 2 + 1
+    if count < 1:
+        raise FaultError(f"{name} needs at least 3 Redlock nodes, got {len(nodes)}")
+    which = "a minority" if name == "kill-minority" else "a majority"
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=(2.0 if name == "kill-minority" else CRASH_RESTART_HOLD_S) if hold_s is None else hold_s,
+        description=f"{count} of {len(nodes)} Redlock nodes ({which}) are killed, then restarted empty",
+        members=lambda: list(nodes)[:count],
+    )
+
+
+def _restart_redis(name: str, need, *, redis_node, hold_s, **_) -> Fault:
+    node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=CRASH_RESTART_HOLD_S if hold_s is None else hold_s,
+        description=f"the lock's Redis (port {node.port}) is killed and restarted empty",
+        members=lambda: [node],
+    )
+
+
+def _failover(name: str, need, *, pair, hold_s, lag_s, **_) -> Fault:
+    return Failover(
+        pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
+        hold_s=1.0 if hold_s is None else hold_s,
+        lag_s=lag_s,
+    )
+
+
+def _pause_worker(name: str, need, *, workers, lease_ttl_ms, hold_s, holding, **_) -> Fault:
+    workers = need(workers, "the worker pids it may pause (workers=callable returning pids)")
+    ttl_ms = need(lease_ttl_ms, "the lock's lease (lease_ttl_ms)")
+    hold_s = ttl_ms * 1.5 / 1000.0 if hold_s is None else hold_s
+    if hold_s * 1000.0 <= ttl_ms:
+        raise FaultError(f"pause-worker: hold_s {hold_s} s does not outlast the {ttl_ms} ms lease")
+    return PauseWorker(workers=workers, hold_s=hold_s, holding=holding)
+
+
+def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
+    cluster = need(etcd_cluster, "the etcd cluster (etcd_cluster=EtcdCluster)")
+
+    def victim() -> list[Restartable]:
+        leader = cluster.leader() if hasattr(cluster, "leader") else None
+        return [leader if leader is not None else cluster[0]]
+
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=2.0 if hold_s is None else hold_s,
+        description="the etcd leader (else member 0) is killed, then restarted with its data",
+        members=victim,
+    )
+
+
+_FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
+    "kill-minority": _kill_redlock_nodes,
+    "kill-majority": _kill_redlock_nodes,
+    "restart-redis": _restart_redis,
+    "failover": _failover,
+    "pause-worker": _pause_worker,
+    "kill-etcd-member": _kill_etcd_member,
+}

@@ -1,0 +1,87 @@
+"""The contract between the purchase path and the strategies: outcomes, grants, what a read saw, refusals.
+
+Values only, no behaviour: the strategies (``base``, ``section`` and one module each) and the
+purchase path (``inventory.services``) import them from here, so none of them imports back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from ..models import Order
+
+
+class Outcome(str, Enum):
+    CONFIRMED = "confirmed"
+    SOLD_OUT = "sold_out"
+    LIMIT_REACHED = "limit_reached"
+    BUSY = "busy"
+    NOT_ON_SALE = "not_on_sale"
+
+
+class LockUnavailable(Exception):
+    """The strategy could not grant exclusive access in time; the shopper should retry."""
+
+
+class StaleFence(Exception):
+    """A newer lock grant has already written the row: this holder's lease ran out."""
+
+
+@dataclass(frozen=True)
+class Needed:
+    """A service a strategy needs, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
+
+    The strategy starts nothing; ``processes.services`` maps a need to the process behind it.
+    """
+
+    kind: str
+    urls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What the guard hands the section: the fencing token, and a way to move it forward.
+
+    ``advance(past)`` (distributed locks only) raises the lock service's counter above ``past``
+    while this grant still holds the lock, and returns the new token; it raises when the lock
+    is no longer held. See :meth:`FencedLockStrategy.recover`.
+    """
+
+    token: int | None = None
+    advance: Callable[[int], int] | None = None
+
+
+NO_GRANT = Grant()
+
+
+@dataclass(frozen=True)
+class Shelf:
+    """What one read of the product row saw."""
+
+    product_id: int
+    stock: int
+    version: int
+    fence: int
+    per_customer_limit: int
+    sale_starts_at: datetime | None
+    sale_ends_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    outcome: Outcome
+    units_left: int | None = None  # with SOLD_OUT: how many are still on the shelf
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one run of the section did: exactly one field is set."""
+
+    order: Order | None = None  # confirmed (a new order, or the one an idempotency key names)
+    refusal: Refusal | None = None
+    conflict: Shelf | None = None  # the storage check refused the write based on this read
+    replayed: bool = False  # with ``order``: an earlier order with the same idempotency key

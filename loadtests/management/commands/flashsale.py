@@ -1,0 +1,396 @@
+"""``manage.py flashsale``: one flash sale per strategy, next to a floor row, audited and compared."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
+from inventory.backends import services_needed, strategy_class
+from loadtests.burst import run_row
+from loadtests.figures import median_run
+from loadtests.options import (
+    backend_names,
+    batch_sizes,
+    check_fault,
+    check_numbers,
+    check_paths,
+    threads_for_batches,
+)
+from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
+from loadtests.pods import collect_static, database_url
+from loadtests.report.machine import complete_machine
+from loadtests.report.page import write_report
+from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
+from processes.nodes import NodeError
+from processes.protocol import ServiceError
+from processes.services import services_running
+
+#: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
+SPARE_CONNECTIONS = 10
+
+
+class Command(BaseCommand):
+    help = (
+        "Flash sale per strategy next to a floor row: reset the sale, start --pods gunicorn instances with the "
+        "strategy, prepare the shoppers, release their purchases (spike: all at once; deep, flash: closed loop), "
+        "audit the database, print a row. Exits non-zero when any run breaks an invariant."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
+        parser.add_argument(
+            "--backends",
+            default="db,redis,redlock",
+            help="comma-separated strategies, or all (every strategy that is not a control)",
+        )
+        parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
+        parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
+        parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
+        parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
+        parser.add_argument(
+            "--users",
+            type=int,
+            default=BurstPlan.users,
+            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=BurstPlan.workers,
+            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=BurstPlan.threads,
+            help=f"threads per gunicorn worker for the floor and BATCH=1 rows (default {BurstPlan.threads})",
+        )
+        parser.add_argument(
+            "--locust-processes",
+            type=int,
+            default=None,
+            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)",
+        )
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=1,
+            help="run every row N times; print the median and range, and keep every repeat in the JSON (repeats)",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
+        )
+        parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
+        parser.add_argument(
+            "--report",
+            dest="report_path",
+            default="",
+            help="write the self-contained HTML report here (e.g. artifacts/report.html)",
+        )
+        self.add_batch_arguments(parser)
+        self.add_fault_arguments(parser)
+
+    @staticmethod
+    def add_batch_arguments(parser) -> None:
+        """--batch-threads and --batch: purchases sharing sections."""
+        parser.add_argument(
+            "--batch-threads",
+            type=int,
+            default=None,
+            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
+            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
+        )
+        parser.add_argument(
+            "--batch",
+            default="1",
+            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
+            "in its own section); docs/batching.md",
+        )
+
+    @staticmethod
+    def add_fault_arguments(parser) -> None:
+        """--fault and --unfenced, after the others."""
+        parser.add_argument(
+            "--fault",
+            choices=FAULT_NAMES,
+            default=None,
+            metavar="NAME",
+            help="inject a fault into every row of the deep scenario and report before/during/after: "
+            + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
+        )
+        parser.add_argument(
+            "--fault-hold",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="how long the fault lasts before its recovery (default: the fault's own; 0.1 s for the "
+            "crash-and-restart faults restart-redis and kill-majority)",
+        )
+        parser.add_argument(
+            "--unfenced",
+            action="store_true",
+            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
+            f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail",
+        )
+
+    def handle(
+        self,
+        *args,
+        scenario: str,
+        backends: str,
+        requests: int,
+        stock: int,
+        sku: str,
+        pods: int,
+        users: int,
+        workers: int,
+        threads: int,
+        locust_processes: int | None,
+        repeat: int,
+        timeout: float | None,
+        json_path: str,
+        report_path: str = "",
+        fault: str | None = None,
+        fault_hold: float | None = None,
+        unfenced: bool = False,
+        batch: str = "1",
+        batch_threads: int | None = None,
+        **options,
+    ):
+        names = backend_names(scenario=scenario, backends=backends)
+        keys = [(name, size) for name in names for size in batch_sizes(batch)]
+        timeout, locust_processes = check_numbers(
+            scenario=scenario,
+            requests=requests,
+            stock=stock,
+            users=users,
+            workers=workers,
+            threads=threads,
+            pods=pods,
+            locust_processes=locust_processes,
+            repeat=repeat,
+            timeout=timeout,
+        )
+        check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
+        check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
+        plan = BurstPlan(
+            requests=requests,
+            stock=stock,
+            scenario=scenario,
+            sku=sku,
+            pods=pods,
+            users=users,
+            workers=workers,
+            threads=threads,
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
+            locust_processes=locust_processes,
+            timeout_s=timeout,
+            fault=fault,
+            fault_hold_s=fault_hold,
+            fenced=not unfenced,
+        )
+        started_at = timezone.now()
+        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
+        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
+        document = self.document(rows, started_at)
+        if repeat > 1:
+            document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
+        self.write_outputs(document, json_path=json_path, report_path=report_path)
+        self.check_runs(runs, fault=fault, unfenced=unfenced)
+
+    def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
+        """Say what --unfenced was expected to show; refuse (exit non-zero) when a run broke an invariant."""
+        broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
+        if unfenced and fault in OVERSELL_UNFENCED:
+            oversold = sum(run["oversold"] for run in runs)
+            self.stdout.write(
+                f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
+                + (
+                    f"the audit found {oversold} unit(s) oversold, which the fence prevents"
+                    if oversold
+                    else "this time no unit was oversold (the race was not hit)"
+                )
+            )
+        if broken:
+            raise CommandError(f"invariants broken: {', '.join(broken)}")
+
+    def run_rows(self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
+        """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
+        strategies need running; each row printed as it ends. A row is a strategy at a BATCH size."""
+        fault = plan.fault
+        names = list(dict.fromkeys(name for name, _ in keys))
+        controls = [name for name in names if strategy_class(name).control]
+        if controls:
+            self.stderr.write(
+                f"warning: {', '.join(controls)} oversell(s) by design (controls); "
+                "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
+            )
+        runs: list[dict] = []
+        previous_sigterm = self.stop_on_sigterm()
+        try:
+            with services_running(services_needed(names)) as started:
+                if started:
+                    self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
+                collect_static()
+                self.stdout.write(
+                    f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
+                    f"× {plan.workers} workers × {plan.threads} threads"
+                    + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                    + f", pool {plan.pool_max_size} per worker at most, "
+                    f"{plan.locust_processes} Locust process(es)"
+                )
+                if fault:
+                    self.stdout.write(
+                        f"fault {fault}, injected after a third of the purchases were answered; no floor row"
+                        + ("; storage check off (INVENTORY_FENCED=0)" if unfenced else "")
+                    )
+                self.stdout.write(table_row([title for title, _ in COLUMNS]))
+                for round_number in range(1, repeat + 1):
+                    floor = None
+                    for name, size in keys if fault else [(FLOOR, 1), *keys]:
+                        run = with_floor_ratio(self.run_one(name, self.row_plan(plan, size)), floor)
+                        floor = run if name == FLOOR else floor
+                        if repeat > 1:
+                            run["round"] = round_number
+                        runs.append(run)
+                        self.stdout.write(table_row(run_cells(run)))
+                        for line in phase_lines(run):
+                            self.stdout.write(line)
+        except (ServiceError, NodeError, BurstError, FaultError) as exc:
+            raise CommandError(str(exc)) from exc
+        finally:
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, previous_sigterm)
+        return runs
+
+    def row_plan(self, plan: BurstPlan, size: int) -> BurstPlan:
+        """The plan of a row at BATCH ``size``: batched rows run --batch-threads per worker."""
+        threads = plan.threads if size == 1 else self.batched
+        return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
+
+    def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
+        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""
+        if json_path:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(json_path).write_text(json.dumps(document, indent=2) + "\n")
+        if report_path:
+            written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
+            self.stdout.write(f"report: {written}")
+
+    def run_one(self, name: str, plan: BurstPlan) -> dict:
+        try:
+            return run_row(backend=name, plan=plan, on_progress=self.progress_line())
+        except BurstError as exc:
+            raise CommandError(f"{name}: {exc}") from exc
+        except KeyboardInterrupt:
+            raise CommandError(f"{name}: interrupted; gunicorn and Locust were stopped") from None
+        finally:
+            self.end_progress_line()
+
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]]) -> list[dict]:
+        """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
+        self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
+        rows, floor = [], None
+        for name, size in keys:
+            mine = [run for run in runs if run["backend"] == name and run["batch"] == size]
+            row = median_run(mine)
+            row.pop("round", None)
+            row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
+            row["invariants_ok"] = not row["problems"]
+            row["floor_ratio"] = None
+            floor = row if name == FLOOR else floor
+            rows.append(with_floor_ratio(row, floor))
+            self.stdout.write(table_row(run_cells(row)))
+        return rows
+
+    @staticmethod
+    def document(rows: list[dict], started_at) -> dict:
+        return {
+            "command": " ".join(shlex.quote(arg) for arg in sys.argv),
+            "started_at": started_at.isoformat(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "runs": rows,
+        }
+
+    @staticmethod
+    def pool_size(*, pods: int, workers: int, threads: int) -> int:
+        """Connections per gunicorn worker: one per thread, fewer if all pods' workers would not fit
+        in what PostgreSQL has free now (max_connections − reserved − in use − a spare few)."""
+        try:
+            with psycopg.connect(database_url(), autocommit=True, connect_timeout=5) as conn:
+                limit = int(conn.execute("SHOW max_connections").fetchone()[0])
+                reserved = int(conn.execute("SHOW superuser_reserved_connections").fetchone()[0])
+                in_use = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                ).fetchone()[0]
+        except psycopg.Error as exc:
+            raise CommandError(f"PostgreSQL does not answer ({str(exc).strip()}): start it") from exc
+        free = limit - reserved - in_use - SPARE_CONNECTIONS
+        per_worker = min(threads, free // (pods * workers))
+        if per_worker < 1:
+            raise CommandError(
+                f"{pods} pod(s) × {workers} workers need at least {pods * workers} connections; PostgreSQL has "
+                f"{max(free, 0)} to spare (max_connections {limit}): lower --pods or --workers, "
+                "or raise max_connections"
+            )
+        return per_worker
+
+    @staticmethod
+    def stop_on_sigterm():
+        """Treat SIGTERM like Ctrl-C, so the finally blocks stop gunicorn and Locust; the old handler."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+
+        return signal.signal(signal.SIGTERM, interrupt)
+
+    def progress_line(self):
+        """A callback that shows one updating line on a terminal, a plain line a second otherwise."""
+        tty = self.stdout.isatty()
+        last = [0.0]
+
+        def show(progress: Progress) -> None:
+            text = (
+                f"{progress.backend}: "
+                + {
+                    "starting": "starting the pods",
+                    "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",
+                    "countdown": f"{progress.prepared} shoppers ready, the sale opens in {progress.opens_in_s:.1f}s",
+                    "burst": (
+                        f"{progress.sent}/{progress.requests} purchases sent, {progress.answered} answered, "
+                        f"stock left {'?' if progress.stock is None else progress.stock}, {progress.elapsed_s:.1f}s"
+                    ),
+                }[progress.phase]
+            )
+            if tty:
+                self.stdout.write(f"\r{text}\033[K", ending="")
+                self.stdout.flush()
+            elif progress.finished or time.monotonic() - last[0] >= 1.0:
+                last[0] = time.monotonic()
+                self.stdout.write(text)
+
+        self._tty = tty
+        return show
+
+    def end_progress_line(self) -> None:
+        if getattr(self, "_tty", False):
+            self.stdout.write("\r\033[K", ending="")

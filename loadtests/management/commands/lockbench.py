@@ -1,0 +1,393 @@
+"""Measure acquire+release per second of our locks against the floor and four peer libraries.
+
+Every row runs on the same five private nodes (started here, stopped at the end), one lock name,
+no contention, one client thread, for ``--seconds`` split into ``--rounds`` interleaved slices of about 0.2 s, so
+that bursts of load from other processes on the machine fall on every row alike:
+
+* ``floor-1node``: the raw commands of a correct lock on one held connection: a fresh random
+  token, ``SET NX PX``, then the distlock page's ``EVALSHA`` compare-and-delete, packed by hiredis, no lock
+  library at all; ``floor-5nodes``: the same written to five nodes before reading any reply.
+* ``ours-redis``/``ours-redlock``: a new :class:`RedisLock`/:class:`Redlock` per acquisition, as
+  the shop uses them (fencing counter included).
+* ``redis-py-lock`` (``redis.lock.Lock``), ``python-redis-lock``, ``pottery-redlock``,
+  ``redlock-py``: the peers from requirements-peers.txt, each used as its README shows.
+* ``ours-redis-async``/``ours-redlock-async``: the asyncio twins on ``redis.asyncio`` clients,
+  and ``redis-py-lock-async`` (``redis.asyncio.lock.Lock``) as their peer; each slice runs its
+  operations in batches of ten inside one event loop, so the loop's entry costs are not counted
+  per operation.
+
+Then contended handoff: 8 processes take one single-node lock in a loop, hold it 1 ms, release;
+``contended-polling`` waits by random sleeps, ``contended-notified`` by ``BLPOP`` on the release
+signal. Those rows add ``p99_wait_ms``, the 99th percentile of time from asking to holding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from hiredis import pack_command
+
+from loadtests.etcd_bench import etcd_rows
+from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
+from processes.nodes import NodeError, RedisNodes
+from processes.ports import LOCKBENCH_BASE_PORT
+
+LOCK_NAME = "lockbench:lock"
+TTL_MS = 10_000
+CONTENDERS = 8
+CRITICAL_SECTION_S = 0.001
+
+# (row, numerator row, denominator row, minimum ratio) from issue 3.
+# The canonical compare-and-delete of the Redis distlock page, the floor's release.
+# KEYS[1] lock key.  ARGV[1] token.
+UNLOCK = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+UNLOCK_SHA = hashlib.sha1(UNLOCK.encode()).hexdigest()
+
+TARGETS = [
+    ("ours-redis", "floor-1node", 0.9),
+    ("ours-redis", "redis-py-lock", 1.0),
+    ("ours-redlock", "floor-1node", 0.5),
+    ("ours-redlock", "redlock-py", 2.5),
+    ("ours-redlock", "pottery-redlock", 8.0),
+]
+
+
+def _clients(ports: list[int]) -> list[redis.Redis]:
+    return [redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
+
+
+def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
+    """The bare protocol cost of a correct lock: a fresh random token, SET NX PX, then the
+    compare-and-delete EVALSHA, packed by hiredis and written on one held connection per node
+    (to all nodes before reading any reply); no lock object, no fencing, no error handling."""
+    conns = [client.connection_pool.get_connection() for client in clients]
+    for client in clients:
+        client.script_load(UNLOCK)
+
+    def op() -> None:
+        token = os.urandom(16).hex()
+        set_cmd = [pack_command(("SET", LOCK_NAME, token, "NX", "PX", TTL_MS))]
+        for conn in conns:
+            conn.send_packed_command(set_cmd, check_health=False)
+        for conn in conns:
+            conn.read_response()
+        del_cmd = [pack_command(("EVALSHA", UNLOCK_SHA, 1, LOCK_NAME, token))]
+        for conn in conns:
+            conn.send_packed_command(del_cmd, check_health=False)
+        for conn in conns:
+            conn.read_response()
+
+    return op
+
+
+def _ours_redis(client: redis.Redis) -> Callable[[], None]:
+    def op() -> None:
+        lock = RedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        lock.acquire()
+        lock.release()
+
+    return op
+
+
+def _ours_redlock(clients: list[redis.Redis]) -> Callable[[], None]:
+    def op() -> None:
+        lock = Redlock(clients, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        lock.acquire()
+        lock.release()
+
+    return op
+
+
+def _async_batches(loop: asyncio.AbstractEventLoop, op_async) -> Callable[[], None]:
+    """One call runs ten awaited operations on ``loop``: the slice loop counts ten per call."""
+
+    async def ten() -> None:
+        for _ in range(10):
+            await op_async()
+
+    def op() -> None:
+        loop.run_until_complete(ten())
+
+    op.batch = 10
+    return op
+
+
+def _ours_redis_async(loop, client: aioredis.Redis) -> Callable[[], None]:
+    async def op() -> None:
+        lock = AsyncRedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        await lock.acquire()
+        await lock.release()
+
+    return _async_batches(loop, op)
+
+
+def _ours_redlock_async(loop, clients: list[aioredis.Redis]) -> Callable[[], None]:
+    async def op() -> None:
+        lock = AsyncRedlock(clients, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=0)
+        await lock.acquire()
+        await lock.release()
+
+    return _async_batches(loop, op)
+
+
+def _redis_py_lock_async(loop, client: aioredis.Redis) -> Callable[[], None]:
+    async def op() -> None:
+        lock = client.lock(LOCK_NAME, timeout=TTL_MS / 1000)
+        if not await lock.acquire(blocking=False):
+            raise RuntimeError("redis-py's asyncio Lock refused an uncontended lock")
+        await lock.release()
+
+    return _async_batches(loop, op)
+
+
+def _redis_py_lock(client: redis.Redis) -> Callable[[], None]:
+    def op() -> None:
+        lock = client.lock(LOCK_NAME, timeout=TTL_MS / 1000)
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("redis-py Lock refused an uncontended lock")
+        lock.release()
+
+    return op
+
+
+def _python_redis_lock(client: redis.Redis) -> Callable[[], None]:
+    import redis_lock
+
+    def op() -> None:
+        lock = redis_lock.Lock(client, LOCK_NAME, expire=TTL_MS // 1000)
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("python-redis-lock refused an uncontended lock")
+        lock.release()
+
+    return op
+
+
+def _pottery(clients: list[redis.Redis]) -> Callable[[], None]:
+    from pottery import Redlock as PotteryRedlock
+
+    def op() -> None:
+        lock = PotteryRedlock(key=LOCK_NAME, masters=clients, auto_release_time=TTL_MS / 1000)
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("pottery Redlock refused an uncontended lock")
+        lock.release()
+
+    return op
+
+
+def _redlock_py(ports: list[int]) -> Callable[[], None]:
+    import redlock
+
+    manager = redlock.Redlock([{"host": "127.0.0.1", "port": port} for port in ports], retry_count=1)
+
+    def op() -> None:
+        grant = manager.lock(LOCK_NAME, TTL_MS)
+        if not grant:
+            raise RuntimeError("redlock-py refused an uncontended lock")
+        manager.unlock(grant)
+
+    return op
+
+
+def _contender(port: int, wait: str, start_at: float, stop_at: float, results) -> None:
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5.0)
+    waits: list[float] = []
+    while time.monotonic() < start_at:
+        time.sleep(0.001)
+    while time.monotonic() < stop_at:
+        asked = time.monotonic()
+        lock = RedisLock(client, LOCK_NAME, ttl_ms=TTL_MS, timeout_ms=10_000, wait=wait, retry_delay_ms=10)
+        lock.acquire()
+        waits.append(time.monotonic() - asked)
+        time.sleep(CRITICAL_SECTION_S)
+        lock.release()
+    results.put(waits)
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+class Command(BaseCommand):
+    requires_system_checks: list[str] = []
+    help = "Benchmark lock acquire+release/s: floors, our locks, peer libraries, contended handoff."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", required=True, help='where to write {"rows": [...]}')
+        parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per row (default 5)")
+        parser.add_argument(
+            "--rounds",
+            type=int,
+            default=0,
+            help="interleaved slices per uncontended row (default: one per 0.2 s of --seconds)",
+        )
+        parser.add_argument(
+            "--base-port", type=int, default=LOCKBENCH_BASE_PORT, help="first of five private node ports"
+        )
+
+    def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
+        if seconds <= 0:
+            raise CommandError("--seconds must be positive")
+        rounds = rounds or max(1, round(seconds / 0.2))
+        nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.BASE_DIR) / ".run" / "lockbench")
+        try:
+            nodes.start()
+        except NodeError as exc:
+            raise CommandError(str(exc)) from exc
+        try:
+            for node in nodes:
+                with node.client() as client:
+                    client.flushall()
+            rows = self._uncontended(nodes, seconds, rounds) + self._contended(nodes, seconds)
+            rows += etcd_rows(seconds, base_port + 5)  # its own 3-member cluster on base_port+5..+10
+        finally:
+            nodes.stop()
+        path = Path(options["json"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+        self._report(rows, path)
+
+    def _progress(self, message: str) -> None:
+        self.stderr.write(f"\r\033[K{message}", ending="")
+        self.stderr.flush()
+
+    def _uncontended(self, nodes: RedisNodes, seconds: float, rounds: int) -> list[dict]:
+        ports = [node.port for node in nodes]
+        clients = _clients(ports)
+        single = clients[0]
+        loop = asyncio.new_event_loop()
+        async_clients = [aioredis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
+        try:
+            return self._measure(ports, clients, single, loop, async_clients, seconds, rounds)
+        finally:
+            for client in async_clients:
+                loop.run_until_complete(client.aclose())
+            loop.close()
+
+    def _measure(self, ports, clients, single, loop, async_clients, seconds: float, rounds: int) -> list[dict]:
+        cases: dict[str, Callable[[], None]] = {
+            "floor-1node": _floor([single]),
+            "floor-5nodes": _floor(clients),
+            "ours-redis": _ours_redis(single),
+            "ours-redlock": _ours_redlock(clients),
+            "redis-py-lock": _redis_py_lock(single),
+            "python-redis-lock": _python_redis_lock(single),
+            "pottery-redlock": _pottery(clients),
+            "redlock-py": _redlock_py(ports),
+            "ours-redis-async": _ours_redis_async(loop, async_clients[0]),
+            "ours-redlock-async": _ours_redlock_async(loop, async_clients),
+            "redis-py-lock-async": _redis_py_lock_async(loop, async_clients[0]),
+        }
+        totals = {name: [0, 0.0] for name in cases}
+        for op in cases.values():  # warm connections and script caches outside the clock
+            for _ in range(20):
+                op()
+        # Django's import graph would otherwise be re-scanned by every full GC pass, taxing the
+        # rows that allocate more per op; freezing it measures the locks, not the host process.
+        gc.collect()
+        gc.freeze()
+        slice_s = seconds / rounds
+        for round_no in range(1, rounds + 1):
+            for name, op in cases.items():
+                per_call = getattr(op, "batch", 1) * 10
+                count, started = 0, time.perf_counter()
+                deadline = started + slice_s
+                while True:
+                    for _ in range(10):
+                        op()
+                    count += per_call
+                    now = time.perf_counter()
+                    if now >= deadline:
+                        break
+                totals[name][0] += count
+                totals[name][1] += now - started
+                ops, spent = totals[name]
+                self._progress(f"round {round_no}/{rounds}  {name:<18} {ops / spent:>9.0f} ops/s")
+        self._progress("")
+        return [
+            {"name": name, "ops_per_s": round(ops / spent, 1), "us_per_op": round(spent / ops * 1e6, 1)}
+            for name, (ops, spent) in totals.items()
+        ]
+
+    def _contended(self, nodes: RedisNodes, seconds: float) -> list[dict]:
+        ctx = multiprocessing.get_context("fork")
+        rows = []
+        for wait in ("polling", "notified"):
+            mode = "poll" if wait == "polling" else "notify"
+            results = ctx.Queue()
+            start_at = time.monotonic() + 0.5
+            stop_at = start_at + seconds
+            workers = [
+                ctx.Process(target=_contender, args=(nodes[0].port, mode, start_at, stop_at, results))
+                for _ in range(CONTENDERS)
+            ]
+            for worker in workers:
+                worker.start()
+            while time.monotonic() < stop_at:
+                self._progress(
+                    f"contended-{wait:<9} {CONTENDERS} processes, {max(stop_at - time.monotonic(), 0):4.1f}s left"
+                )
+                time.sleep(0.25)
+            waits: list[float] = []
+            for _ in workers:
+                waits.extend(results.get(timeout=60))
+            for worker in workers:
+                worker.join(30)
+            ops = len(waits) / seconds
+            rows.append(
+                {
+                    "name": f"contended-{wait}",
+                    "ops_per_s": round(ops, 1),
+                    "us_per_op": round(1e6 / ops, 1),
+                    "p99_wait_ms": round(p99(waits) * 1000, 2),
+                    "median_wait_ms": round(statistics.median(waits) * 1000, 2),
+                }
+            )
+        self._progress("")
+        return rows
+
+    def _report(self, rows: list[dict], path: Path) -> None:
+        out = self.stdout
+        out.write(f"{'row':<20}{'ops/s':>10}{'us/op':>10}{'p99 wait ms':>13}")
+        for row in rows:
+            p99_text = f"{row['p99_wait_ms']:.2f}" if "p99_wait_ms" in row else ""
+            out.write(f"{row['name']:<20}{row['ops_per_s']:>10.0f}{row['us_per_op']:>10.1f}{p99_text:>13}")
+        by_name = {row["name"]: row["ops_per_s"] for row in rows}
+        out.write("\nratios against the issue's targets:")
+        for numerator, denominator, target in TARGETS:
+            ratio = by_name[numerator] / by_name[denominator]
+            verdict = "met" if ratio >= target else "NOT met"
+            out.write(f"  {numerator} / {denominator} = {ratio:5.2f}x  (target >= {target}x)  {verdict}")
+        out.write(
+            "  asyncio twins: "
+            f"ours-redis-async / redis-py-lock-async = "
+            f"{by_name['ours-redis-async'] / by_name['redis-py-lock-async']:5.2f}x, "
+            f"ours-redlock-async / ours-redis-async = "
+            f"{by_name['ours-redlock-async'] / by_name['ours-redis-async']:5.2f}x"
+        )
+        contended = {row["name"]: row for row in rows if "p99_wait_ms" in row}
+        if len(contended) == 2:
+            poll, notify = contended["contended-polling"], contended["contended-notified"]
+            out.write(
+                f"  contended: notified/polling throughput {notify['ops_per_s'] / poll['ops_per_s']:.2f}x, "
+                f"p99 wait {notify['p99_wait_ms']:.1f} ms vs {poll['p99_wait_ms']:.1f} ms"
+            )
+        out.write(f"\nwrote {path}")
+        sys.stdout.flush()

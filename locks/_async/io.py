@@ -1,0 +1,339 @@
+"""asyncio I/O for the locks in ``_async/locks.py``: the twin of ``_sync/io.py``, name for name (both by hand).
+
+Every wait has a deadline on the loop's clock (``time.monotonic()``), enforced with
+``asyncio.timeout_at`` around reads that redis-py itself does not time out (``timeout=math.inf``):
+redis-py's own ``read_response(timeout=...)`` returns None on timeout and keeps the connection,
+reply still owed, which a later command would then read as its own answer. Here a cancelled
+read closes the connection (redis-py disconnects on any BaseException during a read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+import weakref
+from collections import deque
+from typing import Callable, Sequence
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet
+from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
+from .._redis_py import connect_quietly_async, stream_of, unread_bytes
+
+Client = aioredis.Redis
+
+
+class NodeConnections:
+    """Idle asyncio connections to one node, per client and per event loop (see ``_connections.NodeConnections``)."""
+
+    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        kwargs = connection_kwargs(client)
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        self.timeout_s = float(kwargs["socket_timeout"] or DEFAULT_SOCKET_TIMEOUT_S)
+        # Deadlines are enforced here; redis-py's per-write timeout would cost a task per send.
+        kwargs["socket_timeout"] = None
+        kwargs["socket_connect_timeout"] = None
+        connection_class = client.connection_pool.connection_class
+        self._factory = lambda: connection_class(**kwargs)
+        self.name = node_name(client)
+        self._idle: deque = deque()
+        self._loop = None
+        # (connection, connect task, loop-time start) of a connect a round left unfinished.
+        self.pending: tuple | None = None
+
+    @classmethod
+    def of(cls, client: aioredis.Redis) -> "NodeConnections":
+        node = cls._registry.get(client)
+        if node is None:
+            node = cls._registry[client] = cls(client)
+        return node
+
+    async def take(self):
+        """An idle connection of this loop, or a new one; one whose server went away is closed,
+        with every other idle one, and handed out unconnected (see ``_connections.NodeConnections.take``)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._idle = deque()
+            self._loop = loop
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            return self._factory()
+        if conn.is_connected and not _quiet(conn):
+            await _disconnect(conn)
+            await self.drop_idle()
+        return conn
+
+    def fresh(self):
+        return self._factory()
+
+    def give(self, conn) -> None:
+        self._idle.append(conn)
+
+    async def drop_idle(self) -> None:
+        """Close every idle connection: the node reset one, so the others point at a dead process."""
+        idle, self._idle = self._idle, deque()
+        while idle:  # pop, not iterate: another task may take from the old deque meanwhile
+            await _disconnect(idle.pop())
+
+
+def _quiet(conn) -> bool:
+    """Whether an idle connection has nothing to read and no hang-up. The loop may already have
+    read the EOF a dead server left (the stream is at EOF, the transport closing); if not, the
+    socket polls readable."""
+    reader, transport = stream_of(conn)
+    if transport.is_closing() or reader.at_eof() or unread_bytes(reader):
+        return False
+    sock = transport.get_extra_info("socket")
+    return sock is not None and quiet(sock)
+
+
+async def _disconnect(conn) -> None:
+    # Closing a broken socket may fail; it is dropped either way.
+    with contextlib.suppress(Exception):
+        await conn.disconnect(nowait=True)
+
+
+async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadline: float):
+    """The reply to the script call sent on ``conn``, by ``deadline``; NOSCRIPT is answered with
+    EVAL on the same connection under the same deadline."""
+    async with asyncio.timeout_at(deadline):
+        try:
+            return await conn.read_response(timeout=math.inf)
+        except NoScriptError:
+            await conn.send_packed_command(pack_eval(script, keys, argv), check_health=False)
+            return await conn.read_response(timeout=math.inf)
+
+
+async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
+    """Run a script on one node over ``conn``; connect, send and reply within ``node.timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + node.timeout_s
+    try:
+        if not conn.is_connected:
+            async with asyncio.timeout_at(deadline):
+                await connect_quietly_async(conn)
+        await conn.send_packed_command(pack_evalsha(script, keys, argv), check_health=False)
+        return await _read(conn, script, keys, argv, deadline)
+    except ResponseError:
+        raise
+    except TimeoutError as error:
+        await _disconnect(conn)
+        raise RedisTimeoutError(f"{node.name} did not answer within {node.timeout_s * 1000:.0f} ms") from error
+    except RedisConnectionError:
+        await _disconnect(conn)
+        await node.drop_idle()
+        raise
+    except BaseException:
+        await _disconnect(conn)
+        raise
+
+
+async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence, *, fresh: bool = False):
+    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one."""
+    conn = node.fresh() if fresh else await node.take()
+    try:
+        return await eval_one(node, conn, script, keys, argv)
+    finally:
+        node.give(conn)
+
+
+async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
+    """Connect, then send ``packed`` if the round that started this is still open (True if sent):
+    a connect that completes after its round never leaves a reply owed."""
+    await connect_quietly_async(conn)
+    if round_open[0]:
+        await conn.send_packed_command(packed, check_health=False)
+        return True
+    return False
+
+
+def _pending_connect(node: NodeConnections, started: float):
+    """The asyncio version of ``_sync/io.py``'s ``_pending_connect``: ``(conn, None)``, ``(None, error)``
+    or ``(None, None)``."""
+    conn, task, since = node.pending
+    if not task.done():
+        if started - since < CONNECT_BACKOFF_S:
+            return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
+        node.pending = None
+        task.cancel()
+        return None, None
+    node.pending = None
+    if task.cancelled() or task.exception() is not None:
+        node.give(conn)
+        return None, task.exception() if not task.cancelled() else None
+    return conn, None
+
+
+async def eval_all(
+    nodes: Sequence[NodeConnections],
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    timeout_s: float,
+    held: list | None = None,
+    fresh: bool = False,
+) -> list:
+    """Write the script call to every node, then read every reply against one deadline (same
+    contract as ``_sync/io.py``'s ``eval_all``, pending connects included). Nodes without a connection
+    connect concurrently, inside the same deadline."""
+    round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
+    for index, node in enumerate(nodes):
+        await round_.send(index, node)
+    await round_.finish_connects()
+    await round_.read_all()
+    round_.give_back(held)
+    return round_.replies
+
+
+class _Round(Round):
+    """One :func:`eval_all`, with the connect tasks it waits for."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeConnections],
+        script: Script,
+        keys: Sequence[str],
+        argv: Sequence,
+        timeout_s: float,
+        fresh: bool = False,
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        super().__init__(nodes, script, keys, argv, timeout_s, started=self.loop.time(), fresh=fresh)
+        self.connects: dict = {}
+        self.round_open = [True]
+
+    async def send(self, index: int, node: NodeConnections) -> None:
+        """Write the command to one node, or start its connect; a failure is that node's reply."""
+        conn = None
+        if node.pending is not None and not self.fresh:
+            if node.pending[1].get_loop() is not self.loop:
+                node.pending = None
+            else:
+                conn, self.replies[index] = _pending_connect(node, self.started)
+                if self.replies[index] is not None:
+                    return
+        conn = self.conns[index] = conn or (node.fresh() if self.fresh else await node.take())
+        if not conn.is_connected:
+            self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
+            return
+        try:
+            await conn.send_packed_command(self.packed, check_health=False)
+        except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
+            await self.fail(index, error)
+
+    async def finish_connects(self) -> None:
+        """Wait for the connects until the deadline; one still running stays pending on its node."""
+        if not self.connects:
+            return
+        done, _ = await asyncio.wait(self.connects.values(), timeout=max(self.deadline - self.loop.time(), 0))
+        self.round_open[0] = False
+        for index, task in self.connects.items():
+            conn = self.conns[index]
+            name = self.nodes[index].name
+            if task not in done:
+                self.nodes[index].pending = (conn, task, self.started)
+                self.conns[index] = None
+                self.replies[index] = RedisTimeoutError(
+                    f"{name}: connect did not finish within {self.timeout_s * 1000:.0f} ms"
+                )
+                continue
+            try:
+                sent = task.result()
+            except Exception as error:  # noqa: BLE001
+                await self.fail(index, error)
+            else:
+                if not sent:
+                    self.replies[index] = RedisTimeoutError(f"{name}: connected too late")
+
+    async def read_all(self) -> None:
+        """Read each node's reply until the deadline; a connection that timed out is closed."""
+        for index, conn in enumerate(self.conns):
+            if conn is None or self.replies[index] is not None:
+                continue
+            try:
+                self.replies[index] = await _read(conn, self.script, self.keys, self.argv, self.deadline)
+            except ResponseError as error:
+                self.replies[index] = error
+            except TimeoutError:
+                await _disconnect(conn)
+                self.replies[index] = RedisTimeoutError(
+                    f"{self.nodes[index].name} did not answer within {self.timeout_s * 1000:.0f} ms"
+                )
+            except Exception as error:  # noqa: BLE001
+                await self.fail(index, error)
+
+    async def fail(self, index: int, error: Exception) -> None:
+        """A node's connection failed: close it, and after a reset the node's idle ones too."""
+        await _disconnect(self.conns[index])
+        if isinstance(error, RedisConnectionError):
+            await self.nodes[index].drop_idle()
+        self.replies[index] = error
+
+    def give_back(self, held: list | None) -> None:
+        """Every connection back to its node, but the first refusing one when ``held`` asks for it."""
+        for index, conn in enumerate(self.conns):
+            if conn is None:
+                continue
+            reply = self.replies[index]
+            if held is not None and not held and conn.is_connected and type(reply) is int and reply <= 0:
+                held.append((index, conn))
+            else:
+                self.nodes[index].give(conn)
+
+
+async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
+    """Wait up to ``wait_s`` on ``conn`` for a release to push to the lock's signal list (same
+    contract as ``_sync/io.py``'s ``block_on_signal``)."""
+    wait_s = max(wait_s, 0.001)
+    try:
+        if not conn.is_connected:
+            return
+        async with asyncio.timeout(wait_s + node.timeout_s):
+            await conn.send_command("BLPOP", signal_key(name), f"{wait_s:.3f}", check_health=False)
+            await conn.read_response(timeout=math.inf)
+    except Exception:  # noqa: BLE001 - the caller retries the lock; a dead node only ends the wait
+        await _disconnect(conn)
+
+
+sleep = asyncio.sleep
+
+
+async def call(function: Callable, *args) -> None:
+    result = function(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+class Watchdog:
+    """Runs ``body(watchdog)`` as a task on the running loop until :meth:`stop`."""
+
+    def __init__(self, name: str, body: Callable) -> None:
+        self._stopped = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(body(self), name=name)
+
+    async def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if :meth:`stop` was called meanwhile."""
+        try:
+            async with asyncio.timeout(max(seconds, 0)):
+                await self._stopped.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        if self._task is not asyncio.current_task():
+            await self._task

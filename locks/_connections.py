@@ -1,0 +1,189 @@
+"""The blocking locks' own connections to each Redis node, and their non-blocking connects.
+
+:class:`NodeConnections` keeps the idle connections of one node; :func:`start_connect`,
+:func:`finish_connect` and :func:`pending_connect` let one round connect to every node at once
+without waiting for any of them (see :func:`locks._sync.io.eval_all`). The asyncio
+twin takes :func:`connection_kwargs` and the constants from here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import threading
+import weakref
+from collections import deque
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from ._core import node_name
+from ._redis_py import connect_on, pool_kwargs, socket_of
+
+#: A connect that outlasted a round is not waited for again, nor retried, for this long: an
+#: unreachable host would otherwise cost every round a full node timeout.
+CONNECT_BACKOFF_S = 1.0
+#: What the library waits per reply when the client sets no ``socket_timeout`` (redis-py's default).
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
+
+
+def connection_kwargs(client) -> dict:
+    """The client's connection settings, made fit for the lock's own connections."""
+    kwargs = pool_kwargs(client)
+    # RESP2 and no CLIENT SETINFO: connecting then costs no round trip a frozen node could stall.
+    kwargs["driver_info"] = None
+    kwargs["protocol"] = 2
+    # The lock retries by its own rules; redis-py's reconnect backoff would stall a round for seconds.
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs["socket_timeout"] = kwargs.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUT_S
+    return kwargs
+
+
+class NodeConnections:
+    """Idle connections to one Redis node, shared by every lock built on the same client.
+
+    The library keeps its own connections rather than borrowing from the client's pool so that
+    connecting sends no handshake commands (a frozen node could stall them) and taking one costs
+    a deque pop. ``timeout_s`` is the client's ``socket_timeout`` (:data:`DEFAULT_SOCKET_TIMEOUT_S`
+    if it has none): every read on these connections is bounded by it. Safe across threads
+    (deque append/pop are atomic) and across fork (a child drops the parent's sockets).
+    """
+
+    _registry: "weakref.WeakKeyDictionary[redis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
+    _registry_lock = threading.Lock()
+
+    def __init__(self, client: redis.Redis) -> None:
+        kwargs = connection_kwargs(client)
+        connection_class = client.connection_pool.connection_class
+        self._factory = lambda: connection_class(**kwargs)
+        self.name = node_name(client)
+        self.timeout_s = float(kwargs["socket_timeout"])
+        self._address = None if "path" in kwargs else (kwargs.get("host", "localhost"), kwargs.get("port", 6379))
+        self._idle: deque = deque()
+        # (connection, socket, monotonic start) of connects a round left unfinished.
+        self.pending: deque = deque()
+
+    @classmethod
+    def of(cls, client: redis.Redis) -> "NodeConnections":
+        node = cls._registry.get(client)
+        if node is None:
+            with cls._registry_lock:
+                node = cls._registry.get(client)
+                if node is None:
+                    node = cls._registry[client] = cls(client)
+        return node
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        for node in list(cls._registry.values()):
+            node._idle = deque()
+            node.pending = deque()
+
+    def take(self):
+        """An idle connection, or a new one (unconnected: the caller connects it). An idle one
+        whose server went away (its socket is at EOF, or has bytes nobody asked for) is never
+        handed out: it is closed, and so is every other idle one, which point at the same
+        process; the caller gets it back unconnected."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            return self._factory()
+        sock = socket_of(conn)
+        if sock is not None and not quiet(sock):
+            conn.disconnect()
+            self.drop_idle()
+        return conn
+
+    def fresh(self):
+        """A new, unconnected connection: for a retry that must not meet an old one."""
+        return self._factory()
+
+    def give(self, conn) -> None:
+        self._idle.append(conn)
+
+    def drop_idle(self) -> None:
+        """Close every idle connection: the node reset one, so the others point at a dead process."""
+        idle, self._idle = self._idle, deque()
+        while idle:  # pop, not iterate: another thread may still be taking from the old deque
+            try:
+                conn = idle.pop()
+            except IndexError:
+                return
+            conn.disconnect()
+
+
+os.register_at_fork(after_in_child=NodeConnections._forget_after_fork)
+
+
+def quiet(sock) -> bool:
+    """Whether an idle socket has nothing to read and no hang-up: a server that exited (or
+    restarted) left its old sockets readable at EOF."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP)
+    return not poller.poll(0)
+
+
+def writable(sock, timeout_s: float) -> bool:
+    """Whether ``sock`` becomes writable (a non-blocking connect finished) within ``timeout_s``.
+
+    ``poll``, not ``select``: a gunicorn worker holding a spike's keep-alive connections has
+    descriptors above 1024, which ``select`` refuses ("filedescriptor out of range").
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(timeout_s * 1000))
+
+
+def start_connect(node: NodeConnections, conn) -> socket.socket | None:
+    """Begin a non-blocking TCP connect for ``conn``; None for a unix socket (connected at once)."""
+    if node._address is None:
+        conn.connect()
+        return None
+    family, _, _, _, address = socket.getaddrinfo(*node._address, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    code = sock.connect_ex(address)
+    if code not in (0, errno.EINPROGRESS):
+        sock.close()
+        raise RedisConnectionError(f"{node.name}: {os.strerror(code)}")
+    return sock
+
+
+def finish_connect(node: NodeConnections, conn, sock: socket.socket, timeout_s: float) -> None:
+    """Hand a connected socket to ``conn``; its handshake (AUTH, SELECT, if any) waits at most ``timeout_s``."""
+    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if code:
+        sock.close()
+        raise RedisConnectionError(f"{node.name}: {os.strerror(code)}")
+    sock.settimeout(max(timeout_s, 0.001))
+    connect_on(conn, sock)
+    sock.settimeout(conn.socket_timeout)
+
+
+def pending_connect(node: NodeConnections, started: float):
+    """A connect of ``node`` that an earlier round left unfinished: ``(conn, None)`` once it is
+    connected, ``(None, error)`` while it is still pending (or failed), so the round does not
+    wait for it; ``(None, None)`` when there is none, or it was given up after the back-off."""
+    try:
+        conn, sock, since = node.pending.pop()  # atomic: two threads never claim the same connect
+    except IndexError:
+        return None, None
+    if not writable(sock, 0):
+        if started - since < CONNECT_BACKOFF_S:
+            node.pending.append((conn, sock, since))
+            return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
+        sock.close()
+        return None, None
+    try:
+        finish_connect(node, conn, sock, node.timeout_s)
+    except Exception as error:  # noqa: BLE001 - refused: the next round connects afresh
+        conn.disconnect()
+        node.give(conn)
+        return None, error
+    return conn, None

@@ -1,0 +1,366 @@
+"""What the sync and asyncio locks share: the lease, the Lua scripts, the arithmetic (the errors are ``errors.py``).
+
+Nothing here talks to Redis (it only tells redis-py's exceptions apart); the locks in ``_async/locks.py``
+do (``_sync/locks.py`` is generated from it), through ``_async/io.py`` and ``_sync/io.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # hiredis is optional for redis-py; without it commands pack the slow way
+    _hiredis_pack = None
+
+logger = logging.getLogger(__package__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One grant of a lock.
+
+    ``token`` proves ownership to Redis (release and extend compare it); ``fence`` is the fencing
+    token storage must check; ``valid_until`` is a ``time.monotonic()`` deadline after which the
+    holder must assume it no longer owns the lock.
+    """
+
+    name: str
+    token: str
+    fence: int
+    valid_until: float
+
+    def remaining_ms(self) -> float:
+        return (self.valid_until - time.monotonic()) * 1000.0
+
+
+class Attempt(NamedTuple):
+    """One try to acquire: the :class:`Lease` if it was granted. If not, ``hint_ms`` is the longest
+    wait a refusal announced (the holder's remaining TTL), and ``split`` says some nodes granted but
+    too few: every contender may have failed at once, so the next try waits a random delay."""
+
+    lease: Lease | None
+    hint_ms: float
+    split: bool
+
+
+class Script:
+    """A Lua script with its SHA1 computed once, at import: calls send EVALSHA, never the text,
+    and fall back to EVAL (which also caches the script) only on NOSCRIPT after a node restart."""
+
+    __slots__ = ("text", "sha")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+
+# Take the lock and, in the same atomic step, issue a fencing number.
+# KEYS[1] lock key; KEYS[2] the lock's fence counter; KEYS[3] the set of waiter ids;
+# KEYS[4] the hand-off window a release opens when it wakes a waiter.
+# ARGV[1] token; ARGV[2] ttl in ms; ARGV[3] this caller's waiter id, '' if it was never refused
+# (a newcomer); ARGV[4] '1' if a refused caller will wait (register it), '0' if it gives up
+# (unregister it).
+# Returns the fence (>= 1) on a grant; on a refusal, minus the ms the caller should expect to wait
+# at most (<= 0), so a waiter knows how long a crashed holder can block it. A newcomer is refused
+# inside a hand-off window, so the waiter a release woke is not overtaken by the releaser coming
+# straight back. A refused newcomer that will wait registers under its token; the set expires a
+# second after the longest wait announced, so a waiter that died is forgotten.
+ACQUIRE = Script("""
+local waiter = ARGV[3] ~= ''
+if (waiter or redis.call('exists', KEYS[4]) == 0) and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if waiter then
+    redis.call('del', KEYS[4])
+    redis.call('srem', KEYS[3], ARGV[3])
+  end
+  return redis.call('incr', KEYS[2])
+end
+local wait = math.max(redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[4]), 0)
+if ARGV[4] == '1' then
+  redis.call('sadd', KEYS[3], waiter and ARGV[3] or ARGV[1])
+  if redis.call('pttl', KEYS[3]) < wait + 1000 then redis.call('pexpire', KEYS[3], wait + 1000) end
+elseif waiter then
+  redis.call('srem', KEYS[3], ARGV[3])
+end
+return -wait
+""")
+
+# Compare-and-delete, then wake one waiter if any is registered.
+# KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the set of waiter ids;
+# KEYS[4] the hand-off window.  ARGV[1] token; ARGV[2] signal lifetime in ms; ARGV[3] window ms.
+# Returns 1 when released, 0 when the key is gone (expired, or the node forgot it), -1 when
+# another token holds it. The signal list holds at most one element, so a release wakes one
+# waiter, not a herd; it expires so a signal nobody took leaves nothing behind for long. With no
+# waiter registered a release is GET, DEL and SCARD.
+RELEASE = Script("""
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('del', KEYS[1])
+  if redis.call('scard', KEYS[3]) > 0 then
+    redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
+    redis.call('del', KEYS[2])
+    redis.call('rpush', KEYS[2], 1)
+    redis.call('pexpire', KEYS[2], ARGV[2])
+  end
+  return 1
+end
+if holder then return -1 end
+return 0
+""")
+
+# Reset the lock's lifetime if this token still holds it.
+# KEYS[1] lock key.  ARGV[1] token; ARGV[2] new ttl in ms.  Returns 1 when extended, else 0.
+EXTEND = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+""")
+
+# Redlock fencing write-back: raise a node's counter to the fence chosen from the majority, only
+# on nodes where this token holds the lock (the ordering argument in __init__ relies on it).
+# KEYS[1] lock key; KEYS[2] fence counter.  ARGV[1] token; ARGV[2] fence.  Returns 1 or 0.
+RAISE_FENCE = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  local current = tonumber(redis.call('get', KEYS[2]) or '0')
+  if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
+  return 1
+end
+return 0
+""")
+
+# Recovery after the lock service forgot its counter: while this token holds the lock, move the
+# counter past both its own value and a fence storage already holds, in one step.
+# KEYS[1] lock key; KEYS[2] fence counter.  ARGV[1] token; ARGV[2] the fence to pass.
+# Returns the new counter (> ARGV[2], and > every value this counter issued before), or 0 when
+# the token no longer holds the lock.
+ADVANCE_FENCE = Script("""
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  local fence = math.max(tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(ARGV[2])) + 1
+  redis.call('set', KEYS[2], string.format('%d', fence))
+  return fence
+end
+return 0
+""")
+
+SIGNAL_LIFETIME_MS = 2000
+# How long a release keeps newcomers out so the waiter it woke can take the lock: a scheduling
+# delay and one round trip; a woken waiter that died costs the lock this much idle time.
+HANDOFF_WINDOW_MS = 20
+
+
+def _pack(args: tuple) -> list[bytes]:
+    """RESP bytes of a command whose arguments are str and int only (all the locks send)."""
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(args)]
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return [b"".join(parts)]
+
+
+def pack_evalsha(script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
+    """The wire bytes of EVALSHA. Lock arguments are str and int only, so hiredis can pack them
+    directly (about 1 us) instead of redis-py's per-argument encoder (about 10 us)."""
+    if _hiredis_pack is not None:  # the hot path: one call less than through _pack
+        return [_hiredis_pack(("EVALSHA", script.sha, len(keys), *keys, *argv))]
+    return _pack(("EVALSHA", script.sha, len(keys), *keys, *argv))
+
+
+def pack_eval(script: Script, keys: Sequence[str], argv: Sequence) -> list[bytes]:
+    """The wire bytes of EVAL, sent after NOSCRIPT: the node caches the script again."""
+    return _pack(("EVAL", script.text, len(keys), *keys, *argv))
+
+
+def new_token() -> str:
+    return os.urandom(16).hex()
+
+
+def fence_key(name: str) -> str:
+    return f"{name}:fence"
+
+
+def signal_key(name: str) -> str:
+    return f"{name}:signal"
+
+
+def waiters_key(name: str) -> str:
+    return f"{name}:waiters"
+
+
+def handoff_key(name: str) -> str:
+    return f"{name}:handoff"
+
+
+def drift_ms(ttl_ms: int) -> float:
+    """Clock drift allowance from the Redis distlock page: 1 % of the TTL plus 2 ms."""
+    return ttl_ms * 0.01 + 2.0
+
+
+def default_node_timeout_ms(ttl_ms: int) -> float:
+    """Small against the TTL (the distlock page suggests 5-50 ms for 10 s): 50 ms, or ttl/20."""
+    return max(5.0, min(50.0, ttl_ms / 20.0))
+
+
+def check_arguments(name: str, ttl_ms: int, timeout_ms: int) -> None:
+    if not name:
+        raise ValueError("a lock needs a non-empty name")
+    if ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
+    if timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+
+
+def node_name(client) -> str:
+    """``host:port`` of a redis-py (sync or asyncio) client, for error messages."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+# Redlock's reading of one round's replies (a list with, per node, its reply or its exception).
+# Both twins decide through these, so the quorum rules are written once.
+
+
+class Round:
+    """What one script call on every node keeps (``eval_all`` in each I/O twin): the command, one
+    connection and one reply per node, and the deadline every reply is read against."""
+
+    def __init__(
+        self,
+        nodes: Sequence,
+        script: Script,
+        keys: Sequence[str],
+        argv: Sequence,
+        timeout_s: float,
+        *,
+        started: float,
+        fresh: bool = False,
+    ) -> None:
+        self.nodes = nodes
+        self.fresh = fresh
+        self.script, self.keys, self.argv = script, keys, argv
+        self.timeout_s = timeout_s
+        self.started = started
+        self.deadline = started + timeout_s
+        self.packed = pack_evalsha(script, keys, argv)
+        self.replies: list = [None] * len(nodes)
+        self.conns: list = [None] * len(nodes)
+
+
+def granted_votes(replies: Sequence) -> dict[int, int]:
+    """The nodes that granted an acquire: node index → that node's fence counter."""
+    return {i: r for i, r in enumerate(replies) if type(r) is int and r > 0}
+
+
+class FenceVote(NamedTuple):
+    """The fence a majority's counters give (the highest), and the granting nodes whose counter is
+    below it: they must have the fence written back before the lock is granted."""
+
+    fence: int
+    laggards: list[int]
+
+
+def fence_and_laggards(granted: dict[int, int]) -> FenceVote:
+    """The :class:`FenceVote` of the granting nodes (node index → that node's fence counter)."""
+    fence = max(granted.values())
+    return FenceVote(fence, [i for i, counter in granted.items() if counter < fence])
+
+
+def confirmations(replies: Sequence) -> int:
+    """How many nodes answered 1 (fence raised, lease extended)."""
+    return sum(1 for r in replies if r == 1)
+
+
+def validity_ms(ttl_ms: float, start: float, drift: float, now: float | None = None) -> float:
+    """What is left of a lease taken at ``start`` (monotonic) as of ``now``: ttl − elapsed − drift."""
+    return ttl_ms - ((time.monotonic() if now is None else now) - start) * 1000.0 - drift
+
+
+class RefusedRound(NamedTuple):
+    """A round that granted nothing: the nodes that answered, the longest wait a refusal announced
+    (ms), and, when too few answered to ever form a majority, why (else None)."""
+
+    answered: list[int]
+    hint_ms: float
+    unavailable: str | None
+
+
+def refused_round(replies: Sequence, quorum: int, node_names: Sequence[str]) -> RefusedRound:
+    """The :class:`RefusedRound` of a round's replies (one per node, in ``node_names``' order)."""
+    answered = [i for i, r in enumerate(replies) if type(r) is int]
+    unavailable = None
+    if len(answered) < quorum:
+        failures = "; ".join(f"{name}: {r}" for name, r in zip(node_names, replies, strict=True) if type(r) is not int)
+        unavailable = f"only {len(answered)} of {len(replies)} nodes answered, {quorum} needed ({failures})"
+    hint_ms = max((-r for r in replies if type(r) is int and r <= 0), default=0)
+    return RefusedRound(answered, hint_ms, unavailable)
+
+
+#: What one node's release came to (:func:`release_outcome`).
+RELEASED, GONE, TAKEN, AMBIGUOUS, FAILED = "released", "gone", "taken", "ambiguous", "failed"
+
+
+def transport_error(reply) -> bool:
+    """Whether a node's reply is a failure to talk to it (reset, refused, timed out), which a
+    retry on a fresh connection may cure, rather than an answer."""
+    return isinstance(reply, (RedisConnectionError, RedisTimeoutError, OSError))
+
+
+def release_outcome(first, retried=None) -> str:
+    """One node's release from its RELEASE reply (or exception) and, if it failed for a transport
+    reason, the retry's. A retry that finds the key gone after a first attempt that timed out is
+    ambiguous: that first attempt may have run and deleted it."""
+    reply = first if retried is None else retried
+    if type(reply) is not int:
+        return FAILED
+    if reply == 1:
+        return RELEASED
+    if reply < 0:
+        return TAKEN
+    return AMBIGUOUS if isinstance(first, RedisTimeoutError) else GONE
+
+
+def majority_denies(outcomes: Sequence[str], quorum: int) -> bool:
+    """True when a majority answered that the token does not hold the lock (gone or another
+    token's). A node that cannot be reached proves nothing either way, and its copy expires on
+    its own; an ambiguous node may have released it."""
+    return sum(1 for outcome in outcomes if outcome in (GONE, TAKEN)) >= quorum
+
+
+def redlock_release_outcome(outcomes: Sequence[str], quorum: int) -> str:
+    """A Redlock release from its nodes' outcomes: refused (taken if any node holds another token,
+    else gone) when a majority denies, ambiguous if any node's answer was, else released."""
+    if majority_denies(outcomes, quorum):
+        return TAKEN if TAKEN in outcomes else GONE
+    return AMBIGUOUS if AMBIGUOUS in outcomes else RELEASED
+
+
+#: Why a release was refused, by outcome (the message of :class:`NotOwned`).
+REFUSALS = {
+    GONE: "release refused: the key is gone (the lease expired, or the node restarted and forgot it)",
+    TAKEN: "release refused: another holder took over",
+}
+
+
+def log_failed_release(name: str, node: str, error) -> None:
+    logger.warning("release of %s failed on %s (%s); the key there expires by its TTL", name, node, error)
+
+
+def log_ambiguous_release(name: str, fence: int) -> None:
+    logger.warning(
+        "release of %s (fence %s) ambiguous: the first attempt timed out and the retry found the key gone; "
+        "the first attempt may have deleted it",
+        name,
+        fence,
+    )

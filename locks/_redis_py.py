@@ -1,0 +1,81 @@
+"""Every use of redis-py beyond its documented API, in one module.
+
+The locks keep connections of their own (``_connections``) and, on the blocking hot path, write
+to and read from a connection's socket directly (``_sync/io.py``): redis-py's
+``send_packed_command``/``read_response`` wrap those calls in checks that cost more than the
+lock's own code. That reaches into redis-py's internals, which a release may change without
+notice:
+
+* a connection's socket (``Connection._sock``) and its reply parser (``Connection._parser``);
+* connecting without the health check and without redis-py's own retry
+  (``connect_check_health(check_health=False, retry_socket_connect=False)``), and on a socket the
+  library connected itself, without blocking (``Connection._connect`` replaced for one call);
+* the keys a pool adds to ``connection_kwargs`` that a new connection refuses or must not share;
+* an asyncio connection's stream (``Connection._reader``, ``Connection._writer``) and the bytes its
+  reader holds unread (asyncio's ``StreamReader._buffer``), to tell an idle connection whose
+  server went away.
+
+Nothing else in the package touches a name redis-py does not document. ``tests/locks/test_redis_py.py``
+runs each function here against a real ``redis-server`` with the installed redis-py, so an
+upgrade that breaks one fails there, by name, before any lock test does.
+"""
+
+from __future__ import annotations
+
+import socket
+
+#: Keys of a pool's ``connection_kwargs`` that are the pool's own bookkeeping, not connection settings.
+POOL_ONLY_KWARGS = (
+    "maint_notifications_config",
+    "maint_notifications_pool_handler",
+    "orig_host_address",
+    "orig_socket_timeout",
+    "orig_socket_connect_timeout",
+)
+
+
+def pool_kwargs(client) -> dict:
+    """The settings a new connection of ``client`` (sync or asyncio) takes, without the pool's own keys."""
+    kwargs = dict(client.connection_pool.connection_kwargs)
+    for key in POOL_ONLY_KWARGS:
+        kwargs.pop(key, None)
+    return kwargs
+
+
+def socket_of(conn) -> socket.socket | None:
+    """The connected socket of a blocking connection, or None when it is not connected."""
+    return conn._sock
+
+
+def read_reply(conn):
+    """Read one reply on a blocking connection with its parser (no health check, no retry)."""
+    return conn._parser.read_response()
+
+
+def connect_quietly(conn) -> None:
+    """Connect (handshake included: AUTH, SELECT) with no health check and no retry."""
+    conn.connect_check_health(check_health=False, retry_socket_connect=False)
+
+
+def stream_of(conn):
+    """An asyncio connection's ``(reader, transport)``."""
+    return conn._reader, conn._writer.transport
+
+
+def unread_bytes(reader) -> int:
+    """How many bytes an asyncio stream reader holds that nobody read yet."""
+    return len(reader._buffer)
+
+
+async def connect_quietly_async(conn) -> None:
+    """:func:`connect_quietly` for an asyncio connection."""
+    await conn.connect_check_health(check_health=False, retry_socket_connect=False)
+
+
+def connect_on(conn, sock: socket.socket) -> None:
+    """Make ``sock``, already connected, the connection's socket, and run its handshake on it."""
+    conn._connect = lambda: sock
+    try:
+        connect_quietly(conn)
+    finally:
+        del conn._connect

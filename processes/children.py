@@ -1,0 +1,145 @@
+"""Child processes of the burst: gunicorn "pods" and Locust processes, each in its own process group.
+
+Every child logs to a file, gets SIGTERM if the runner dies (Linux, even on SIGKILL), and is
+stopped group-wide (so gunicorn's workers go with their arbiter). A :class:`Child` follows the
+room's one protocol (:class:`processes.protocol.Process`). No Django import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ChildError(RuntimeError):
+    """A child process did not start or did not answer."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the runner dies, even by SIGKILL (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _before_exec(nice: int):
+    def prepare() -> None:
+        if nice:
+            os.nice(nice)
+        if sys.platform == "linux":
+            _die_with_parent()
+
+    return prepare
+
+
+class Child:
+    """A subprocess in its own process group, logging to a file; stopped group-wide. Started by
+    :meth:`start`, once."""
+
+    startable = True
+
+    def __init__(
+        self, name: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, nice: int = 0
+    ) -> None:
+        """``nice`` > 0 lowers the child's CPU priority (any user may)."""
+        self.name, self.args, self.cwd, self.env, self.nice = name, args, cwd, env, nice
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def description(self) -> str:
+        return self.name
+
+    def start(self) -> None:
+        if self.process is not None:
+            raise ChildError(f"{self.name} was started already")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
+        self.process = subprocess.Popen(
+            self.args,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_before_exec(self.nice),
+        )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole group, wait, then SIGKILL what is left. Safe to call twice."""
+        if self.process is None:
+            return
+        try:
+            if self.running():
+                self._signal_group(sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(STOP_TIMEOUT_S)
+            # Leftovers in the group (gunicorn workers of a killed arbiter) die too.
+            self._signal_group(signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT_S)
+        finally:
+            self._log.close()
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+
+def wait_until_answers(server: Child, url: str) -> None:
+    """Return once ``url`` answers 200; raise ChildError if the server exits or takes too long."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not server.running():
+            raise ChildError(f"{server.name} exited with code {server.process.returncode}: {server.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise ChildError(f"{server.name} did not answer {url} within {READY_TIMEOUT_S:.0f}s; see {server.log_path}")
+
+
+def stop_all(children: list[Child | None]) -> None:
+    """Stop every child, all of them even if one fails to stop."""
+    errors = []
+    for child in children:
+        if child is not None:
+            try:
+                child.stop()
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                errors.append(f"{child.name}: {exc}")
+    if errors:
+        raise ChildError("could not stop " + "; ".join(errors))

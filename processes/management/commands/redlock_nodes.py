@@ -1,0 +1,35 @@
+"""Start, stop or report the private Redis nodes that the ``redlock`` backend uses."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from processes.nodes import NodeError
+from processes.services import project_nodes
+
+
+class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # runs before migrations exist
+    help = "Start, stop or report the five private redis-server processes used by Redlock (127.0.0.1 only)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["start", "stop", "status"])
+
+    def handle(self, *args, action: str, **options):
+        nodes = project_nodes()
+        try:
+            if action == "start":
+                nodes.start()
+            elif action == "stop":
+                nodes.stop()
+        except NodeError as exc:
+            raise CommandError(str(exc)) from exc
+        down = 0
+        for row in nodes.status():
+            state = f"up (pid {row['pid']})" if row["answers"] else "down"
+            down += not row["answers"]
+            self.stdout.write(f"{row['url']:<28} {state}")
+        if action == "status" and down:
+            raise CommandError(
+                f"{down} of {len(nodes)} Redlock nodes are down: run `python manage.py redlock_nodes start`"
+            )

@@ -1,0 +1,104 @@
+"""The lock library's uses of redis-py internals (``locks/_redis_py.py``), each run against a real
+``redis-server`` with the installed redis-py: a redis-py upgrade that renames or reshapes one of
+them fails here, by name, instead of somewhere inside a lock round."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import redis
+import redis.asyncio as aioredis
+
+from locks import _redis_py
+
+
+def new_connection(client):
+    return client.connection_pool.connection_class(**_redis_py.pool_kwargs(client))
+
+
+def test_pool_kwargs_make_a_working_connection_without_the_pools_own_keys(cluster):
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    kwargs = _redis_py.pool_kwargs(client)
+    assert kwargs["port"] == nodes[0].port and kwargs["socket_timeout"] == 1.0
+    assert not set(_redis_py.POOL_ONLY_KWARGS) & set(kwargs)
+    conn = new_connection(client)
+    try:
+        _redis_py.connect_quietly(conn)
+        conn.send_command("PING")
+        assert conn.read_response() == b"PONG"
+    finally:
+        conn.disconnect()
+        client.close()
+
+
+def test_the_socket_and_the_parser_of_a_connection(cluster):
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    conn = new_connection(client)
+    assert _redis_py.socket_of(conn) is None  # not connected yet
+    try:
+        _redis_py.connect_quietly(conn)
+        sock = _redis_py.socket_of(conn)
+        assert isinstance(sock, socket.socket)
+        sock.sendall(b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n")
+        assert _redis_py.read_reply(conn) == b"hello"
+        conn.disconnect()
+        assert _redis_py.socket_of(conn) is None
+    finally:
+        client.close()
+
+
+def test_a_connection_adopts_a_socket_connected_elsewhere(cluster):
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, db=3, socket_timeout=1.0)
+    conn = new_connection(client)
+    sock = socket.create_connection(("127.0.0.1", nodes[0].port), timeout=1.0)
+    try:
+        _redis_py.connect_on(conn, sock)  # the handshake (SELECT 3) runs on this socket
+        assert _redis_py.socket_of(conn) is sock
+        conn.send_command("CLIENT", "INFO")
+        assert b" db=3 " in conn.read_response()
+    finally:
+        conn.disconnect()
+        client.close()
+
+
+def test_an_asyncio_connection_connects_quietly(cluster):
+    nodes, _ = cluster
+
+    async def ping() -> bytes:
+        client = aioredis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+        conn = new_connection(client)
+        try:
+            await _redis_py.connect_quietly_async(conn)
+            await conn.send_command("PING")
+            return await conn.read_response()
+        finally:
+            await conn.disconnect()
+            await client.aclose()
+
+    assert asyncio.run(ping()) == b"PONG"
+
+
+def test_an_asyncio_connections_stream_and_its_unread_bytes(cluster):
+    nodes, _ = cluster
+
+    async def probe() -> tuple:
+        client = aioredis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+        conn = new_connection(client)
+        try:
+            await _redis_py.connect_quietly_async(conn)
+            reader, transport = _redis_py.stream_of(conn)
+            before = (transport.is_closing(), reader.at_eof(), _redis_py.unread_bytes(reader))
+            await conn.send_command("PING")
+            while not _redis_py.unread_bytes(reader):  # the reply arrives, nobody reads it yet
+                await asyncio.sleep(0.01)
+            return before, _redis_py.unread_bytes(reader)
+        finally:
+            await conn.disconnect()
+            await client.aclose()
+
+    before, unread = asyncio.run(asyncio.wait_for(probe(), 5))
+    assert before == (False, False, 0) and unread == len(b"+PONG\r\n")

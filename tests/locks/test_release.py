@@ -1,0 +1,68 @@
+"""What a release reports (issue 16): gone and taken told apart, a failed node named, an
+ambiguous retry logged as such, against real redis-server processes and both twins."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from locks import NotOwned
+
+NODE_TIMEOUT_MS = 50
+
+
+def test_a_release_tells_a_key_gone_from_a_key_taken(twin, cluster, name):
+    nodes, sync_clients = cluster
+    client = twin.client(nodes[0].port)
+    gone = twin.RedisLock(client, name, ttl_ms=5_000, timeout_ms=0)
+    twin(gone.acquire())
+    sync_clients[0].delete(name)
+    with pytest.raises(NotOwned, match="the key is gone"):
+        twin(gone.release())
+    taken = twin.RedisLock(client, name, ttl_ms=5_000, timeout_ms=0)
+    twin(taken.acquire())
+    sync_clients[0].set(name, "another token")
+    with pytest.raises(NotOwned, match="another holder took over"):
+        twin(taken.release())
+    assert sync_clients[0].get(name) == b"another token"
+
+
+def test_a_redlock_release_names_each_node_it_could_not_reach(twin, cluster, name, caplog):
+    nodes, sync_clients = cluster
+    clients = twin.clients([node.port for node in nodes])
+    lock = twin.Redlock(clients, name, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    twin(lock.acquire())
+    nodes[1].kill()
+    nodes[3].kill()
+    with caplog.at_level(logging.WARNING, logger="locks"):
+        twin(lock.release())
+    failed = [record.getMessage() for record in caplog.records if "failed on" in record.getMessage()]
+    assert len(failed) == 2, failed
+    assert f":{nodes[1].port} " in failed[0] and f":{nodes[3].port} " in failed[1], failed
+    assert all(sync_clients[i].get(name) is None for i in (0, 2, 4))
+
+
+def test_a_retry_after_a_timed_out_release_that_finds_the_key_gone_is_ambiguous(twin, cluster, name, caplog):
+    """The first attempt times out on a frozen node, which runs it once thawed; the retry then
+    finds the key gone: that is not an expiry, and must not be reported as one."""
+    nodes, sync_clients = cluster
+    client = twin.client(nodes[0].port, socket_timeout=0.5)
+    lock = twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=0)
+    twin(lock.acquire())
+    nodes[0].pause()
+    thaw = threading.Timer(0.7, nodes[0].resume)
+    thaw.start()
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="locks"):
+            twin(lock.release())
+        took = time.monotonic() - started
+    finally:
+        thaw.join()
+        nodes[0].resume()
+    assert any("ambiguous" in record.getMessage() for record in caplog.records), caplog.text
+    assert sync_clients[0].get(name) is None
+    assert took < 0.5 * 2 + 0.4, took  # the first attempt and one retry, each within the node timeout

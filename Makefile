@@ -1,4 +1,4 @@
-# Two commands matter: `make demo` and `make test`. Everything else is what they are made of.
+# Two commands matter: `make demo` and `make test` (`make check` is its fast lane). Everything else is what they are made of.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -6,7 +6,7 @@ REQS   := requirements.txt requirements-dev.txt requirements-peers.txt
 STAMP  := $(VENV)/.installed-$(shell cat $(REQS) | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
-.PHONY: demo test serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
+.PHONY: demo test check serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 # Then one hot SKU at the speed of its database: db, redis and redlock with each purchase alone in its
 # section and with up to 64 purchases sharing one (docs/batching.md).
@@ -27,6 +27,15 @@ test: venv system
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
 	$(BIN)/python -m pytest
+
+# The fast lane, while working: lint and the tests not marked slow or browser (no burst, no Chromium).
+check: venv system
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	@bash scripts/ensure-services.sh
+	$(MANAGE) preflight --no-nodes
+	$(MANAGE) collectstatic --noinput -v0
+	$(BIN)/python -m pytest -m "not slow and not browser" -q
 
 venv: $(STAMP)
 
@@ -51,7 +60,7 @@ services: venv system
 static: venv
 	$(MANAGE) collectstatic --noinput -v0
 
-# The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the backend from INVENTORY_BACKEND.
+# The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the strategy from INVENTORY_STRATEGY.
 serve: services migrate seed static
 	$(BIN)/gunicorn -c gunicorn.conf.py
 

@@ -3,7 +3,7 @@
 * :class:`Narrator`: one timestamped line per step, ``ok`` or ``FAIL``; a demo exits 0 only when
   every step held.
 * The demo product, reset before each run, and the critical section's parts as a purchase uses
-  them (``inventory.backends.section``): ``read_shelf``, then in one transaction
+  them (``inventory.strategies.section``): ``read_shelf``, then in one transaction
   ``checked_write`` (the storage check on or off), the customer's units and the order.
 """
 
@@ -18,10 +18,10 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
 from inventory.audit import audit
-from inventory.backends.contract import Shelf
-from inventory.backends.section import allocate, checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import reset_sale
+from inventory.strategies.contract import Shelf
+from inventory.strategies.section import allocate, checked_write, read_shelf
 from locks import Lease
 
 __all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]

@@ -2,7 +2,7 @@
 
 A purchase that got past the shelf's plain read queues here (:class:`inventory.combining.Combiner`,
 one per strategy and SKU). The leader takes the strategy's guard once, then takes up to ``BATCH``
-queued purchases (its own first), runs :func:`inventory.backends.batch.batch_section` (one read,
+queued purchases (its own first), runs :func:`inventory.strategies.batch.batch_section` (one read,
 each decided in queue order, one checked stock write, bulk orders and units, one commit),
 releases the guard, and hands each waiter its own answer. A conflict (the storage check refused
 the batch's write) re-runs the whole batch as the strategy allows one purchase to re-run; an
@@ -21,11 +21,11 @@ import weakref
 
 from django.db import IntegrityError, connection
 
-from .backends.base import Strategy
-from .backends.batch import Ask, BatchAttempt
-from .backends.contract import Grant, LockUnavailable, Outcome
 from .combining import Combiner, Ticket
 from .results import PurchaseResult, Timings, constraint_hit, result_of
+from .strategies.base import Strategy
+from .strategies.batch import Ask, BatchAttempt
+from .strategies.contract import Grant, LockUnavailable, Outcome
 
 _combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()

@@ -10,15 +10,15 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from .backends import STRATEGIES, strategy_class
+from .strategies import STRATEGIES, configured_name, strategy_class
 
 
 @checks.register(checks.Tags.compatibility)
-def check_inventory_backend(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+def check_inventory_strategy(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     config = settings.INVENTORY
     messages: list[checks.CheckMessage] = []
     try:
-        cls = strategy_class(config["BACKEND"])
+        cls = strategy_class(configured_name(config))
     except ImproperlyConfigured as exc:
         messages.append(
             checks.Error(

@@ -93,11 +93,11 @@ def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
 @dataclass(frozen=True)
 class BurstPanel:
     """What the load tests add to the dashboard: charts of the newest runs, and where the latest
-    report is and how to read its sentences back (the load tests know all three)."""
+    report file is (the load tests know both). The runs' sentences are the sale's own: each
+    ``BurstRun`` stores its sentence when it is recorded."""
 
     charts: Callable[[list[BurstRun]], dict]
     report_path: Callable[[], Path]
-    read_summary: Callable[[Path], dict | None]
 
 
 _panels: list[BurstPanel] = []
@@ -111,17 +111,16 @@ def show_bursts(panel: BurstPanel) -> None:
 
 
 def latest_report() -> dict | None:
-    """The report ``manage.py report`` wrote last: its per-strategy sentences, read from the file
-    itself (so they are the ones the linked page shows), and the command; None when there is none."""
-    if not _panels:
+    """The latest burst's sentences, stored with its runs when ``flashsale`` recorded them (the
+    report's words for each run), and whether a report file is there to link; None before any."""
+    started_at = BurstRun.objects.values_list("started_at", flat=True).first()
+    if started_at is None:
         return None
-    panel = _panels[0]
-    summary = panel.read_summary(panel.report_path())
-    if not isinstance(summary, dict) or not isinstance(summary.get("sentences"), list):
+    runs = BurstRun.objects.filter(started_at=started_at).exclude(sentence="").order_by("id")
+    said = [{"backend": run.backend, "sentence": run.sentence, "ok": run.invariants_ok} for run in runs]
+    if not said:
         return None
-    said = [s for s in summary["sentences"] if isinstance(s, dict) and isinstance(s.get("sentence"), str)]
-    command = summary.get("command")
-    return {"sentences": said, "command": command if isinstance(command, str) else ""}
+    return {"started_at": started_at, "sentences": said, "file": bool(_panels) and _panels[0].report_path().is_file()}
 
 
 def dashboard_report_view(request: HttpRequest) -> FileResponse:

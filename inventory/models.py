@@ -138,6 +138,9 @@ class BurstRun(models.Model):
     invariants_ok = models.BooleanField()
     # [[seconds since start, stock left, purchase requests sent], ...] sampled while the burst ran.
     timeline = models.JSONField(default=list)
+    sentence = models.TextField(
+        blank=True, default="", help_text="What the run showed, in the report's words (empty for runs stored before)."
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -16,8 +16,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from . import soldout
-from .backends.redis_stock import forget_sale
 from .models import Product
+from .strategies.redis_stock import forget_sale
 
 logger = logging.getLogger(__name__)
 

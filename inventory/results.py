@@ -1,7 +1,7 @@
 """What one purchase came to: its outcome, its counters, where its time went on the server.
 
 Shared by the purchase path (:mod:`inventory.services`) and the combined path
-(:mod:`inventory.batched`): an :class:`~inventory.backends.contract.Attempt` becomes a
+(:mod:`inventory.batched`): an :class:`~inventory.strategies.contract.SectionResult` becomes a
 :class:`PurchaseResult`, and a constraint that refused a section's writes becomes the answer
 the shopper gets.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError
 
-from .backends.base import Strategy
-from .backends.contract import Attempt, Grant, Outcome, Refusal
-from .backends.section import find_order
+from .strategies.base import Strategy
+from .strategies.contract import Grant, Outcome, Refusal, SectionResult
+from .strategies.section import find_order
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ IDEMPOTENCY_CONSTRAINT = "order_idempotency_key_once"
 
 def result_of(
     strategy: Strategy,
-    attempt: Attempt,
+    attempt: SectionResult,
     *,
     grant: Grant | None = None,
     conflicts: int = 0,
@@ -94,7 +94,7 @@ def constraint_hit(
     if constraint == IDEMPOTENCY_CONSTRAINT:
         # The same key's twin committed first (possible only without a guard): its order is the answer.
         replay = find_order(product_id=product_id, customer=customer, key=key)
-        return result_of(strategy, Attempt(order=replay), conflicts=conflicts, retries=retries, timings=timings)
+        return result_of(strategy, SectionResult(order=replay), conflicts=conflicts, retries=retries, timings=timings)
     if constraint not in CONSTRAINT_OUTCOMES:
         raise exc
     logger.warning(

@@ -3,7 +3,7 @@
 Plain keyword-only functions. ``purchase`` returns an outcome for the expected refusals (sold
 out, limit reached, busy, not on sale) and raises for bad input; any refusal leaves stock and
 orders as they were. The critical section and its rules live in
-:mod:`inventory.backends.section`; this module runs it under the configured strategy.
+:mod:`inventory.strategies.section`; this module runs it under the configured strategy.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from django.utils import timezone
 
 from . import soldout
 from .audit import AuditReport, audit
-from .backends import get_backend
-from .backends.base import Strategy
-from .backends.contract import Attempt, Grant, LockUnavailable, Outcome, Shelf
-from .backends.redis_stock import forget_sale
-from .backends.section import decide, find_order, shelf_for_sku
 from .batched import purchase_in_batch
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
 from .results import PurchaseResult, Timings, constraint_hit, result_of
+from .strategies import get_strategy
+from .strategies.base import Strategy
+from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
+from .strategies.redis_stock import forget_sale
+from .strategies.section import decide, find_order, shelf_for_sku
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +73,15 @@ def sale_state(product: Product, *, now=None) -> str:
     return "live"
 
 
-def _ms(since: float) -> float:
+def _elapsed_ms(since: float) -> float:
+    """Milliseconds since ``since`` (a ``time.perf_counter()`` reading)."""
     return (time.perf_counter() - since) * 1000
 
 
 def purchase(
-    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", backend: Strategy | None = None
+    *, sku: str, customer: str, quantity: int, idempotency_key: str = "", strategy: Strategy | None = None
 ) -> PurchaseResult:
-    """Buy ``quantity`` units of ``sku`` for ``customer`` under the configured strategy.
+    """Buy ``quantity`` units of ``sku`` for ``customer`` under ``strategy`` (default: the configured one).
 
     A refusal that the shelf already shows (not on sale, too few units) is answered from one
     plain read without the guard, which keeps thousands of late shoppers off the lock; it is
@@ -91,7 +92,7 @@ def purchase(
     customer gets the same confirmed order back, never a second one.
     """
     began = time.perf_counter()
-    strategy = backend or get_backend()
+    strategy = strategy or get_strategy()
     if not customer:
         raise InventoryError("a purchase needs a customer")
     if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):
@@ -100,7 +101,7 @@ def purchase(
     mark = soldout.look(sku, customer=customer, key=idempotency_key)
     if mark is not None and (mark.order_id or (mark.sold_out and not _past(mark.ends_at))):
         check_quantity(quantity, limit=mark.limit or MAX_QUANTITY)
-        timings.total_ms = _ms(began)
+        timings.total_ms = _elapsed_ms(began)
         if mark.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=mark.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
@@ -111,8 +112,8 @@ def purchase(
     replay = find_order(product_id=shelf.product_id, customer=customer, key=idempotency_key)
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
-        timings.total_ms = _ms(began)
-        result = result_of(strategy, Attempt(order=replay, refusal=refusal), timings=timings)
+        timings.total_ms = _elapsed_ms(began)
+        result = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
     if strategy.batch > 1:
         result = purchase_in_batch(
@@ -129,7 +130,7 @@ def purchase(
             key=idempotency_key,
             timings=timings,
         )
-    timings.total_ms = _ms(began)
+    timings.total_ms = _elapsed_ms(began)
     return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
 
 
@@ -147,9 +148,9 @@ def _alone(
                 strategy, grant, product_id=product_id, customer=customer, quantity=quantity, key=key, timings=timings
             )
         if strategy.guarded:
-            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _ms(granted)
+            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
     except LockUnavailable:
-        timings.lock_wait_ms = _ms(waiting)
+        timings.lock_wait_ms = _elapsed_ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
     return result
 
@@ -193,7 +194,7 @@ def run_section(
                 timings=timings,
             )
         finally:
-            timings.db_ms += _ms(started)
+            timings.db_ms += _elapsed_ms(started)
         if attempt.conflict is None:
             return result_of(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
         conflicts += 1
@@ -229,7 +230,7 @@ def reset_sale(*, sku: str, stock: int) -> Product:
     """Start the sale of ``sku`` over: ``stock`` units, no orders, fence back to 0.
 
     The fence may go back to 0 because the lock services' counters never do (and, if one was
-    restarted, a holder advances it past the row's fence: see ``backends/fenced.py``).
+    restarted, a holder advances it past the row's fence: see ``strategies/fenced.py``).
     """
     if isinstance(stock, bool) or not isinstance(stock, int) or stock < 0:
         raise InvalidQuantity("stock must be a whole number, 0 or more")

@@ -10,9 +10,9 @@ class LoadtestsConfig(AppConfig):
     def ready(self) -> None:
         from inventory.dashboard import BurstPanel, show_bursts
 
-        from .report import base, page, panel
+        from .report import base, panel
 
         def report_path():
             return base.LATEST_REPORT  # read at each request, so a test (or a later setting) can move it
 
-        show_bursts(BurstPanel(charts=panel.burst_charts, report_path=report_path, read_summary=page.read_summary))
+        show_bursts(BurstPanel(charts=panel.burst_charts, report_path=report_path))

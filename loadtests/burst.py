@@ -37,7 +37,7 @@ from inventory.services import reset_sale
 from processes.children import ChildError
 
 from .faultrun import FaultRun
-from .figures import merge, timeline
+from .figures import merge, timeline, with_floor_ratio
 from .judge import judge
 from .plan import (
     FLOOR,
@@ -53,6 +53,7 @@ from .pods import (
     read_json,
     write_json,
 )
+from .report.sentences import sentence
 
 
 def prepare_product(*, sku: str, stock: int) -> Product:
@@ -65,8 +66,15 @@ def prepare_product(*, sku: str, stock: int) -> Product:
     return reset_sale(sku=sku, stock=stock)
 
 
-def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], None] | None = None) -> dict:
-    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys).
+def run_row(
+    *,
+    backend: str,
+    plan: BurstPlan,
+    floor: dict | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> dict:
+    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys);
+    ``floor`` is this round's floor row, if one ran, for ``floor_ratio``.
 
     With ``plan.fault`` (not for the floor), the fault is injected into the row once a third of
     its purchases have been answered and recovered after its hold (:mod:`loadtests.faultrun`).
@@ -115,7 +123,12 @@ def run_row(*, backend: str, plan: BurstPlan, on_progress: Callable[[Progress], 
             peak_connections = sampler.stop()
         figures = row_figures(row, summaries, progress, faulted)
     row = record(
-        backend=backend, plan=plan, figures=figures, started_at=started_at, peak_db_connections=peak_connections
+        backend=backend,
+        plan=plan,
+        figures=figures,
+        started_at=started_at,
+        peak_db_connections=peak_connections,
+        floor=floor,
     )
     # Combining (BATCH): the size asked for, the sections run and the sizes they had.
     row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
@@ -185,8 +198,11 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
         time.sleep(min(SAMPLE_INTERVAL_S, progress.opens_in_s or SAMPLE_INTERVAL_S))
 
 
-def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None) -> dict:
-    """Audit the database (not for the floor), judge the invariants, store the BurstRun, return the row."""
+def record(
+    *, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None, floor: dict | None
+) -> dict:
+    """Audit the database (not for the floor), judge the invariants, store the BurstRun with the
+    report's sentence for it, return the row."""
     # The floor sells nothing: there is nothing to audit.
     report = None if backend == FLOOR else audit(sku=plan.sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
     busy = figures["busy"]
@@ -243,6 +259,7 @@ def record(*, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),
     }
+    with_floor_ratio(row, floor)
     if report is not None:
         store(row, plan=plan, figures=figures, started_at=started_at)
     return row
@@ -262,7 +279,9 @@ def sizing(plan: BurstPlan) -> dict:
 
 #: The run's figures a BurstRun keeps: its fields, but for those ``store`` fills in itself.
 STORED_FIGURES = [
-    field.name for field in BurstRun._meta.concrete_fields if field.name not in {"id", "started_at", "sku", "timeline"}
+    field.name
+    for field in BurstRun._meta.concrete_fields
+    if field.name not in {"id", "started_at", "sku", "timeline", "sentence"}
 ]
 
 
@@ -272,5 +291,6 @@ def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
         started_at=started_at,
         sku=plan.sku,
         timeline=figures["timeline"],
+        sentence=sentence(row),
         **{name: row[name] for name in STORED_FIGURES},
     )

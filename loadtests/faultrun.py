@@ -25,9 +25,9 @@ import psycopg
 from django.conf import settings
 
 from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
+from processes.needs import project_cluster, project_nodes
 from processes.nodes import NodeError, RedisNode
 from processes.replication import ReplicatedPair
-from processes.services import project_cluster, project_nodes
 
 from .figures import fault_phases, longest_gap, resumed_after
 

@@ -17,6 +17,8 @@ import math
 import statistics
 from collections import Counter
 
+from .plan import FLOOR
+
 #: ``Server-Timing`` metric name → the key under ``server_timing`` in the burst JSON.
 TIMING_KEYS = {
     "queue": "queue_wait_ms",
@@ -255,3 +257,10 @@ def median_run(runs: list[dict]) -> dict:
         repeats=len(runs),
     )
     return chosen
+
+
+def with_floor_ratio(run: dict, floor: dict | None) -> dict:
+    """``run`` with ``floor_ratio`` = its ``rps`` over the floor row's (left as it is for the floor itself)."""
+    if run["backend"] != FLOOR and floor and floor["rps"]:
+        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
+    return run

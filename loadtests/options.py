@@ -10,25 +10,25 @@ from pathlib import Path
 from django.core.management.base import CommandError
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES
-from inventory.backends import STRATEGIES, strategy_class
-from inventory.backends.fenced import FencedLockStrategy
+from inventory.strategies import STRATEGIES, strategy_class
+from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import SCENARIOS, BurstPlan, default_locust_processes
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
 
-def backend_names(*, scenario: str, backends: str) -> list[str]:
-    """The strategies --backends names (all: every one that is not a control), after checking --scenario."""
+def strategy_names(*, scenario: str, strategies: str) -> list[str]:
+    """The strategies --strategies names (all: every one that is not a control), after checking --scenario."""
     if scenario not in SCENARIOS:
         raise CommandError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
-    if backends.strip() == "all":
-        backends = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
-    names = [name.strip() for name in backends.split(",") if name.strip()]
+    if strategies.strip() == "all":
+        strategies = ",".join(name for name in STRATEGIES if not strategy_class(name).control)
+    names = [name.strip() for name in strategies.split(",") if name.strip()]
     unknown = [name for name in names if name not in STRATEGIES]
     if not names or unknown:
-        raise CommandError(f"unknown backend {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
+        raise CommandError(f"unknown strategy {', '.join(unknown) or '(none given)'}: use {', '.join(STRATEGIES)}")
     if len(set(names)) != len(names):
-        raise CommandError(f"--backends names a backend twice: {backends}")
+        raise CommandError(f"--strategies names a strategy twice: {strategies}")
     return names
 
 
@@ -118,7 +118,7 @@ def check_fault(
             fenced = [name for name in STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
             raise CommandError(
                 f"--unfenced switches off a lock strategy's fence; {', '.join(plain)} has none: "
-                f"use --backends from {','.join(fenced)}"
+                f"use --strategies from {','.join(fenced)}"
             )
     if fault is None:
         return
@@ -132,5 +132,5 @@ def check_fault(
     if wrong:
         raise CommandError(
             f"--fault {fault} does not apply to {', '.join(wrong)}: "
-            f"use --backends {','.join(sorted(FAULT_STRATEGIES[fault]))}"
+            f"use --strategies {','.join(sorted(FAULT_STRATEGIES[fault]))}"
         )

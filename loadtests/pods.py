@@ -15,7 +15,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
-from inventory.backends import strategy_class
+from inventory.strategies import strategy_class
 from processes.children import Child, free_port, stop_all, wait_until_answers
 
 from .plan import FLOOR, BurstError, BurstPlan
@@ -50,7 +50,11 @@ def server_environment(
     """One pod's environment: this process's services, the strategy, the sizing of its workers;
     ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off)."""
     inventory = settings.INVENTORY
-    env = {k: v for k, v in os.environ.items() if k not in {"ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"ALLOW_UNSAFE_STRATEGY", "ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}
+    }
     env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
     env["INVENTORY_BATCH"] = str(plan.batch)
     env.update(
@@ -64,7 +68,7 @@ def server_environment(
         LOCK_TTL_MS=str(inventory["LOCK_TTL_MS"]),
         ACQUIRE_TIMEOUT_MS=str(inventory["ACQUIRE_TIMEOUT_MS"]),
         # The floor touches no strategy; any valid one lets the shop start.
-        INVENTORY_BACKEND="db" if backend == FLOOR else backend,
+        INVENTORY_STRATEGY="db" if backend == FLOOR else backend,
         GUNICORN_BIND=f"127.0.0.1:{port}",
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),

@@ -99,9 +99,3 @@ def phase_lines(run: dict) -> list[str]:
             + ("" if gap is None else f", longest gap without a sale from 1 s after it {gap:.2f} s")
         )
     return lines
-
-
-def with_floor_ratio(run: dict, floor: dict | None) -> dict:
-    if run["backend"] != FLOOR and floor and floor["rps"]:
-        run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
-    return run

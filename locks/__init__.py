@@ -72,7 +72,7 @@ What is not guaranteed
   keys early. Redlock keeps mutual exclusion through such a jump only if the grant still has
   a majority without that node: a grant by exactly a majority (say 3 of 5, two nodes down or
   slow) loses its majority when one granting node jumps, and a second holder can be granted
-  while the first still holds a valid lease (tests/locks/test_faults.py shows it). The fences
+  while the first still holds a valid lease (tests/locks/test_lock_faults.py shows it). The fences
   still order the two (the second is larger), so the storage check refuses the first one's
   late write. The single node has no such margin. The client side uses the monotonic clock,
   so its own wall clock does not matter; rate drift beyond 1 % + 2 ms breaks the validity

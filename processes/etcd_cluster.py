@@ -180,7 +180,7 @@ class EtcdCluster:
     """Members on ``client_ports`` (peers on each port + ``peer_offset``), state under ``run_dir``.
 
     A :class:`~processes.protocol.Process`: ``description``, ``startable``, :meth:`running`,
-    :meth:`start`, :meth:`stop` (what an ``etcd`` need maps to, :mod:`processes.services`).
+    :meth:`start`, :meth:`stop` (what an ``etcd`` need maps to, :mod:`processes.needs`).
     """
 
     startable = True

@@ -31,7 +31,7 @@ class NodeError(RuntimeError):
 def ping_error(url: str, *, timeout_s: float = 1.0) -> redis.RedisError | None:
     """PING the Redis at ``url`` once, without retrying: None when it answered, else why it did not.
 
-    The one "does this Redis answer?" check: the private nodes, the strategies' services and
+    The one "does this Redis answer?" check: the private nodes, the processes the strategies need and
     ``preflight`` all ask it.
     """
     try:

@@ -32,7 +32,7 @@ class Restartable(Process, Protocol):
 P = TypeVar("P", bound=Process)
 
 
-class ServiceError(RuntimeError):
+class ProcessUnavailable(RuntimeError):
     """A process a strategy needs is down and cannot be started; the message says what to do."""
 
 

@@ -21,6 +21,11 @@ RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
 
 # Two small readers rather than django-environ: its bool() reads any unknown word as False, and a
 # typo in a setting should stop the process with the variable's name and what it accepts.
+def env_first(*names: str, default: str) -> str:
+    """The first of ``names`` set in the environment (a name, then its older aliases), else ``default``."""
+    return next((os.environ[name] for name in names if os.environ.get(name)), default)
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -168,13 +173,14 @@ if not DEVELOPMENT:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
-# The purchase strategy. INVENTORY_BACKEND is an alias (db, optimistic, redis, redlock, atomic, and
-# the controls local and unsafe) or a dotted path to a Strategy subclass; OPTIONS holds what the
-# strategies declare in their modules (``default_options``), as CACHES does per backend.
+# The purchase strategy. INVENTORY_STRATEGY (older name, still read: INVENTORY_BACKEND) is an alias
+# (db, optimistic, redis, redlock, etcd, atomic, redis-stock, and the controls local and unsafe) or a
+# dotted path to a Strategy subclass; OPTIONS holds what the strategies declare in their modules
+# (``default_options``), as CACHES does per backend.
 REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", ports.REDLOCK_BASE_PORT)
 REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
 INVENTORY = {
-    "BACKEND": os.environ.get("INVENTORY_BACKEND", "db"),
+    "STRATEGY": env_first("INVENTORY_STRATEGY", "INVENTORY_BACKEND", default="db"),
     "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
     "REDLOCK_URLS": [
         u.strip()
@@ -186,7 +192,7 @@ INVENTORY = {
     ],
     "LOCK_TTL_MS": env_int("LOCK_TTL_MS", 10_000),
     "ACQUIRE_TIMEOUT_MS": env_int("ACQUIRE_TIMEOUT_MS", 5_000),
-    "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_BACKEND", False),
+    "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_STRATEGY", env_bool("ALLOW_UNSAFE_BACKEND", False)),
     "ETCD_ENDPOINTS": [
         u.strip()
         for u in os.environ.get(

@@ -11,11 +11,11 @@ from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
-from inventory.backends.contract import Outcome
 from inventory.errors import InvalidQuantity, InventoryError, ProductNotFound
 from inventory.models import Product
 from inventory.results import PurchaseResult
 from inventory.services import MAX_QUANTITY, purchase, sale_state
+from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
 MAX_BODY_BYTES = 1024

@@ -8,9 +8,10 @@ import pytest
 import redis
 from django.conf import settings
 
-from inventory.backends import reset_backend
 from inventory.soldout_local import MARKS
-from processes.services import project_nodes
+from inventory.strategies import reset_strategy
+from processes.needs import project_nodes
+from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,7 @@ def redlock_nodes():
 @pytest.fixture(scope="session")
 def etcd_project_cluster():
     """The suite's etcd cluster (ETCD_ENDPOINTS: the slot's ports +126..+128), started if down."""
-    from processes.services import project_cluster
+    from processes.needs import project_cluster
 
     cluster = project_cluster()
     started = not cluster.running()
@@ -43,12 +44,9 @@ def fresh_redlock_nodes(redlock_nodes):
     redlock_nodes.reset()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def redis_client():
-    """The shop's Redis (database 9 of the machine's server), emptied before and after each test.
-
-    The database is rolled back between tests but Redis is not, and the shop keeps sold-out marks
-    and redis-stock counters there by sku: a test must not see the last one's."""
+    """The shop's Redis (database 9 of the machine's server), emptied before and after the test."""
     client = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
     client.flushdb()
     MARKS.drop_all(subscribed=True)  # the process's own sold-out marks too: a rolled-back test sends no message
@@ -58,9 +56,19 @@ def redis_client():
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def _sale_state_in_redis(request):
+    """A test on the database also gets the shop's Redis emptied: the database is rolled back
+    between tests but Redis is not, and the shop keeps sold-out marks and redis-stock counters
+    there by sku. A test with no database (the lock library, figures, the report, the docs) needs
+    no Redis and connects to none."""
+    if request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames):
+        request.getfixturevalue("redis_client")
+
+
 @pytest.fixture
-def use_backend(settings, request):
-    """``use_backend("redis")`` switches the configured backend for one test."""
+def use_strategy(settings, request):
+    """``use_strategy("redis")`` switches the configured backend for one test."""
 
     def switch(name: str, **overrides):
         if name == "redlock":
@@ -69,10 +77,24 @@ def use_backend(settings, request):
             request.getfixturevalue("redis_client")
         if name == "etcd":
             request.getfixturevalue("etcd_project_cluster")
-        settings.INVENTORY = {**settings.INVENTORY, "BACKEND": name, **overrides}
+        settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": name, **overrides}
 
     yield switch
-    reset_backend()
+    reset_strategy()
+
+
+@pytest.fixture(params=WORKING_STRATEGIES)
+def strategy(request, use_strategy) -> str:
+    """Each strategy that must work, configured for the test in turn."""
+    use_strategy(request.param)
+    return request.param
+
+
+@pytest.fixture(params=FENCED_STRATEGIES)
+def fenced_strategy(request, use_strategy) -> str:
+    """Each working strategy whose writes carry a fencing token, configured for the test in turn."""
+    use_strategy(request.param)
+    return request.param
 
 
 @pytest.fixture

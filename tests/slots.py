@@ -25,7 +25,7 @@ ETCD_COMMAND_BASE_PORT = PORT_BASE + 123  # tests/test_etcd_cluster_command.py: 
 ETCD_BASE_PORT = PORT_BASE + 126  # the shop's etcd cluster (tests/settings.py, tests/test_etcd_strategy.py)
 SIMULATE_FAILOVER_BASE_PORT = PORT_BASE + 300  # tests/test_simulate_failover.py: eight ports
 SIMULATE_CLOCK_JUMP_BASE_PORT = PORT_BASE + 310  # tests/test_simulate_clock_jump.py: five nodes
-FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_faults.py: five nodes, then a master + replica
+FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_fault_injectors.py: five nodes, then a master + replica
 REPLICATION_BASE_PORT = PORT_BASE + 330  # tests/test_replication.py: a master + replica, then a foreign node
 
 # (shop's single-lock Redis database, lock tests' database) on 127.0.0.1:6379, per slot.

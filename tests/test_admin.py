@@ -1,16 +1,21 @@
 """The staff side: product list with the invariant, restock/reset behind a confirmation and
-logged, orders filters, the dashboard and its charts, and the createstaff command."""
+logged, a change form that saves only what it edits, orders filters, the dashboard and its
+charts, and the createstaff command."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.db.models.signals import pre_save
 from django.utils import timezone
 
+from inventory.audit import audit
 from inventory.models import BurstRun, Order, Product
 from inventory.services import purchase
 from loadtests.report.svg import nice_ticks
@@ -251,3 +256,44 @@ class TestCreateStaff:
         with pytest.raises(CommandError, match="FLASHSALE_ADMIN_PASSWORD is not accepted"):
             call_command("createstaff", "--username", "admin")
         assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_form_saves_only_what_it_edits(admin_client, make_product, private_static_root):
+    """A purchase that commits while the change form is saved stays (before: stock moved back)."""
+    product = make_product(stock=5, limit=1)
+    url = f"/admin/inventory/product/{product.pk}/change/"
+    assert admin_client.get(url).status_code == 200
+
+    def purchase_meanwhile(sender, instance, **kwargs):
+        def buy():
+            try:
+                assert purchase(sku="phone-x", customer="meanwhile", quantity=1).confirmed
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=buy)
+        thread.start()
+        thread.join(10)
+
+    pre_save.connect(purchase_meanwhile, sender=Product)
+    try:
+        response = admin_client.post(
+            url,
+            {
+                "sku": "phone-x",
+                "name": "Renamed",
+                "price": "9.99",
+                "per_customer_limit": "1",
+                "sale_starts_at_0": "",
+                "sale_starts_at_1": "",
+                "sale_ends_at_0": "",
+                "sale_ends_at_1": "",
+            },
+        )
+    finally:
+        pre_save.disconnect(purchase_meanwhile, sender=Product)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    product.refresh_from_db()
+    assert (product.name, product.stock, product.version) == ("Renamed", 4, 1)
+    assert audit(sku="phone-x").ok

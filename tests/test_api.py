@@ -103,12 +103,12 @@ class TestPurchaseOutcomes:
         assert (response.status_code, response.json()["outcome"]) == (409, "not_on_sale")
         assert snapshot() == before
 
-    def test_busy_is_503_with_retry_after(self, client, make_product, use_backend):
+    def test_busy_is_503_with_retry_after(self, client, make_product, use_strategy):
         make_product(stock=5)
-        use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
-        from inventory.backends import get_backend
+        use_strategy("redis", ACQUIRE_TIMEOUT_MS=0)
+        from inventory.strategies import get_strategy
 
-        with get_backend().guard("phone-x"):
+        with get_strategy().guard("phone-x"):
             before = snapshot()
             response = post_json(client, {"quantity": 1})
         assert (response.status_code, response.json()["outcome"]) == (503, "busy")
@@ -312,6 +312,7 @@ def assert_valid_outcome_or_refusal(response, before, sent_quantity) -> None:
         assert_refused(response, before)
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(body=bodies)
 def test_property_json_bodies_of_any_shape(roomy_product, new_shopper, body):

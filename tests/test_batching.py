@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 
 from inventory import soldout
 from inventory.audit import audit
-from inventory.backends import get_backend, load_backend
-from inventory.backends.batch import Ask
-from inventory.backends.contract import NO_GRANT, Outcome
-from inventory.backends.redis_stock import forget_sale
-from inventory.backends.section import read_shelf
 from inventory.batched import combiners_of, run_batch
 from inventory.models import Allocation, Order, Product
 from inventory.results import Timings
 from inventory.services import purchase, reset_sale
+from inventory.strategies import get_strategy, load_strategy
+from inventory.strategies.batch import Ask
+from inventory.strategies.contract import NO_GRANT, Outcome
+from inventory.strategies.redis_stock import forget_sale
+from inventory.strategies.section import read_shelf
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]
@@ -85,7 +85,7 @@ def test_a_batch_decides_what_its_purchases_one_at_a_time_would(backend, history
     # atomic's single statement refuses past the limit before it looks at the window (both are
     # refusals; a purchase outside the window is answered by the plain read before any strategy runs).
     assume(backend != "atomic" or window == "open")
-    strategy = load_backend(backend)
+    strategy = load_strategy(backend)
     batch = [Ask(a.customer, min(a.quantity, limit), a.key) for a in batch]
 
     def scene():
@@ -116,7 +116,7 @@ def test_a_batch_decides_what_its_purchases_one_at_a_time_would(backend, history
 @pytest.mark.django_db
 def test_the_sale_window_edge_is_the_same_for_a_batch(make_product):
     """The end of the window is exclusive and its start inclusive, for every purchase of a batch."""
-    from inventory.backends.batch import decide_batch
+    from inventory.strategies.batch import decide_batch
 
     now = timezone.now()
     product = make_product("edge", stock=5, limit=5)
@@ -136,22 +136,22 @@ def test_the_sale_window_edge_is_the_same_for_a_batch(make_product):
 
 
 @pytest.mark.django_db
-def test_batch_1_bypasses_the_combiner(use_backend, make_product):
-    use_backend("db")
+def test_batch_1_bypasses_the_combiner(use_strategy, make_product):
+    use_strategy("db")
     make_product("solo", stock=3)
     result = purchase(sku="solo", customer="ann", quantity=1)
-    assert get_backend().batch == 1
+    assert get_strategy().batch == 1
     assert result.confirmed and result.timings.batch == 1 and result.timings.queue_wait_ms is None
-    assert combiners_of(get_backend()) == {}, "BATCH=1 made a queue"
+    assert combiners_of(get_strategy()) == {}, "BATCH=1 made a queue"
 
 
 @pytest.mark.django_db
-def test_a_bad_batch_option_is_refused(use_backend):
+def test_a_bad_batch_option_is_refused(use_strategy):
     from django.core.exceptions import ImproperlyConfigured
 
     for bad in (0, -3, "8", True):
         with pytest.raises(ImproperlyConfigured, match="INVENTORY_BATCH"):
-            load_backend("db", config={"OPTIONS": {"BATCH": bad}})
+            load_strategy("db", config={"OPTIONS": {"BATCH": bad}})
 
 
 REFUSE_BOB = """
@@ -174,7 +174,7 @@ def test_one_bad_purchase_never_fails_the_others(make_product):
     with connection.cursor() as cursor:
         cursor.execute(REFUSE_BOB)
     results = run_batch(
-        load_backend("db"),
+        load_strategy("db"),
         NO_GRANT,
         product_id=product.pk,
         asks=[Ask("ann", 1), Ask("bob", 1), Ask("cat", 2)],
@@ -191,9 +191,9 @@ BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stoc
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend", BATCHED)
-def test_threads_share_sections_and_never_oversell(backend, use_backend, make_product, settings):
+def test_threads_share_sections_and_never_oversell(backend, use_strategy, make_product, settings):
     """24 threads of one process buy 60 times for 30 customers (limit 1) from 20 units, BATCH=8."""
-    use_backend(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
     make_product("hot", stock=20)
     outcomes, sizes = Counter(), Counter()
     guard, start = threading.Lock(), threading.Barrier(24)

@@ -12,30 +12,30 @@ import pytest
 from django.db import connections
 
 from inventory.audit import audit
-from inventory.backends import get_backend, load_backend, reset_backend
-from inventory.backends.batch import Ask
-from inventory.backends.contract import Outcome
 from inventory.batched import run_batch
 from inventory.combining import Combiner
 from inventory.models import Order
 from inventory.results import Timings
 from inventory.services import purchase
+from inventory.strategies import get_strategy, load_strategy, reset_strategy
+from inventory.strategies.batch import Ask
+from inventory.strategies.contract import Outcome
 
 
 def buy_then_die(sku: str) -> None:
     """In a forked child: lead a batch, and die (SIGKILL) after its commit, before any answer."""
-    reset_backend()
+    reset_strategy()
     Combiner.answer = lambda self, ticket, answer: os.kill(os.getpid(), signal.SIGKILL)
     purchase(sku=sku, customer="ann", quantity=1, idempotency_key="retry-me")
     os._exit(3)  # not reached: the leader dies before it answers
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_leader_killed_after_its_commit_leaves_the_order_to_the_keyed_retry(use_backend, make_product, settings):
-    use_backend("redis", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+def test_a_leader_killed_after_its_commit_leaves_the_order_to_the_keyed_retry(use_strategy, make_product, settings):
+    use_strategy("redis", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
     make_product("kill", stock=3)
     connections.close_all()
-    reset_backend()
+    reset_strategy()
     child = multiprocessing.get_context("fork").Process(target=buy_then_die, args=("kill",))
     child.start()
     child.join(30)
@@ -51,13 +51,13 @@ def test_a_leader_killed_after_its_commit_leaves_the_order_to_the_keyed_retry(us
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("fenced", [True, False])
-def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_backend, make_product, settings):
+def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_strategy, make_product, settings):
     """Leader A holds the lock for a batch of three, reads, pauses past its lease; B's grant sells
     the two units; A's late write is refused whole (fenced) or lands and oversells (unfenced)."""
     options = {**settings.INVENTORY["OPTIONS"], "FENCED": fenced}
-    use_backend("redis", LOCK_TTL_MS=300, OPTIONS={**options, "BATCH": 4})
+    use_strategy("redis", LOCK_TTL_MS=300, OPTIONS={**options, "BATCH": 4})
     product = make_product("late", stock=2)
-    leader = get_backend()
+    leader = get_strategy()
     read, paused, resume = leader.read, threading.Event(), threading.Event()
 
     def pausing_read(product_id):
@@ -81,9 +81,9 @@ def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_backend, make_
     thread.start()
     assert paused.wait(5)
     time.sleep(0.5)  # past the 300 ms lease: the lock is free for B
-    other = load_backend("redis", config={**settings.INVENTORY, "OPTIONS": options})
+    other = load_strategy("redis", config={**settings.INVENTORY, "OPTIONS": options})
     for customer in ("b1", "b2"):
-        assert purchase(sku="late", customer=customer, quantity=1, backend=other).confirmed
+        assert purchase(sku="late", customer=customer, quantity=1, strategy=other).confirmed
     resume.set()
     thread.join(10)
     report = audit(sku="late")

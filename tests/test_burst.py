@@ -13,11 +13,12 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
+from loadtests.report.sentences import sentence
 
 pytestmark = pytest.mark.slow
 
 SKU = "flash-burst"
-#: Every key of a run in the burst JSON (INTERFACES.md), present on every row.
+#: Every key of a run in the burst JSON (docs/burst.md, "The burst JSON"), present on every row.
 RUN_KEYS = {
     "backend",
     "scenario",
@@ -113,6 +114,9 @@ def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
     assert all(stock >= 0 for _, stock, _, _ in db["timeline"])
     assert Order.objects.filter(product__sku=SKU).count() == 20
     assert list(BurstRun.objects.values_list("backend", flat=True)) == ["db"]  # the floor is not audited
+    stored = BurstRun.objects.get().sentence
+    assert stored == sentence(db) and stored.startswith("db: sold 20 of 20 units, none oversold;")
+    assert f"{db['floor_ratio']:.2f}× floor" in stored  # the floor ratio is known when the run is stored
     assert "db: 600/600 purchases sent" in printed
 
 
@@ -207,10 +211,10 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"backends": "db,mutex"}, "unknown backend mutex"),
-        ({"backends": "floor"}, "unknown backend floor"),
-        ({"backends": ""}, "unknown backend (none given)"),
-        ({"backends": "db,db"}, "names a backend twice"),
+        ({"backends": "db,mutex"}, "unknown strategy mutex"),
+        ({"backends": "floor"}, "unknown strategy floor"),
+        ({"backends": ""}, "unknown strategy (none given)"),
+        ({"backends": "db,db"}, "names a strategy twice"),
         ({"scenario": "burst"}, "--scenario 'burst'"),
         ({"requests": 0}, "--requests must be 1 or more"),
         ({"stock": -1}, "--stock must be 0 or more"),

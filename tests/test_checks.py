@@ -1,72 +1,86 @@
-"""System checks for dangerous inventory configurations (``manage.py check``)."""
+"""System checks for dangerous inventory configurations (``manage.py check``), and every strategy's
+self-description."""
 
 from __future__ import annotations
 
 import pytest
 from django.core import checks
 
-from inventory.backends import STRATEGIES, strategy_class
-from inventory.checks import check_inventory_backend
+from inventory.checks import check_inventory_strategy
+from inventory.strategies import STRATEGIES, load_strategy, strategy_class
+from tests.helpers import WORKING_STRATEGIES
 
 CONTROLS = [name for name in STRATEGIES if strategy_class(name).control]
 
 
 def ids(settings, **overrides) -> list[str]:
     settings.INVENTORY = {**settings.INVENTORY, **overrides}
-    return [(m.id, m.level) for m in check_inventory_backend()]
+    return [(m.id, m.level) for m in check_inventory_strategy()]
 
 
 def urls(n: int) -> list[str]:
     return [f"redis://127.0.0.1:{7000 + i}/0" for i in range(n)]
 
 
-@pytest.mark.parametrize("backend", [name for name in STRATEGIES if name not in CONTROLS])
+@pytest.mark.parametrize("backend", WORKING_STRATEGIES)
 def test_safe_backends_pass(settings, backend):
-    assert ids(settings, BACKEND=backend) == []
+    assert ids(settings, STRATEGY=backend) == []
 
 
 @pytest.mark.parametrize("backend", CONTROLS)
 def test_controls_are_a_warning(settings, backend):
     assert set(CONTROLS) == {"unsafe", "local"}
-    assert ids(settings, BACKEND=backend) == [("inventory.W001", checks.WARNING)]
+    assert ids(settings, STRATEGY=backend) == [("inventory.W001", checks.WARNING)]
 
 
 def test_an_option_no_strategy_reads_is_a_warning(settings):
-    assert ids(settings, BACKEND="db", OPTIONS={"FENCED": True, "FENCD": False}) == [("inventory.W003", checks.WARNING)]
+    assert ids(settings, STRATEGY="db", OPTIONS={"FENCED": True, "FENCD": False}) == [
+        ("inventory.W003", checks.WARNING)
+    ]
 
 
 @pytest.mark.parametrize("nodes", [0, 1, 2])
 def test_redlock_with_fewer_than_three_nodes_is_an_error(settings, nodes):
-    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.E002", checks.ERROR)]
+    assert ids(settings, STRATEGY="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.E002", checks.ERROR)]
 
 
 @pytest.mark.parametrize("nodes", [4, 6])
 def test_redlock_with_an_even_number_of_nodes_is_a_warning(settings, nodes):
-    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.W002", checks.WARNING)]
+    assert ids(settings, STRATEGY="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.W002", checks.WARNING)]
 
 
 @pytest.mark.parametrize("nodes", [3, 5, 7])
 def test_redlock_with_an_odd_number_of_three_or_more_passes(settings, nodes):
-    assert ids(settings, BACKEND="redlock", REDLOCK_URLS=urls(nodes)) == []
+    assert ids(settings, STRATEGY="redlock", REDLOCK_URLS=urls(nodes)) == []
 
 
 def test_unknown_backend_is_an_error(settings):
-    assert ids(settings, BACKEND="postgres") == [("inventory.E001", checks.ERROR)]
+    assert ids(settings, STRATEGY="postgres") == [("inventory.E001", checks.ERROR)]
 
 
 def test_dotted_path_is_accepted(settings):
-    assert ids(settings, BACKEND="inventory.backends.db.RowLockStrategy") == []
+    assert ids(settings, STRATEGY="inventory.strategies.db.RowLockStrategy") == []
 
 
 def test_dotted_path_that_does_not_import_is_an_error(settings):
-    assert ids(settings, BACKEND="inventory.backends.db.Nowhere") == [("inventory.E001", checks.ERROR)]
+    assert ids(settings, STRATEGY="inventory.strategies.db.Nowhere") == [("inventory.E001", checks.ERROR)]
 
 
 @pytest.mark.parametrize("overrides", [{"LOCK_TTL_MS": 0}, {"ACQUIRE_TIMEOUT_MS": -1}])
 def test_bad_timings_are_an_error(settings, overrides):
-    assert ids(settings, BACKEND="db", **overrides) == [("inventory.E003", checks.ERROR)]
+    assert ids(settings, STRATEGY="db", **overrides) == [("inventory.E003", checks.ERROR)]
 
 
 def test_registered_with_django(settings):
-    settings.INVENTORY = {**settings.INVENTORY, "BACKEND": "redlock", "REDLOCK_URLS": urls(2)}
+    settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": "redlock", "REDLOCK_URLS": urls(2)}
     assert "inventory.E002" in [m.id for m in checks.run_checks()]
+
+
+def test_every_strategy_describes_itself(settings):
+    for name in STRATEGIES:
+        cls = strategy_class(name)
+        assert cls.name == name and cls.guard_label and cls.check_label
+        assert isinstance(cls.needs(settings.INVENTORY), list)
+        assert isinstance(cls.server_env(settings.INVENTORY), dict)
+        if not cls.control:
+            assert load_strategy(name).name == name

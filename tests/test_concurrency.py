@@ -14,8 +14,8 @@ import pytest
 from django.db import connections
 
 from inventory.audit import audit
-from inventory.backends import STRATEGIES, reset_backend, strategy_class
 from inventory.services import purchase
+from inventory.strategies import reset_strategy
 
 PROCESSES = 4
 THREADS = 6
@@ -25,7 +25,7 @@ STOCK = 25
 
 def buy_in_threads(process_index: int) -> dict[str, int]:
     """Runs in a forked child: THREADS threads, each buying for its customers (twice each)."""
-    reset_backend()  # the parent's Redis connections must not be shared across the fork
+    reset_strategy()  # the parent's Redis connections must not be shared across the fork
     outcomes: Counter[str] = Counter()
     guard = threading.Lock()
     start = threading.Barrier(THREADS)
@@ -56,7 +56,7 @@ def buy_in_threads(process_index: int) -> dict[str, int]:
 def run_shoppers() -> Counter[str]:
     """Fork PROCESSES children that buy at once; the outcomes of every attempt, added up."""
     connections.close_all()  # a forked child must not share the parent's database socket
-    reset_backend()
+    reset_strategy()
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
         per_process = pool.map(buy_in_threads, range(PROCESSES))
     return sum((Counter(c) for c in per_process), Counter())
@@ -67,9 +67,7 @@ OUTCOMES = {"confirmed", "sold_out", "limit_reached", "busy"}
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("backend", [name for name in STRATEGIES if not strategy_class(name).control])
-def test_processes_and_threads_never_oversell(backend, use_backend, make_product):
-    use_backend(backend)
+def test_processes_and_threads_never_oversell(strategy, make_product):
     make_product("hot", stock=STOCK)
     outcomes = run_shoppers()
     attempts = PROCESSES * THREADS * CUSTOMERS_PER_THREAD * 2
@@ -77,7 +75,7 @@ def test_processes_and_threads_never_oversell(backend, use_backend, make_product
     assert outcomes["confirmed"] == STOCK
     assert set(outcomes) <= OUTCOMES | {"conflicts", "constraint_hits"}
     assert outcomes["constraint_hits"] == 0
-    if backend != "optimistic":
+    if strategy != "optimistic":
         assert outcomes["conflicts"] == 0, "a working guard leaves the storage check nothing to refuse"
 
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
@@ -90,11 +88,11 @@ def test_processes_and_threads_never_oversell(backend, use_backend, make_product
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("control", ["unsafe", "local"])
-def test_the_audit_catches_the_controls_oversell(use_backend, make_product, control):
+def test_the_audit_catches_the_controls_oversell(use_strategy, make_product, control):
     """The control experiments: with no guard and no check, or a guard that each process holds
     alone, the same load oversells, and the audit says so. Three rounds at most: an overlap of
     two sections in different processes is likely under this load, not certain."""
-    use_backend(control, ALLOW_UNSAFE=True)
+    use_strategy(control, ALLOW_UNSAFE=True)
     for _ in range(3):
         make_product("hot", stock=STOCK) if not audit_exists() else reset_hot()
         outcomes = run_shoppers()
@@ -119,9 +117,9 @@ def reset_hot() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_local_is_safe_within_one_process(use_backend, make_product):
+def test_local_is_safe_within_one_process(use_strategy, make_product):
     """What a monolith relies on: one process, many threads, the process lock serialises them."""
-    use_backend("local", ALLOW_UNSAFE=True)
+    use_strategy("local", ALLOW_UNSAFE=True)
     make_product("hot", stock=STOCK)
     outcomes = Counter(buy_in_threads(0))
     assert outcomes["confirmed"] == STOCK

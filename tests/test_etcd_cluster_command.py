@@ -22,6 +22,7 @@ def etcd_settings(settings, tmp_path):
     EtcdCluster.from_endpoints(ENDPOINTS, run_dir=tmp_path / "etcd").stop()
 
 
+@pytest.mark.slow
 def test_start_status_stop(etcd_settings, tmp_path):
     with pytest.raises(CommandError, match="3 of 3 etcd members are not healthy: run `python manage.py etcd_cluster"):
         call_command("etcd_cluster", "status", stdout=StringIO())

@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.db import connection
 
 from inventory.audit import audit
-from inventory.backends.etcd import EtcdLockStrategy
 from inventory.models import Order, Product
 from inventory.services import purchase
-from processes.services import processes_for, project_cluster
+from inventory.strategies.etcd import EtcdLockStrategy
+from processes.needs import processes_for, project_cluster
 from tests import slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +46,7 @@ def config(settings, etcd_cluster):
 
 
 def test_the_strategy_describes_its_cluster(config, etcd_cluster):
-    [service] = processes_for(EtcdLockStrategy.services(config))
+    [service] = processes_for(EtcdLockStrategy.needs(config))
     assert service.endpoints == ENDPOINTS and service.startable and service.running()
     assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
     assert EtcdLockStrategy.checks(config) == []
@@ -62,7 +62,7 @@ def test_threads_buying_at_once_sell_exactly_the_stock(config, make_product):
     def shopper(index: int) -> None:
         try:
             for k in range(4):
-                result = purchase(sku="hot", customer=f"t{index}-c{k}", quantity=1, backend=strategy)
+                result = purchase(sku="hot", customer=f"t{index}-c{k}", quantity=1, strategy=strategy)
                 with guard:
                     outcomes[result.outcome.value] += 1
                     outcomes["conflicts"] += result.conflicts
@@ -97,6 +97,7 @@ class FreezingAfterRead(EtcdLockStrategy):
         return shelf
 
 
+@pytest.mark.slow
 def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_product):
     make_product(stock=1)
     holder = FreezingAfterRead(config=config)
@@ -105,7 +106,7 @@ def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_produc
 
     def shopper_a():
         try:
-            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, backend=holder)
+            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, strategy=holder)
         finally:
             connection.close()
 
@@ -114,7 +115,7 @@ def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_produc
     assert holder.paused.wait(5)
     other = EtcdLockStrategy(config=config)
     started = time.monotonic()
-    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, backend=other)
+    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     waited = time.monotonic() - started
     thread.join(10)
     holder.close()
@@ -128,17 +129,18 @@ def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_produc
 def test_majority_down_answers_busy_within_the_timeout_and_changes_nothing(config, etcd_cluster, make_product):
     make_product(stock=5)
     strategy = EtcdLockStrategy(config=config)
-    assert purchase(sku="phone-x", customer="warm", quantity=1, backend=strategy).confirmed
+    assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
     etcd_cluster[0].kill()
     etcd_cluster[2].kill()
     started = time.monotonic()
-    result = purchase(sku="phone-x", customer="late", quantity=1, backend=strategy)
+    result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
     strategy.close()
     assert result.outcome.value == "busy"
     assert time.monotonic() - started < config["ACQUIRE_TIMEOUT_MS"] / 1000
     assert Product.objects.get(sku="phone-x").stock == 4 and Order.objects.count() == 1
 
 
+@pytest.mark.slow
 def test_simulate_pause_with_etcd_holds_every_step(config, settings):
     settings.INVENTORY = config
     out = StringIO()

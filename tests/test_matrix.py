@@ -15,12 +15,12 @@ import pytest
 from django.db import connection, transaction
 
 from inventory.audit import audit
-from inventory.backends import load_backend
-from inventory.backends.redis import RedisLockStrategy
-from inventory.backends.redlock import RedlockStrategy
-from inventory.backends.section import checked_write, read_shelf
 from inventory.models import Order, Product
 from inventory.services import purchase
+from inventory.strategies import load_strategy
+from inventory.strategies.redis import RedisLockStrategy
+from inventory.strategies.redlock import RedlockStrategy
+from inventory.strategies.section import checked_write, read_shelf
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -171,14 +171,14 @@ class PausingRedlock(PausingAfterRead, RedlockStrategy):
 
 @pytest.mark.parametrize("lock", ["redis", "redlock"])
 @pytest.mark.parametrize("fenced", [True, False])
-def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_backend, make_product):
+def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_strategy, make_product):
     """The guard with and without the storage check, when the guard fails (Kleppmann 2016).
 
     A takes the lock (TTL 300 ms), reads stock 1 and pauses for 600 ms; B takes the expired lock,
     buys the unit and commits; A wakes and writes. Unfenced, A's write lands: two orders for one
     unit. Fenced, A is refused and told busy.
     """
-    use_backend(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=2000, OPTIONS={"FENCED": fenced})
+    use_strategy(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=2000, OPTIONS={"FENCED": fenced})
     make_product(stock=1)
     config = settings.INVENTORY
     holder = (PausingRedis if lock == "redis" else PausingRedlock)(config=config)
@@ -187,15 +187,15 @@ def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_backend
 
     def shopper_a():
         try:
-            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, backend=holder)
+            results["a"] = purchase(sku="phone-x", customer="a", quantity=1, strategy=holder)
         finally:
             connection.close()
 
     thread = threading.Thread(target=shopper_a)
     thread.start()
     assert holder.paused.wait(5)
-    other = load_backend(lock, config=config)
-    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, backend=other)
+    other = load_strategy(lock, config=config)
+    results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     thread.join(10)
     holder.close()
     other.close()
@@ -211,11 +211,11 @@ def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_backend
         assert not report.ok
 
 
-def test_optimistic_conflicts_are_retried_and_counted(actors, use_backend, make_product):
+def test_optimistic_conflicts_are_retried_and_counted(actors, use_strategy, make_product):
     """No guard: a section whose read went stale is refused by the version check and runs again."""
-    use_backend("optimistic")
+    use_strategy("optimistic")
     make_product(stock=5, limit=1)
-    strategy = load_backend("optimistic")
+    strategy = load_strategy("optimistic")
     original_read = strategy.read
     interfered = []
 
@@ -226,7 +226,7 @@ def test_optimistic_conflicts_are_retried_and_counted(actors, use_backend, make_
         return shelf
 
     strategy.read = read_then_someone_buys
-    result = purchase(sku="phone-x", customer="me", quantity=1, backend=strategy)
+    result = purchase(sku="phone-x", customer="me", quantity=1, strategy=strategy)
     assert result.confirmed and (result.conflicts, result.retries) == (1, 1)
     assert interfered[0].confirmed
     assert Product.objects.get(sku="phone-x").stock == 3
@@ -235,12 +235,12 @@ def test_optimistic_conflicts_are_retried_and_counted(actors, use_backend, make_
 
 @pytest.mark.parametrize("lock", ["redis", "redlock"])
 def test_a_holder_recovers_when_the_lock_service_forgot_its_counter(
-    lock, use_backend, make_product, redis_client, fresh_redlock_nodes
+    lock, use_strategy, make_product, redis_client, fresh_redlock_nodes
 ):
     """After a restart the counter starts over while the row remembers a high fence: the holder
     raises the counter past it under its lock and writes on its second try (before: 503s until
     the counter caught up, one burned token per attempt)."""
-    use_backend(lock)
+    use_strategy(lock)
     product = make_product(stock=5)
     Product.objects.filter(pk=product.pk).update(fence=1_000_000)
     first = purchase(sku="phone-x", customer="a", quantity=1)

@@ -9,47 +9,37 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from inventory.audit import audit
-from inventory.backends import STRATEGIES, load_backend, strategy_class
-from inventory.backends.contract import Outcome
-from inventory.backends.section import checked_write, read_shelf
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
-from tests.helpers import snapshot
-
-# Every strategy that must work (the controls are tested for failing in test_matrix.py).
-BACKENDS = [name for name in STRATEGIES if not strategy_class(name).control]
-FENCED = ["redis", "redlock", "etcd"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, use_backend):
-    use_backend(request.param)
-    return request.param
+from inventory.strategies import load_strategy
+from inventory.strategies.contract import Outcome
+from inventory.strategies.section import checked_write, read_shelf
+from tests.helpers import FENCED_STRATEGIES, snapshot
 
 
 @pytest.mark.django_db(transaction=True)
 class TestOutcomes:
-    def test_confirmed_takes_stock_and_records_the_order(self, backend, make_product):
+    def test_confirmed_takes_stock_and_records_the_order(self, strategy, make_product):
         make_product(stock=3, limit=2)
         result = purchase(sku="phone-x", customer="alice", quantity=2)
         assert result.outcome is Outcome.CONFIRMED
         order = Order.objects.get(pk=result.order_id)
-        assert (order.customer, order.quantity, order.backend) == ("alice", 2, backend)
+        assert (order.customer, order.quantity, order.backend) == ("alice", 2, strategy)
         assert Product.objects.get(sku="phone-x").stock == 1
-        if backend in FENCED:
+        if strategy in FENCED_STRATEGIES:
             assert order.fence == Product.objects.get(sku="phone-x").fence > 0
         else:
             assert order.fence is None
 
-    def test_second_order_of_a_customer_is_refused(self, backend, make_product):
+    def test_second_order_of_a_customer_is_refused(self, strategy, make_product):
         make_product(stock=5)
         assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.LIMIT_REACHED
         assert snapshot("phone-x") == before
 
-    def test_sold_out_when_stock_is_short(self, backend, make_product):
+    def test_sold_out_when_stock_is_short(self, strategy, make_product):
         make_product(stock=1, limit=2)
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="bob", quantity=2).outcome is Outcome.SOLD_OUT
@@ -58,9 +48,7 @@ class TestOutcomes:
         assert purchase(sku="phone-x", customer="carol", quantity=1).outcome is Outcome.SOLD_OUT
         assert snapshot("phone-x")[0] == 0
 
-    def test_fence_increases_with_every_grant(self, backend, make_product):
-        if backend not in FENCED:
-            pytest.skip(f"{backend} takes no fencing token")
+    def test_fence_increases_with_every_grant(self, fenced_strategy, make_product):
         make_product(stock=5)
         fences = [purchase(sku="phone-x", customer=f"c{i}", quantity=1).fence for i in range(5)]
         assert fences == sorted(fences) and len(set(fences)) == 5
@@ -130,40 +118,40 @@ class TestStockAdministration:
         assert audit(sku="phone-x", told_sold_out=0).ok
 
 
-class TestBackendLoading:
+class TestStrategyLoading:
     def test_unknown_alias(self, settings):
         with pytest.raises(ImproperlyConfigured, match="not a strategy"):
-            load_backend("memcached")
+            load_strategy("memcached")
 
     def test_unimportable_path_chains_the_cause(self, settings):
         with pytest.raises(ImproperlyConfigured) as info:
-            load_backend("inventory.backends.nowhere.Backend")
+            load_strategy("inventory.strategies.nowhere.Backend")
         assert isinstance(info.value.__cause__, ImportError)
 
     def test_not_a_backend_class(self, settings):
         with pytest.raises(ImproperlyConfigured, match="not a Strategy subclass"):
-            load_backend("inventory.models.Product")
+            load_strategy("inventory.models.Product")
 
     @pytest.mark.parametrize("control", ["unsafe", "local"])
     def test_controls_are_refused_unless_allowed(self, settings, control):
-        with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_BACKEND=1"):
-            load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": False})
-        assert load_backend(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
+        with pytest.raises(ImproperlyConfigured, match="ALLOW_UNSAFE_STRATEGY=1"):
+            load_strategy(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": False})
+        assert load_strategy(control, config={**settings.INVENTORY, "ALLOW_UNSAFE": True}).name == control
 
     def test_dotted_path(self, settings):
-        assert load_backend("inventory.backends.db.RowLockStrategy").name == "db"
+        assert load_strategy("inventory.strategies.db.RowLockStrategy").name == "db"
 
     def test_options_come_from_the_strategy_module_with_settings_over_them(self, settings):
         config = {**settings.INVENTORY, "OPTIONS": {"FENCED": False}}
-        assert load_backend("redis", config=config).fenced is False
-        assert load_backend("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
-        assert load_backend("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
+        assert load_strategy("redis", config=config).fenced is False
+        assert load_strategy("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
+        assert load_strategy("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
 
 
 @pytest.mark.django_db(transaction=True)
 class TestRedlockNodeFailures:
-    def test_two_dead_nodes_of_five_still_sell(self, use_backend, fresh_redlock_nodes, make_product):
-        use_backend("redlock")
+    def test_two_dead_nodes_of_five_still_sell(self, use_strategy, fresh_redlock_nodes, make_product):
+        use_strategy("redlock")
         make_product(stock=3)
         fresh_redlock_nodes[0].kill()
         fresh_redlock_nodes[3].kill()
@@ -171,9 +159,9 @@ class TestRedlockNodeFailures:
         assert Product.objects.get(sku="phone-x").stock == 2
 
     def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(
-        self, use_backend, fresh_redlock_nodes, make_product
+        self, use_strategy, fresh_redlock_nodes, make_product
     ):
-        use_backend("redlock")
+        use_strategy("redlock")
         make_product(stock=3)
         for index in (0, 2, 4):
             fresh_redlock_nodes[index].kill()
@@ -185,8 +173,8 @@ class TestRedlockNodeFailures:
         assert elapsed < 1.0, "no quorum is known at once; waiting the acquire timeout would not help"
         assert snapshot("phone-x") == before
 
-    def test_redis_down_answers_busy(self, use_backend, make_product):
-        use_backend("redis", REDIS_URL="redis://127.0.0.1:6/0")  # nothing listens on port 6
+    def test_redis_down_answers_busy(self, use_strategy, make_product):
+        use_strategy("redis", REDIS_URL="redis://127.0.0.1:6/0")  # nothing listens on port 6
         make_product(stock=3)
         before = snapshot("phone-x")
         assert purchase(sku="phone-x", customer="alice", quantity=1).outcome is Outcome.BUSY

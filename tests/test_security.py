@@ -33,6 +33,7 @@ def production_env(**extra) -> dict:
     return {"FLASHSALE_ENV": "production", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50), **extra}
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_with_production_settings():
     result = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **production_env())
     assert result.returncode == 0, result.stdout + result.stderr
@@ -45,11 +46,13 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 
 
+@pytest.mark.slow
 def test_check_deploy_flags_a_weak_secret_key():
     result = run(["manage.py", "check", "--deploy"], **production_env(DJANGO_SECRET_KEY="short"))
     assert "security.W009" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_debug_is_off_under_gunicorn_even_in_development():
     code = (
         "import runpy, os; runpy.run_path('gunicorn.conf.py');"
@@ -60,6 +63,7 @@ def test_debug_is_off_under_gunicorn_even_in_development():
     assert "DEBUG False" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_static_files_served_by_whitenoise_with_debug_off(tmp_path, settings, make_product):
     """What gunicorn does with DEBUG=0: hashed names from the manifest, files from STATIC_ROOT."""

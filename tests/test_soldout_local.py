@@ -12,10 +12,10 @@ from django.conf import settings
 from django.db import connections
 
 from inventory import soldout
-from inventory.backends import reset_backend
-from inventory.backends.contract import Outcome
 from inventory.services import purchase, restock
 from inventory.soldout_local import LISTENER_NAME, MARKS
+from inventory.strategies import reset_strategy
+from inventory.strategies.contract import Outcome
 
 
 def sell_out(make_product):
@@ -35,8 +35,8 @@ def redis_unreachable(monkeypatch):
 
 
 @pytest.mark.django_db
-def test_sold_out_and_keyed_retries_are_answered_without_a_round_trip(use_backend, make_product, request):
-    use_backend("db")
+def test_sold_out_and_keyed_retries_are_answered_without_a_round_trip(use_strategy, make_product, request):
+    use_strategy("db")
     first = sell_out(make_product)
     request.getfixturevalue("redis_unreachable")
     assert soldout.look("phone-x").local
@@ -48,8 +48,8 @@ def test_sold_out_and_keyed_retries_are_answered_without_a_round_trip(use_backen
 
 
 @pytest.mark.django_db
-def test_a_broken_listener_connection_drops_every_mark(use_backend, make_product, redis_client):
-    use_backend("db")
+def test_a_broken_listener_connection_drops_every_mark(use_strategy, make_product, redis_client):
+    use_strategy("db")
     sell_out(make_product)
     url = settings.INVENTORY["REDIS_URL"]
     mine = [c for c in redis_client.client_list() if c["name"] == f"{LISTENER_NAME}-{os.getpid()}"]
@@ -69,15 +69,15 @@ def test_a_broken_listener_connection_drops_every_mark(use_backend, make_product
 
 def restock_elsewhere(sku: str, queue) -> None:
     """In a forked child (another process): restock, and say when it committed."""
-    reset_backend()
+    reset_strategy()
     connections.close_all()
     restock(sku=sku, quantity=2)
     queue.put(time.time())
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_restock_in_another_process_ends_sold_out_here(use_backend, make_product):
-    use_backend("db")
+def test_a_restock_in_another_process_ends_sold_out_here(use_strategy, make_product):
+    use_strategy("db")
     sell_out(make_product)
     connections.close_all()
     context = multiprocessing.get_context("fork")

@@ -128,13 +128,13 @@ class TestBuyOutcomes:
         assert "Not on sale" in html and says in html
         assert snapshot() == before
 
-    def test_busy_page_offers_a_retry_and_says_when(self, shopper, make_product, use_backend, redis_client):
+    def test_busy_page_offers_a_retry_and_says_when(self, shopper, make_product, use_strategy, redis_client):
         make_product(stock=5)
-        use_backend("redis", ACQUIRE_TIMEOUT_MS=0)
+        use_strategy("redis", ACQUIRE_TIMEOUT_MS=0)
         # Someone else holds the product's lock, so this purchase cannot get it in time.
-        from inventory.backends import get_backend
+        from inventory.strategies import get_strategy
 
-        backend = get_backend()
+        backend = get_strategy()
         with backend.guard("phone-x"):
             before = snapshot()
             response = buy(shopper)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 #: Where ``make demo`` and ``manage.py report`` write the report; the admin dashboard links it.
@@ -21,9 +20,6 @@ CONTROLS = {"local", "unsafe"}
 
 
 MISSING = "–"
-
-
-SUMMARY = re.compile(r'<script type="application/json" id="report-summary">(.*?)</script>', re.S)
 
 
 class ReportError(ValueError):

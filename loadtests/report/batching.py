@@ -7,8 +7,10 @@ one strategy in the same document, never written by hand.
 
 from __future__ import annotations
 
+from django.utils.html import escape as esc
+
 from .base import count, figure, ms, ratio, timing
-from .views import View, esc
+from .views import View
 
 HEAD = ["strategy", "BATCH", "purchases/s", "sections/s", "purchases per section", "batch p50", "p99 ms", "× alone"]
 

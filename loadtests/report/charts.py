@@ -1,23 +1,43 @@
-"""The report's SVG figures: the floor chart, timelines, rates, histograms and the time split."""
+"""The report's figures: the floor chart, timelines, rates, histograms and the time split.
+
+Each function returns a :class:`Figure` (or None when the run has nothing to draw and nothing to
+say): its caption, the inline SVG drawn by :mod:`.svg` (which escapes every text it draws), or
+the sentence shown instead of a chart. ``templates/report/figure.html`` lays it out.
+"""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+
+from django.utils.safestring import SafeString, mark_safe
 
 from . import svg
 from .base import count, figure, ms, number, ratio, timing
 from .sentences import phases
-from .views import View, cell, esc
+from .views import View, cell
 
 
-def floor_chart(shown: list[View]) -> str:
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the page: a chart, or the sentence that says why there is none."""
+
+    caption: str
+    chart: SafeString | None = None
+    note: str = ""
+    instead: str = ""
+    #: (upper bound ms, count) rows shown in a table under a histogram.
+    buckets: tuple[tuple[str, str], ...] = ()
+
+
+def floor_chart(shown: list[View]) -> Figure | None:
     bars = [
         (v.label, figure(v.run, "floor_ratio"), v.colour)
         for v in shown
         if v.name != "floor" and figure(v.run, "floor_ratio") is not None
     ]
     if not bars:
-        return ""
+        return None
     desc = "; ".join(f"{label}: {ratio(value)} the floor's throughput" for label, value, _ in bars)
     chart = svg.hbar_chart(
         [(label, [("", value)]) for label, value, _ in bars],
@@ -28,7 +48,7 @@ def floor_chart(shown: list[View]) -> str:
         reference=("floor", 1.0),
         value_format=ratio,
     )
-    return f'<figure class="card overview"><figcaption>Throughput as a share of the floor</figcaption>{chart}</figure>'
+    return Figure("Throughput as a share of the floor", mark_safe(chart))
 
 
 def _timeline_rows(run: dict) -> list[list]:
@@ -50,7 +70,7 @@ def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
     return [], "units left"
 
 
-def timeline_figure(v: View) -> str:
+def timeline_figure(v: View) -> Figure:
     run = v.run
     points, label = _timeline_points(run)
     found = phases(run)
@@ -64,27 +84,24 @@ def timeline_figure(v: View) -> str:
         if sold_out is not None:
             desc += f"; sold out after {sold_out:.1f} s"
     else:
-        return (
-            f'<figure class="card"><figcaption>{esc(what)}</figcaption><p class="no-chart">This run has no '
-            "timeline.</p></figure>"
-        )
+        return Figure(what, instead="This run has no timeline.")
     if found:
         desc += "; phases: " + ", ".join(f"{p['name']} {p['start_s']:.1f}–{p['end_s']:.1f} s" for p in found)
     chart = svg.timeline_chart(
         points, phases=found, colour=v.colour, title=f"{v.label}: {what.lower()}", y_label=label, desc=desc
     )
-    return f'<figure class="card"><figcaption>{esc(what)}</figcaption>{chart}</figure>'
+    return Figure(what, mark_safe(chart))
 
 
-def rate_figure(v: View) -> str:
+def rate_figure(v: View) -> Figure | None:
     """Purchases answered per second between samples, for fault runs (where the dip is the story)."""
     found = phases(v.run)
     rows = [r for r in _timeline_rows(v.run) if len(r) > 3 and number(r[3]) is not None]
     if not found or len(rows) < 2:
-        return ""
+        return None
     points = [(b[0], max(0.0, (b[3] - a[3]) / (b[0] - a[0]))) for a, b in itertools.pairwise(rows) if b[0] > a[0]]
     if not points:
-        return ""
+        return None
     by_phase = []
     for p in found:
         inside = [rate for t, rate in points if p["start_s"] < t <= p["end_s"]]
@@ -98,10 +115,10 @@ def rate_figure(v: View) -> str:
         y_label="answers/s",
         desc="; ".join(by_phase) or "no samples inside the phases",
     )
-    return f'<figure class="card"><figcaption>Purchases answered per second</figcaption>{chart}</figure>'
+    return Figure("Purchases answered per second", mark_safe(chart))
 
 
-def histogram_figure(v: View) -> str:
+def histogram_figure(v: View) -> Figure:
     run = v.run
     raw = run.get("latency_histogram_ms")
     buckets = sorted(
@@ -112,10 +129,7 @@ def histogram_figure(v: View) -> str:
     known = {q: figure(run, f"{q}_ms") for q in ("p50", "p95", "p99") if figure(run, f"{q}_ms") is not None}
     said = ", ".join(f"{q} {ms(value)} ms" for q, value in known.items())
     if not buckets:
-        return (
-            f'<figure class="card"><figcaption>Latency</figcaption><p class="no-chart">This run has no latency '
-            f"histogram{'; ' + esc(said) if said else ''}.</p></figure>"
-        )
+        return Figure("Latency", instead=f"This run has no latency histogram{'; ' + said if said else ''}.")
     busiest = max(buckets, key=lambda b: b[1])
     desc = (
         f"{count(sum(c for _, c in buckets))} purchase requests in {len(buckets)} buckets; most "
@@ -124,21 +138,20 @@ def histogram_figure(v: View) -> str:
     chart = svg.histogram_chart(
         buckets, colour=v.colour, percentiles=known, title=f"{v.label}: latency of purchase requests", desc=desc
     )
-    table = "".join(f'<tr><td>≤ {ms(u)}</td><td class="num">{count(c)}</td></tr>' for u, c in buckets if c)
-    return (
-        f'<figure class="card"><figcaption>Latency distribution <small>(purchase POSTs)</small></figcaption>{chart}'
-        '<details><summary>Counts per bucket</summary><table class="small"><thead><tr><th scope="col">ms</th>'
-        f'<th scope="col">requests</th></tr></thead><tbody>{table}</tbody></table></details></figure>'
-    )
+    table = tuple((f"≤ {ms(u)}", count(c)) for u, c in buckets if c)
+    return Figure("Latency distribution", mark_safe(chart), note="purchase POSTs", buckets=table)
 
 
-def floor_share(v: View) -> str:
+def floor_share(v: View) -> Figure:
     rps = figure(v.run, "rps")
     if v.name == "floor":
-        return f'<p class="share-text">Throughput: {cell(rps)} requests/s, the floor (1×).</p>'
+        return Figure("Throughput against the floor", instead=f"Throughput: {cell(rps)} requests/s, the floor (1×).")
     value = figure(v.run, "floor_ratio")
     if value is None:
-        return f'<p class="share-text">Throughput: {cell(rps)} requests/s; no floor row to compare with.</p>'
+        return Figure(
+            "Throughput against the floor",
+            instead=f"Throughput: {cell(rps)} requests/s; no floor row to compare with.",
+        )
     desc = f"{ratio(value)} the floor's throughput" + (f" ({count(rps)} requests/s)" if rps is not None else "")
     chart = svg.hbar_chart(
         [("throughput", [("", value)])],
@@ -149,13 +162,10 @@ def floor_share(v: View) -> str:
         reference=("floor", 1.0),
         value_format=ratio,
     )
-    return (
-        f'<figure class="share"><figcaption class="visually-hidden">Throughput against the floor</figcaption>'
-        f"{chart}</figure>"
-    )
+    return Figure("Throughput against the floor", mark_safe(chart))
 
 
-def split_figure(v: View) -> str:
+def split_figure(v: View) -> Figure:
     run = v.run
     parts = [("lock wait", "lock_wait_ms"), ("lock hold", "lock_hold_ms"), ("database", "db_ms"), ("total", "total_ms")]
     rows = []
@@ -166,10 +176,7 @@ def split_figure(v: View) -> str:
         if p50 is not None or p99 is not None:
             rows.append((label, [("p50", p50 or 0.0), ("p99", p99 or 0.0)]))
     if not rows:
-        return (
-            '<figure class="card"><figcaption>Server-side split</figcaption><p class="no-chart">This run has no '
-            "Server-Timing figures.</p></figure>"
-        )
+        return Figure("Server-side split", instead="This run has no Server-Timing figures.")
     desc = "; ".join(f"{label}: p50 {ms(bars[0][1])} ms, p99 {ms(bars[1][1])} ms" for label, bars in rows)
     locked = any(label.startswith("lock") for label, _ in rows)
     note = "lock hold includes the database work done under the lock" if locked else "no lock taken"
@@ -181,4 +188,4 @@ def split_figure(v: View) -> str:
         desc=desc,
         value_format=ms,
     )
-    return f'<figure class="card"><figcaption>Server-side split <small>({note})</small></figcaption>{chart}</figure>'
+    return Figure("Server-side split", mark_safe(chart), note=note)

@@ -1,17 +1,12 @@
-"""How the page names and shows each run: escaping, empty cells, and one View per run."""
+"""How the page names and shows each run: empty cells, and one View per run."""
 
 from __future__ import annotations
 
 import re
-from html import escape
 
 from .base import MISSING, count
 from .sentences import sentence
 from .svg import colour_for
-
-
-def esc(value: object) -> str:
-    return escape(str(value), quote=True)
 
 
 def cell(value: float | None, formatter=count) -> str:

@@ -57,7 +57,7 @@ class AsyncRedisLock(BaseLock):
 
         with RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
             # the write lands only where the row's fence is below lease.fence (in this project:
-            # inventory.backends.section.checked_write(shelf, quantity=1, token=lease.fence, fenced=True))
+            # inventory.strategies.section.checked_write(shelf, quantity=1, token=lease.fence, fenced=True))
             ...
     """
 

@@ -116,6 +116,7 @@ def _increment_under_lock(endpoints: list[str], name: str, counter, times: int, 
     client.close()
 
 
+@pytest.mark.slow
 def test_processes_never_overlap_and_each_has_its_own_session(cluster, name):
     counter = FORK.Value("i", 0, lock=False)
     fences = FORK.Manager().list()
@@ -133,6 +134,7 @@ def test_processes_never_overlap_and_each_has_its_own_session(cluster, name):
     assert list(fences) == sorted(fences), "grants follow create order, so fences rise in grant order"
 
 
+@pytest.mark.slow
 def test_a_member_killed_mid_run_still_grants(cluster, client, name):
     leader = cluster.leader()
     assert leader is not None
@@ -174,6 +176,7 @@ def test_majority_killed_fails_fast_with_quorum_unavailable(cluster, client, nam
     assert all(endpoint in str(refused.value) for endpoint in cluster.endpoints)
 
 
+@pytest.mark.slow
 def test_majority_paused_fails_within_the_acquire_timeout(cluster, client, name):
     with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
         pass
@@ -221,6 +224,7 @@ def _hold_then_write_late(endpoints: list[str], name: str, register: FencedRegis
     pipe.send((wrote, released))
 
 
+@pytest.mark.slow
 def test_lease_expiry_while_the_holder_is_frozen_lets_the_next_in_and_the_late_write_is_refused(cluster, client, name):
     register = FencedRegister()
     here, there = FORK.Pipe()

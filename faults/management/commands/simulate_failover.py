@@ -33,8 +33,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
-from inventory.backends.section import read_shelf
 from inventory.models import Product
+from inventory.strategies.section import read_shelf
 from locks import NotAcquired, RedisLock, Redlock
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_FAILOVER_BASE_PORT

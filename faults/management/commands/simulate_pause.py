@@ -13,9 +13,9 @@ alone did not protect the write).
 
 Exits 0 only when every step held: without ``--unfenced`` that means the late write was refused
 and nothing was oversold; with it, that the late write landed and the audit showed the damage.
-``--backend redis`` uses the shop's Redis (INVENTORY REDIS_URL); ``--backend redlock`` starts five
+``--strategy redis`` uses the shop's Redis (INVENTORY REDIS_URL); ``--strategy redlock`` starts five
 private nodes (``--base-port``, 7789 by default) unless they already run, and stops the ones it
-started; ``--backend etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
+started; ``--strategy etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
 stopping it only if it was down. There A's pause stops its session's keepalive too, as a frozen
 process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
 session, as two processes would.
@@ -32,16 +32,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
-from inventory.backends.contract import Shelf
-from inventory.backends.section import read_shelf
 from inventory.models import Product
+from inventory.strategies.contract import Shelf
+from inventory.strategies.section import read_shelf
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient
+from processes.needs import project_cluster
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
 from processes.protocol import started_while_needed
-from processes.services import project_cluster
 
 SKU = "simulate-pause"
 STOCK = 10
@@ -53,7 +53,14 @@ class Command(BaseCommand):
     help = "Narrate a lock holder pausing past its TTL: its release is ignored and its late write refused by storage."
 
     def add_arguments(self, parser):
-        parser.add_argument("--backend", choices=["redis", "redlock", "etcd"], default="redis")
+        parser.add_argument(
+            "--strategy",
+            "--backend",  # the older name, still accepted
+            dest="strategy",
+            choices=["redis", "redlock", "etcd"],
+            default="redis",
+            help="the lock to pause under (older name: --backend)",
+        )
         parser.add_argument(
             "--base-port", type=int, default=SIMULATE_PAUSE_BASE_PORT, help="first of the five Redlock node ports"
         )
@@ -63,23 +70,23 @@ class Command(BaseCommand):
             help="turn the storage check off: the late write lands (shows the damage)",
         )
 
-    def handle(self, *args, backend: str, base_port: int, unfenced: bool, **options):
+    def handle(self, *args, strategy: str, base_port: int, unfenced: bool, **options):
         self.narrator = Narrator(self.stdout)
         self.fenced = not unfenced
         self.etcd_sessions: list[EtcdClient] = []
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
-        cluster = project_cluster() if backend == "etcd" else None
+        cluster = project_cluster() if strategy == "etcd" else None
         try:
-            needed = [*nodes] if backend == "redlock" else [cluster] if cluster is not None else []
+            needed = [*nodes] if strategy == "redlock" else [cluster] if cluster is not None else []
             with started_while_needed(needed):
                 if cluster is not None:
                     clients = [EtcdClient(cluster.endpoints)]
-                elif backend == "redis":
+                elif strategy == "redis":
                     clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
                 else:
                     clients = [node.client(socket_timeout=2.0) for node in nodes]
                 try:
-                    self.run_scenario(backend, clients)
+                    self.run_scenario(strategy, clients)
                 finally:
                     for client in clients + self.etcd_sessions:
                         client.close()
@@ -87,17 +94,17 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         self.narrator.check()
         if self.fenced:
-            self.narrator.say(f"every step held ({backend})")
+            self.narrator.say(f"every step held ({strategy})")
         else:
             self.narrator.say(
-                f"every step held ({backend}, unfenced): the late write landed and the audit shows "
+                f"every step held ({strategy}, unfenced): the late write landed and the audit shows "
                 f"the oversell the storage check prevents (exit 0: the damage was shown)"
             )
 
-    def a_takes_and_pauses(self, backend: str, clients: list, name: str, product: Product) -> Holder:
+    def a_takes_and_pauses(self, strategy: str, clients: list, name: str, product: Product) -> Holder:
         """A takes the lock, reads, and pauses past its lease."""
         step, note = self.narrator.step, self.narrator.note
-        lock_a = self.make_lock(backend, clients, name)
+        lock_a = self.make_lock(strategy, clients, name)
         lease_a = lock_a.acquire()
         shelf_a = read_shelf(product.pk)
         step(
@@ -106,7 +113,7 @@ class Command(BaseCommand):
             f"A reads stock {shelf_a.stock} and decides to sell 1",
         )
         pause_s = PAUSE_S
-        if backend == "etcd":
+        if strategy == "etcd":
             lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
             pause_s = lease_a.remaining_ms() / 1000 * 1.5
         note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
@@ -117,10 +124,10 @@ class Command(BaseCommand):
         )
         return Holder(lock_a, lease_a, shelf_a)
 
-    def a_writes_late(self, backend: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
+    def a_writes_late(self, strategy: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
         """A writes what it decided before its pause, with its stale fence, after B's write."""
         landed = write_order(
-            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=backend
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=strategy
         )
         after_a = read_shelf(product.pk)
         stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
@@ -136,10 +143,10 @@ class Command(BaseCommand):
                 f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
             )
 
-    def make_lock(self, backend: str, clients: list[redis.Redis], name: str):
-        if backend == "redis":
+    def make_lock(self, strategy: str, clients: list[redis.Redis], name: str):
+        if strategy == "redis":
             return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
-        if backend == "etcd":
+        if strategy == "etcd":
             # A and B each get their own session, as two processes would; etcd's shortest lease is 2 s.
             client = EtcdClient(clients[0].endpoints)
             self.etcd_sessions.append(client)
@@ -151,20 +158,20 @@ class Command(BaseCommand):
             return int(bool(clients[0].call(lambda gw: gw.get(token))))
         return sum(1 for client in clients if client.get(name) == token.encode())
 
-    def run_scenario(self, backend: str, clients: list[redis.Redis]) -> None:
+    def run_scenario(self, strategy: str, clients: list[redis.Redis]) -> None:
         say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
-        majority = 1 if backend == "etcd" else len(clients) // 2 + 1
+        majority = 1 if strategy == "etcd" else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
         say(
-            f"backend {backend} on {', '.join(self.make_lock(backend, clients, name).node_names())}; "
+            f"strategy {strategy} on {', '.join(self.make_lock(strategy, clients, name).node_names())}; "
             f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
         )
 
-        lock_a, lease_a, shelf_a = self.a_takes_and_pauses(backend, clients, name, product)
+        lock_a, lease_a, shelf_a = self.a_takes_and_pauses(strategy, clients, name, product)
 
-        lock_b = self.make_lock(backend, clients, name)
+        lock_b = self.make_lock(strategy, clients, name)
         lease_b = lock_b.acquire()
         shelf_b = read_shelf(product.pk)
         step(
@@ -173,7 +180,7 @@ class Command(BaseCommand):
         )
 
         accepted = write_order(
-            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=backend
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=strategy
         )
         after_b = read_shelf(product.pk)
         recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"
@@ -194,7 +201,7 @@ class Command(BaseCommand):
             f"A's release is ignored (NotOwned); B's lock intact on {holding} of {len(clients)} node(s)",
         )
 
-        self.a_writes_late(backend, product, lease_a, shelf_a, after_b)
+        self.a_writes_late(strategy, product, lease_a, shelf_a, after_b)
 
         lock_b.release()
         step(self.holders(clients, name, lease_b.token) == 0, "B releases; no node holds the lock")

@@ -14,8 +14,8 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.backends.redis_stock import load_sale, sale_key, units_key
 from inventory.models import Allocation, Product
+from inventory.strategies.redis_stock import load_sale, sale_key, units_key
 
 
 class Command(BaseCommand):

@@ -18,25 +18,25 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from inventory.backends import services_needed, strategy_class
+from inventory.strategies import needs_of, strategy_class
 from loadtests.burst import run_row
-from loadtests.figures import median_run
+from loadtests.figures import median_run, with_floor_ratio
 from loadtests.options import (
-    backend_names,
     batch_sizes,
     check_fault,
     check_numbers,
     check_paths,
+    strategy_names,
     threads_for_batches,
 )
 from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import write_report
-from loadtests.table import COLUMNS, phase_lines, run_cells, table_row, with_floor_ratio
+from loadtests.table import COLUMNS, phase_lines, run_cells, table_row
+from processes.needs import processes_running
 from processes.nodes import NodeError
-from processes.protocol import ServiceError
-from processes.services import services_running
+from processes.protocol import ProcessUnavailable
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
@@ -52,9 +52,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
         parser.add_argument(
-            "--backends",
+            "--strategies",
+            "--backends",  # the older name, still accepted
+            dest="strategies",
             default="db,redis,redlock",
-            help="comma-separated strategies, or all (every strategy that is not a control)",
+            help="comma-separated strategies, or all (every strategy that is not a control); older name --backends",
         )
         parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
         parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
@@ -153,7 +155,7 @@ class Command(BaseCommand):
         self,
         *args,
         scenario: str,
-        backends: str,
+        strategies: str,
         requests: int,
         stock: int,
         sku: str,
@@ -173,7 +175,7 @@ class Command(BaseCommand):
         batch_threads: int | None = None,
         **options,
     ):
-        names = backend_names(scenario=scenario, backends=backends)
+        names = strategy_names(scenario=scenario, strategies=strategies)
         keys = [(name, size) for name in names for size in batch_sizes(batch)]
         timeout, locust_processes = check_numbers(
             scenario=scenario,
@@ -240,12 +242,12 @@ class Command(BaseCommand):
         if controls:
             self.stderr.write(
                 f"warning: {', '.join(controls)} oversell(s) by design (controls); "
-                "ALLOW_UNSAFE_BACKEND=1 is set for their gunicorn only"
+                "ALLOW_UNSAFE_STRATEGY=1 is set for their gunicorn only"
             )
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with services_running(services_needed(names)) as started:
+            with processes_running(needs_of(names)) as started:
                 if started:
                     self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
                 collect_static()
@@ -265,7 +267,7 @@ class Command(BaseCommand):
                 for round_number in range(1, repeat + 1):
                     floor = None
                     for name, size in keys if fault else [(FLOOR, 1), *keys]:
-                        run = with_floor_ratio(self.run_one(name, self.row_plan(plan, size)), floor)
+                        run = self.run_one(name, self.row_plan(plan, size), floor=floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -273,7 +275,7 @@ class Command(BaseCommand):
                         self.stdout.write(table_row(run_cells(run)))
                         for line in phase_lines(run):
                             self.stdout.write(line)
-        except (ServiceError, NodeError, BurstError, FaultError) as exc:
+        except (ProcessUnavailable, NodeError, BurstError, FaultError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
@@ -294,9 +296,9 @@ class Command(BaseCommand):
             written = write_report({**document, "machine": complete_machine(document["machine"])}, report_path)
             self.stdout.write(f"report: {written}")
 
-    def run_one(self, name: str, plan: BurstPlan) -> dict:
+    def run_one(self, name: str, plan: BurstPlan, *, floor: dict | None) -> dict:
         try:
-            return run_row(backend=name, plan=plan, on_progress=self.progress_line())
+            return run_row(backend=name, plan=plan, floor=floor, on_progress=self.progress_line())
         except BurstError as exc:
             raise CommandError(f"{name}: {exc}") from exc
         except KeyboardInterrupt:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from processes.etcd_cluster import EtcdClusterError
-from processes.services import project_cluster
+from processes.needs import project_cluster
 
 
 class Command(BaseCommand):

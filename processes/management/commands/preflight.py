@@ -7,8 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from psycopg import sql
 
+from processes.needs import project_nodes
 from processes.nodes import NodeError, ping_error
-from processes.services import project_nodes
 
 
 def ensure_database() -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from processes.needs import project_nodes
 from processes.nodes import NodeError
-from processes.services import project_nodes
 
 
 class Command(BaseCommand):

@@ -1,14 +1,14 @@
 """The contract every purchase strategy fulfils.
 
 A purchase is one critical section: read the product row, decide (the rules in
-:func:`inventory.backends.section.decide`, the same for every strategy), write. A strategy
+:func:`inventory.strategies.section.decide`, the same for every strategy), write. A strategy
 supplies only how that section runs:
 
 * ``guard(sku)``: a context manager held around the whole section, released only after the
   transaction has committed. It yields a :class:`Grant` (the fencing token, if any) and raises
   :class:`LockUnavailable` when exclusive access cannot be had in time. No guard: a grant
   without a token.
-* ``read(product_id)``: the :class:`~inventory.backends.section.Shelf` the decision works on
+* ``read(product_id)``: the :class:`~inventory.strategies.section.Shelf` the decision works on
   (a plain read, or ``SELECT ... FOR UPDATE`` for ``db``). Runs inside the transaction.
 * ``write(shelf, quantity=, grant=)``: take the units; False when the storage check refused the
   write (a *conflict*: the row changed since the read, or a newer token has written).
@@ -17,7 +17,7 @@ Two mechanisms protect the section and the strategies vary them one at a time: t
 (a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
 
 A strategy also describes itself, so the commands and the checks need no list of their own:
-``services()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
+``needs()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
 """
 
@@ -29,7 +29,7 @@ from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from .batch import Ask, BatchAttempt, batch_section
-from .contract import NO_GRANT, Attempt, Grant, Needed, Shelf
+from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
 from .section import attempt_section
 
 
@@ -42,7 +42,7 @@ class Strategy:
     check_label: str = "none"
     #: True when ``guard()`` takes a lock: its wait and hold are then reported (``Server-Timing``).
     guarded: bool = False
-    #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_BACKEND=1``.
+    #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_STRATEGY=1``.
     control: bool = False
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults; every strategy has ``BATCH``
     #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`).
@@ -53,7 +53,7 @@ class Strategy:
     def __init__(self, *, config: dict) -> None:
         if self.control and not config.get("ALLOW_UNSAFE"):
             raise ImproperlyConfigured(
-                f"INVENTORY_BACKEND={self.name} oversells by design; set ALLOW_UNSAFE_BACKEND=1 to run it anyway"
+                f"INVENTORY_STRATEGY={self.name} oversells by design; set ALLOW_UNSAFE_STRATEGY=1 to run it anyway"
             )
         self.config = config
         given = config.get("OPTIONS") or {}
@@ -75,7 +75,7 @@ class Strategy:
     def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
         raise NotImplementedError("subclasses of Strategy must provide write()")
 
-    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
 
@@ -94,19 +94,19 @@ class Strategy:
     # Self-description ------------------------------------------------------------------------
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return []
 
     @classmethod
     def server_env(cls, config: dict) -> dict[str, str]:
-        return {"ALLOW_UNSAFE_BACKEND": "1"} if cls.control else {}
+        return {"ALLOW_UNSAFE_STRATEGY": "1"} if cls.control else {}
 
     @classmethod
     def checks(cls, config: dict) -> list[django_checks.CheckMessage]:
         if cls.control:
             return [
                 django_checks.Warning(
-                    f"INVENTORY_BACKEND={cls.name} is a control: it oversells under concurrency",
+                    f"INVENTORY_STRATEGY={cls.name} is a control: it oversells under concurrency",
                     hint="use db, optimistic, redis, redlock or atomic; the controls exist to show that the audit "
                     "catches oversell",
                     id="inventory.W001",

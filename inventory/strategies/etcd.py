@@ -40,7 +40,7 @@ class EtcdLockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("etcd", tuple(config["ETCD_ENDPOINTS"]))]
 
     @classmethod

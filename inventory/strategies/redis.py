@@ -29,7 +29,7 @@ class RedisLockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ from django.core.management import CommandError, call_command
 from loadtests.report.page import write_report
 from loadtests.report.sentences import sentences
 
+pytestmark = pytest.mark.browser
+
 FIXTURE = Path(__file__).resolve().parents[1] / "burst_fixture.json"
 
 

@@ -1,7 +1,7 @@
 """The processes behind what the strategies need, and the project's own Redlock nodes and etcd cluster.
 
 A strategy declares what it needs as values, a kind and the URLs it will talk to
-(``inventory.backends.base.Needed``: ``kind="redis"`` with one URL, ``kind="etcd"`` with the
+(``inventory.strategies.contract.Needed``: ``kind="redis"`` with one URL, ``kind="etcd"`` with the
 member endpoints); it starts nothing itself. :func:`processes_for` maps each need to a
 :class:`~processes.protocol.Process`: a Redis URL served by one of the project's private nodes
 (``REDLOCK_BASE_PORT``) to that node, any other Redis URL to :class:`MachineRedis` (used, never
@@ -18,11 +18,11 @@ from django.conf import settings
 
 from .etcd_cluster import EtcdCluster
 from .nodes import RedisNodes, ping_error
-from .protocol import Process, ServiceError, started_while_needed
+from .protocol import Process, ProcessUnavailable, started_while_needed
 
 
 class Need(Protocol):
-    """What a strategy declares it needs (``inventory.backends.base.Needed`` has this shape)."""
+    """What a strategy declares it needs (``inventory.strategies.contract.Needed`` has this shape)."""
 
     kind: str
     urls: tuple[str, ...]
@@ -43,7 +43,9 @@ class MachineRedis:
         return ping_error(self.url, timeout_s=1) is None
 
     def start(self) -> None:
-        raise ServiceError(f"Redis at {self.url} does not answer: start it (Debian: apt-get install redis-server)")
+        raise ProcessUnavailable(
+            f"Redis at {self.url} does not answer: start it (Debian: apt-get install redis-server)"
+        )
 
     def stop(self) -> None:
         """Not the project's to stop."""
@@ -73,18 +75,18 @@ def processes_for(needs: Iterable[Need]) -> list[Process]:
         elif need.kind == "etcd":
             processes = [project_cluster(need.urls)]
         else:
-            raise ServiceError(f"no process serves a need of kind {need.kind!r}: use redis or etcd")
+            raise ProcessUnavailable(f"no process serves a need of kind {need.kind!r}: use redis or etcd")
         for process in processes:
             found.setdefault(process.description, process)
     return list(found.values())
 
 
 @contextmanager
-def services_running(needs: Iterable[Need]) -> Iterator[list[Process]]:
+def processes_running(needs: Iterable[Need]) -> Iterator[list[Process]]:
     """Start what ``needs`` names and is down; at the end stop those, only those.
 
     Processes someone else runs are used and left running; one that is down and not the
-    project's to start raises :class:`ServiceError` saying what to do.
+    project's to start raises :class:`ProcessUnavailable` saying what to do.
     """
     with started_while_needed(processes_for(needs)) as started:
         yield started

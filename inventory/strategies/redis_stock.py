@@ -26,7 +26,7 @@ from ..models import Allocation, Product
 from .atomic import take_in_one_statement, take_units
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section, keyed_orders
-from .contract import Attempt, Grant, Needed, Outcome, Refusal, Shelf
+from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
 from .section import find_order, read_shelf
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,8 @@ def units_key(sku: str) -> str:
     return f"flashsale:stock:{{{sku}}}:units"
 
 
-def _ms(moment) -> str:
+def _epoch_ms(moment) -> str:
+    """A datetime as the milliseconds-since-the-epoch string the Lua script compares ("" for none)."""
     return "" if moment is None else str(int(moment.timestamp() * 1000))
 
 
@@ -109,7 +110,12 @@ def load_sale(client: redis.Redis, product: Product, *, replace: bool = False) -
     """
     keys = [sale_key(product.sku), units_key(product.sku)]
     held = Allocation.objects.filter(product_id=product.pk).values_list("customer", "units")
-    args = [product.stock, product.per_customer_limit, _ms(product.sale_starts_at), _ms(product.sale_ends_at)]
+    args = [
+        product.stock,
+        product.per_customer_limit,
+        _epoch_ms(product.sale_starts_at),
+        _epoch_ms(product.sale_ends_at),
+    ]
     args += [value for pair in held for value in pair]
     with client.pipeline() as pipe:  # MULTI: no purchase runs between the drop and the load
         if replace:
@@ -135,15 +141,15 @@ class RedisStockStrategy(Strategy):
         self.give_back = self.client.register_script(GIVE_BACK)
         self.take_many = self.client.register_script(TAKE_MANY)
 
-    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
-            return Attempt(order=replay, replayed=True)
+            return SectionResult(order=replay, replayed=True)
         product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
             pk=product_id
         )
         keys = [sale_key(product.sku), units_key(product.sku)]
-        now_ms = _ms(timezone.now())
+        now_ms = _epoch_ms(timezone.now())
         try:
             code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
             if code == -1:
@@ -151,9 +157,9 @@ class RedisStockStrategy(Strategy):
                 code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
         except redis.RedisError as exc:
             logger.warning("redis-stock: Redis unavailable (%s)", exc)
-            return Attempt(refusal=Refusal(Outcome.BUSY))
+            return SectionResult(refusal=Refusal(Outcome.BUSY))
         if code != 3:
-            return Attempt(
+            return SectionResult(
                 refusal={
                     0: Refusal(Outcome.NOT_ON_SALE),
                     1: Refusal(Outcome.LIMIT_REACHED),
@@ -219,7 +225,7 @@ class RedisStockStrategy(Strategy):
     def _take_many(self, product: Product, keys: list[str], asks: list[Ask]) -> list[tuple[int, int]]:
         if not asks:
             return []
-        args = [_ms(timezone.now())]
+        args = [_epoch_ms(timezone.now())]
         for ask in asks:
             args += [ask.customer, ask.quantity, f"{ask.customer}:{ask.key}" if ask.key else ""]
         found = self.take_many(keys=keys, args=args)
@@ -229,10 +235,10 @@ class RedisStockStrategy(Strategy):
         return [(int(found[i]), int(found[i + 1])) for i in range(0, len(found), 2)]
 
     @staticmethod
-    def _answer(code: int, stock: int) -> Attempt | None:
+    def _answer(code: int, stock: int) -> SectionResult | None:
         if code in (3, 4):
             return None  # settled from the database's answers
-        return Attempt(
+        return SectionResult(
             refusal={
                 0: Refusal(Outcome.NOT_ON_SALE),
                 1: Refusal(Outcome.LIMIT_REACHED),
@@ -241,19 +247,19 @@ class RedisStockStrategy(Strategy):
         )
 
     @staticmethod
-    def _settle(asks: list[Ask], index: int, answers: dict, replays: dict) -> Attempt:
+    def _settle(asks: list[Ask], index: int, answers: dict, replays: dict) -> SectionResult:
         """A replayed key's order; a repeated key in the batch gets its first purchase's answer."""
         ask = asks[index]
         if ask.key and (ask.customer, ask.key) in replays:
-            return Attempt(order=replays[(ask.customer, ask.key)], replayed=True)
+            return SectionResult(order=replays[(ask.customer, ask.key)], replayed=True)
         if answers[index] is not None:
             return answers[index]
         pair = (ask.customer, ask.key)
         same = [answers[i] for i in range(index) if (asks[i].customer, asks[i].key) == pair and answers[i] is not None]
         taken = next((answer for answer in same if answer is not None and answer.order is not None), None)
-        return Attempt(order=taken.order, replayed=True) if taken is not None else same[-1]
+        return SectionResult(order=taken.order, replayed=True) if taken is not None else same[-1]
 
-    def _alone(self, product_id: int, ask: Ask, grant: Grant) -> Attempt | IntegrityError:
+    def _alone(self, product_id: int, ask: Ask, grant: Grant) -> SectionResult | IntegrityError:
         try:
             return self.attempt(
                 product_id=product_id, customer=ask.customer, quantity=ask.quantity, key=ask.key, grant=grant
@@ -274,7 +280,7 @@ class RedisStockStrategy(Strategy):
             )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("redis", (config["REDIS_URL"],))]
 
     def close(self) -> None:

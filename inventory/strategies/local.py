@@ -3,7 +3,7 @@
 What a monolith uses, and correct there: within one process the lock serialises every buyer.
 Across gunicorn worker processes or pods each process has its own lock, so two sections
 overlap and both write back ``stock - q``: it oversells. Loads only with
-``ALLOW_UNSAFE_BACKEND=1``.
+``ALLOW_UNSAFE_STRATEGY=1``.
 """
 
 from __future__ import annotations

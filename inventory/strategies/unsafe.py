@@ -2,7 +2,7 @@
 
 Two buyers read the same stock, both write ``stock - 1``, and two orders stand against one
 unit: it exists to prove that the burst's audit catches oversell. Loads only with
-``ALLOW_UNSAFE_BACKEND=1``.
+``ALLOW_UNSAFE_STRATEGY=1``.
 """
 
 from __future__ import annotations

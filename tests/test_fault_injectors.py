@@ -12,10 +12,10 @@ import redis
 
 from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
 from inventory.audit import audit
-from inventory.backends import load_backend
-from inventory.backends.contract import Outcome
 from inventory.models import Product
 from inventory.services import purchase
+from inventory.strategies import load_strategy
+from inventory.strategies.contract import Outcome
 from locks import QuorumUnavailable, Redlock
 from processes.nodes import RedisNodes
 from processes.replication import ReplicatedPair
@@ -119,12 +119,12 @@ def test_purchases_through_the_redis_strategy_across_a_failover_never_oversell(p
     """The shop's own path through the fault: a failover loses lock grants and fence increments; the
     promoted counter is behind the row's fence, so the storage check refuses until it passes it."""
     make_product("failover-x", stock=50)
-    strategy = load_backend(
+    strategy = load_strategy(
         "redis", config={**settings.INVENTORY, "REDIS_URL": pair.front.url, "ACQUIRE_TIMEOUT_MS": 100}
     )
 
     def buy(customer: str) -> Outcome:
-        return purchase(sku="failover-x", customer=customer, quantity=1, backend=strategy).outcome
+        return purchase(sku="failover-x", customer=customer, quantity=1, strategy=strategy).outcome
 
     try:
         assert [buy(f"before-{i}") for i in range(3)] == [Outcome.CONFIRMED] * 3

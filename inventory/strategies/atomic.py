@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from ..models import Product
 from .base import Strategy
-from .contract import Attempt, Grant, Outcome, Refusal, Shelf
+from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
 from .section import allocate, create_order, decide, find_order, held_units, read_shelf
 
 
@@ -33,20 +33,20 @@ def take_units(product_id: int, quantity: int) -> bool:
 
 def take_in_one_statement(
     strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
-) -> Attempt:
+) -> SectionResult:
     """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
     now = timezone.now()
     with transaction.atomic():
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
-            return Attempt(order=replay, replayed=True)
+            return SectionResult(order=replay, replayed=True)
         if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
-            return Attempt(refusal=Refusal(Outcome.LIMIT_REACHED))
+            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
         taken = Product.objects.filter(on_sale(now), pk=product_id, stock__gte=quantity).update(
             stock=F("stock") - quantity, version=F("version") + 1
         )
         if taken:
-            return Attempt(
+            return SectionResult(
                 order=create_order(
                     strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
                 )
@@ -55,7 +55,7 @@ def take_in_one_statement(
         transaction.set_rollback(True)
     shelf = read_shelf(product_id)
     refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=now)
-    return Attempt(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))
+    return SectionResult(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))
 
 
 class AtomicUpdateStrategy(Strategy):
@@ -63,7 +63,7 @@ class AtomicUpdateStrategy(Strategy):
     guard_label = "none (one conditional UPDATE)"
     check_label = "WHERE stock >= q"
 
-    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Attempt:
+    def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         return take_in_one_statement(
             self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
         )

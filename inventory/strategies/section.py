@@ -27,7 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..models import Allocation, Order, Product
-from .contract import Attempt, Grant, Outcome, Refusal, Shelf
+from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
 
 if TYPE_CHECKING:
     from .base import Strategy
@@ -125,20 +125,20 @@ def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity
 
 def attempt_section(
     strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
-) -> Attempt:
+) -> SectionResult:
     """One run of read → decide → write → record, in one transaction."""
     with transaction.atomic():
         shelf = strategy.read(product_id)
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
-            return Attempt(order=replay, replayed=True)
+            return SectionResult(order=replay, replayed=True)
         refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=timezone.now())
         if refusal is not None:
-            return Attempt(refusal=refusal)
+            return SectionResult(refusal=refusal)
         if not strategy.write(shelf, quantity=quantity, grant=grant):
-            return Attempt(conflict=shelf)
+            return SectionResult(conflict=shelf)
         allocate(product_id=product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
         order = create_order(
             strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
         )
-    return Attempt(order=order)
+    return SectionResult(order=order)

@@ -29,7 +29,7 @@ class RedlockStrategy(FencedLockStrategy):
         )
 
     @classmethod
-    def services(cls, config: dict) -> list[Needed]:
+    def needs(cls, config: dict) -> list[Needed]:
         return [Needed("redis", (url,)) for url in config["REDLOCK_URLS"]]
 
     @classmethod

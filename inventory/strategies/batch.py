@@ -2,7 +2,7 @@
 
 A leader (:mod:`inventory.batched`) holds the strategy's guard once and runs this section for up
 to ``BATCH`` queued purchases. It reads the row once (the strategy's own ``read``), decides each
-purchase in queue order with :func:`~inventory.backends.section.decide` against the running stock
+purchase in queue order with :func:`~inventory.strategies.section.decide` against the running stock
 and each customer's running units (:func:`decide_batch`), writes the stock once through the
 strategy's own ``write`` (the same storage check as one purchase: a late batch is refused whole),
 inserts the orders in one statement and adds the units in one upsert, one row per customer.
@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..models import Allocation, Order
-from .contract import Attempt, Grant, Refusal, Shelf
+from .contract import Grant, Refusal, SectionResult, Shelf
 from .section import decide
 
 if TYPE_CHECKING:
@@ -53,10 +53,10 @@ class Verdict:
 
 @dataclass(frozen=True)
 class BatchAttempt:
-    """One run of the batch section: per ask an Attempt (or the IntegrityError that refused it,
+    """One run of the batch section: per ask an SectionResult (or the IntegrityError that refused it,
     in careful mode), or the read the storage check refused."""
 
-    attempts: list[Attempt | IntegrityError] | None = None
+    attempts: list[SectionResult | IntegrityError] | None = None
     conflict: Shelf | None = None
 
 
@@ -202,17 +202,19 @@ def _write_one_by_one(
     return final, created
 
 
-def _attempts(verdicts: list[Verdict | IntegrityError], created: dict[int, Order]) -> list[Attempt | IntegrityError]:
-    attempts: list[Attempt | IntegrityError] = []
+def _attempts(
+    verdicts: list[Verdict | IntegrityError], created: dict[int, Order]
+) -> list[SectionResult | IntegrityError]:
+    attempts: list[SectionResult | IntegrityError] = []
     for index, verdict in enumerate(verdicts):
         if isinstance(verdict, IntegrityError):
             attempts.append(verdict)
         elif verdict.sell:
-            attempts.append(Attempt(order=created[index]))
+            attempts.append(SectionResult(order=created[index]))
         elif verdict.replay is not None:
-            attempts.append(Attempt(order=verdict.replay, replayed=True))
+            attempts.append(SectionResult(order=verdict.replay, replayed=True))
         elif verdict.same_as is not None:
-            attempts.append(Attempt(order=created[verdict.same_as], replayed=True))
+            attempts.append(SectionResult(order=created[verdict.same_as], replayed=True))
         else:
-            attempts.append(Attempt(refusal=verdict.refusal))
+            attempts.append(SectionResult(refusal=verdict.refusal))
     return attempts

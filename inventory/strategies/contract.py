@@ -33,9 +33,9 @@ class StaleFence(Exception):
 
 @dataclass(frozen=True)
 class Needed:
-    """A service a strategy needs, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
+    """A process a strategy needs running, as a value: its kind (``redis``, ``etcd``) and the URLs it talks to.
 
-    The strategy starts nothing; ``processes.services`` maps a need to the process behind it.
+    The strategy starts nothing; ``processes.needs`` maps a need to the process behind it.
     """
 
     kind: str
@@ -78,8 +78,9 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """What one run of the section did: exactly one field is set."""
+class SectionResult:
+    """What one run of the section did: exactly one field is set. (Not the lock library's
+    ``Attempt``, which is one try at taking a lock.)"""
 
     order: Order | None = None  # confirmed (a new order, or the one an idempotency key names)
     refusal: Refusal | None = None

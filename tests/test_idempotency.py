@@ -1,0 +1,77 @@
+"""``Idempotency-Key``: a retried purchase gets its order back, twins order once, a bad key is
+refused and changes nothing (each failed before: a retried request could order twice)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from inventory.errors import InventoryError
+from inventory.models import Order, Product
+from inventory.services import purchase
+from tests.helpers import snapshot
+
+
+@pytest.mark.django_db(transaction=True)
+class TestIdempotencyKey:
+    def test_a_retry_gets_the_same_order(self, strategy, make_product):
+        make_product(stock=1, limit=1)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        assert first.confirmed and again.confirmed and again.order_id == first.order_id
+        assert Order.objects.count() == 1
+        # A new key is a new purchase: refused by the limit (and stock is gone anyway).
+        assert not purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-2").confirmed
+
+    def test_concurrent_twins_without_a_guard_order_once(self, use_strategy, make_product):
+        use_strategy("optimistic")
+        make_product(stock=10, limit=5)
+        barrier, results = threading.Barrier(4), []
+
+        def twin():
+            try:
+                barrier.wait()
+                results.append(purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="same"))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=twin) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len({r.order_id for r in results}) == 1 and all(r.confirmed for r in results)
+        assert Order.objects.count() == 1 and Product.objects.get(sku="phone-x").stock == 9
+
+    @pytest.mark.parametrize("key", ["", "a" * 65, "has space", "ключ", "a/b"])
+    def test_a_bad_key_is_refused_and_changes_nothing(self, make_product, key):
+        make_product(stock=3)
+        before = snapshot()
+        if key:
+            with pytest.raises(InventoryError, match="Idempotency-Key"):
+                purchase(sku="phone-x", customer="a", quantity=1, idempotency_key=key)
+            assert snapshot() == before
+
+    def test_the_api_passes_the_header_and_refuses_a_bad_one(self, make_product, client, private_static_root):
+        make_product(stock=3, limit=3)
+        client.get("/products/phone-x/")
+        csrf = client.cookies["csrftoken"].value
+
+        def post(key):
+            return client.post(
+                "/api/products/phone-x/purchase",
+                data="{}",
+                content_type="application/json",
+                HTTP_X_CSRFTOKEN=csrf,
+                HTTP_IDEMPOTENCY_KEY=key,
+            )
+
+        first, second = post("abc"), post("abc")
+        assert first.status_code == second.status_code == 201
+        assert first.json()["order_id"] == second.json()["order_id"]
+        before = snapshot()
+        bad = post("no spaces allowed")
+        assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]
+        assert snapshot() == before

@@ -1,0 +1,36 @@
+"""Purchase answers carry ``Server-Timing`` (lock wait and hold only for strategies that take a
+lock) and the section's counters."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "backend, batch, metrics",
+    [
+        ("redis", 1, {"lock", "hold", "batch", "db", "total"}),
+        ("atomic", 1, {"batch", "db", "total"}),
+        ("redis", 8, {"queue", "lock", "hold", "batch", "db", "total"}),
+    ],
+)
+def test_purchase_answers_carry_server_timing_and_counters(
+    use_strategy, make_product, client, private_static_root, backend, batch, metrics, settings
+):
+    """Lock wait and hold are reported only by strategies that take a lock; the queue wait only
+    when purchases share sections (BATCH > 1); the section's size always."""
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
+    make_product(stock=3)
+    client.get("/products/phone-x/")
+    response = client.post(
+        "/api/products/phone-x/purchase",
+        data="{}",
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+    )
+    assert response.status_code == 201
+    timing = dict(part.split(";", 1) for part in response["Server-Timing"].split(", "))
+    assert set(timing) == metrics
+    assert timing["batch"].startswith("dur=1;")  # alone in its section
+    assert response.json()["conflicts"] == response.json()["retries"] == response.json()["constraint_hits"] == 0

@@ -28,10 +28,11 @@ test: venv system
 	$(MANAGE) collectstatic --noinput -v0
 	$(BIN)/python -m pytest
 
-# The fast lane, while working: lint and the tests not marked slow or browser (no burst, no Chromium).
+# The fast lane, while working: lint, the import contract and the tests not marked slow or browser.
 check: venv system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0

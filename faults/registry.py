@@ -10,7 +10,7 @@ stopped.
 
 A fault acts only on what it is given: :class:`processes.nodes.RedisNode` processes, a
 :class:`processes.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
-(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`child_pids` of the
+(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`processes.pidfile.child_pids` of the
 gunicorn master it started). It never looks for processes by name.
 
 >>> fault = make_fault("kill-minority", redlock_nodes=nodes)
@@ -30,82 +30,8 @@ from processes.nodes import RedisNode, RedisNodes
 from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
-PHASES = ("before", "during", "after")
-
-#: The strategies each fault means something for: the lock service it breaks, or (pause-worker) a
-#: lease that runs out while its holder is frozen. ``flashsale --fault`` refuses other pairings.
-FAULT_STRATEGIES = {
-    "kill-minority": frozenset({"redlock"}),
-    "kill-majority": frozenset({"redlock"}),
-    "restart-redis": frozenset({"redis"}),
-    "failover": frozenset({"redis"}),
-    "pause-worker": frozenset({"redis", "redlock", "etcd"}),
-    "kill-etcd-member": frozenset({"etcd"}),
-}
-
-#: Faults that make a second holder write from a stale read: without the storage check
-#: (``INVENTORY_FENCED=0``) they are expected to oversell.
-OVERSELL_UNFENCED = frozenset({"pause-worker", "failover"})
-
-
-class FaultError(ValueError):
-    """A fault was asked for something it cannot do: unknown name, missing part, wrong order of calls."""
-
-
-class Fault:
-    """Base class: subclasses provide ``_inject()`` and ``_recover()``."""
-
-    name: str = ""
-    description: str = ""
-    #: Strategies the fault means something for (``flashsale`` refuses other pairings); None: any.
-    strategies: frozenset[str] | None = None
-
-    def __init__(self, *, hold_s: float) -> None:
-        if hold_s < 0:
-            raise FaultError(f"{self.name}: hold_s must be >= 0, got {hold_s}")
-        self.hold_s = hold_s
-        self.injected_at: float | None = None
-        self.recovered_at: float | None = None
-
-    def inject(self) -> None:
-        if self.injected_at is not None:
-            raise FaultError(f"{self.name} was already injected; make a new fault per run")
-        self.injected_at = time.monotonic()
-        self._inject()
-
-    def recover(self) -> None:
-        if self.injected_at is None:
-            raise FaultError(f"{self.name}: recover() before inject()")
-        if self.recovered_at is not None:
-            raise FaultError(f"{self.name} was already recovered")
-        self._recover()
-        self.recovered_at = time.monotonic()
-
-    def close(self) -> None:
-        """Recover if injected and not yet recovered; otherwise nothing."""
-        if self.injected_at is not None and self.recovered_at is None:
-            self.recover()
-
-    def phase(self, at: float) -> str:
-        """The phase a ``time.monotonic()`` instant falls in: before inject, until recovered, after."""
-        if self.injected_at is None or at < self.injected_at:
-            return "before"
-        if self.recovered_at is None or at < self.recovered_at:
-            return "during"
-        return "after"
-
-    def window(self, origin: float) -> tuple[float | None, float | None]:
-        """(injected, recovered) in seconds since ``origin`` (a ``time.monotonic()`` value); None if not yet."""
-        return tuple(None if at is None else at - origin for at in (self.injected_at, self.recovered_at))
-
-    def _inject(self) -> None:
-        raise NotImplementedError("subclasses of Fault must provide _inject()")
-
-    def _recover(self) -> None:
-        raise NotImplementedError("subclasses of Fault must provide _recover()")
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}: {self.description}>"
+from .base import FAULT_STRATEGIES, Fault, FaultError, freeze
+from .crash import build_kill_holder, build_kill_zk_member
 
 
 class KillProcesses(Fault):
@@ -214,7 +140,7 @@ class PauseWorker(Fault):
                 raise FaultError("pause-worker: no worker process to pause")
             inside = self._holding(pids) if self._holding else set()
             self.pid = next((pid for pid in pids if pid in inside), pids[0])
-            self._stop(self.pid)
+            freeze(self.pid)
             if self._holding is None:
                 return
             self.holder = self.pid in self._holding([self.pid])
@@ -222,50 +148,18 @@ class PauseWorker(Fault):
                 return
             os.kill(self.pid, signal.SIGCONT)
 
-    @staticmethod
-    def _stop(pid: int) -> None:
-        os.kill(pid, signal.SIGSTOP)
-        # The signal is delivered asynchronously: return once the worker really is stopped.
-        deadline = time.monotonic() + 1.0
-        while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
-            time.sleep(0.001)
-
     def _recover(self) -> None:
         # It may have died while stopped (its master killed it): then there is nothing to resume.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
 
 
-def process_state(pid: int) -> str:
-    """The state letter /proc gives a process (R running, S sleeping, T stopped, ...); "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
-def child_pids(parent: int) -> list[int]:
-    """Pids whose parent is ``parent`` (from /proc), in ascending order: a gunicorn master's workers."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == parent:
-            children.append(int(entry))
-    return sorted(children)
-
-
 #: The default hold of the crash-and-restart faults (restart-redis, kill-majority): the node is back
 #: about as soon as a supervisor would bring it back.
 CRASH_RESTART_HOLD_S = 0.1
 
-FAULT_NAMES = ("kill-minority", "kill-majority", "restart-redis", "failover", "pause-worker", "kill-etcd-member")
+
+FAULT_NAMES = tuple(FAULT_STRATEGIES)
 
 
 def make_fault(
@@ -277,9 +171,11 @@ def make_fault(
     workers: Callable[[], Sequence[int]] | None = None,
     lease_ttl_ms: int | None = None,
     etcd_cluster=None,
+    zookeeper_ensemble=None,
     hold_s: float | None = None,
     lag_s: float = 0.2,
     holding: Callable[[Sequence[int]], set[int]] | None = None,
+    sold: Callable[[], int] | None = None,
 ) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
@@ -296,6 +192,8 @@ def make_fault(
       ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
     * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
+    * ``kill-zk-member`` (``zookeeper_ensemble``) and ``kill-holder`` (``workers``, ``holding``,
+      ``sold``): see :mod:`faults.crash`.
     """
 
     def need(part, what: str):
@@ -315,9 +213,11 @@ def make_fault(
         workers=workers,
         lease_ttl_ms=lease_ttl_ms,
         etcd_cluster=etcd_cluster,
+        zookeeper_ensemble=zookeeper_ensemble,
         hold_s=hold_s,
         lag_s=lag_s,
         holding=holding,
+        sold=sold,
     )
 
 
@@ -390,4 +290,6 @@ _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "failover": _failover,
     "pause-worker": _pause_worker,
     "kill-etcd-member": _kill_etcd_member,
+    "kill-zk-member": build_kill_zk_member,
+    "kill-holder": build_kill_holder,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Sum
+from django.db.models import Count, Sum
 
 from .errors import ProductNotFound
 from .models import Order, Product
@@ -28,13 +28,16 @@ class AuditReport:
     oversold: int  # units on orders beyond what left the shelf
     lost: int  # units that left the shelf without an order
     undersold: int  # units left on the shelf although a shopper was told "sold out"
+    repeated_keys: int = 0  # Idempotency-Keys with more than one order (a resend that was sold twice)
 
     @classmethod
-    def of(cls, product: Product, *, over_limit_customers: int = 0, told_sold_out: int = 0) -> AuditReport:
+    def of(
+        cls, product: Product, *, over_limit_customers: int = 0, told_sold_out: int = 0, repeated_keys: int = 0
+    ) -> AuditReport:
         """The report on ``product`` as ``Product.objects.with_totals()`` annotated it.
 
-        ``over_limit_customers`` takes a query of its own (:func:`audit` makes it; a list of
-        products leaves it at 0); ``told_sold_out`` as in :func:`audit`.
+        ``over_limit_customers`` and ``repeated_keys`` take a query each (:func:`audit` makes them;
+        a list of products leaves them at 0); ``told_sold_out`` as in :func:`audit`.
         """
         sold = product.initial_stock - product.stock
         ordered = product.ordered_units
@@ -49,6 +52,7 @@ class AuditReport:
             oversold=max(0, ordered - sold),
             lost=max(0, sold - ordered),
             undersold=max(product.stock, 0) if told_sold_out else 0,
+            repeated_keys=repeated_keys,
         )
 
     @property
@@ -65,6 +69,8 @@ class AuditReport:
             found.append(f"{self.over_limit_customers} customers hold more than the per-customer limit")
         if self.undersold:
             found.append(f"undersold {self.undersold}: units left while shoppers were told sold out")
+        if self.repeated_keys:
+            found.append(f"{self.repeated_keys} Idempotency-Keys have more than one order")
         return found
 
     @property
@@ -89,4 +95,14 @@ def audit(*, sku: str, told_sold_out: int = 0) -> AuditReport:
         .filter(units__gt=product.per_customer_limit)
         .count()
     )
-    return AuditReport.of(product, over_limit_customers=over_limit, told_sold_out=told_sold_out)
+    repeated_keys = (
+        Order.objects.filter(product=product)
+        .exclude(idempotency_key="")
+        .values("idempotency_key")
+        .annotate(orders=Count("id"))
+        .filter(orders__gt=1)
+        .count()
+    )
+    return AuditReport.of(
+        product, over_limit_customers=over_limit, told_sold_out=told_sold_out, repeated_keys=repeated_keys
+    )

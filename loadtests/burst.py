@@ -207,13 +207,7 @@ def record(
     report = None if backend == FLOOR else audit(sku=plan.sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
     busy = figures["busy"]
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
-    problems = judge(
-        backend=backend,
-        plan=plan,
-        figures=figures,
-        report=report,
-        errors_5xx=errors_5xx,
-    )
+    problems = judge(backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx)
     counts = figures["status_counts"]
     row = {
         "backend": backend,
@@ -253,8 +247,8 @@ def record(
         "server_timing": figures["server_timing"],
         "max_lock_wait_ms": figures["max_lock_wait_ms"],
         "phases": figures.get("phases", []),
-        "resumed_after_s": figures.get("resumed_after_s"),
-        "longest_gap_s": figures.get("longest_gap_s"),
+        **{key: figures.get(key) for key in ("resumed_after_s", "longest_gap_s", "kills", "lock_timeout_ms")},
+        "transport_resends": figures["transport_resends"],
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),

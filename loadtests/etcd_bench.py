@@ -62,26 +62,32 @@ def etcd_rows(seconds: float, base_port: int) -> list[dict]:
     cluster.start()
     client = EtcdClient(cluster.endpoints)
     try:
-        cases = {"floor-etcd": _floor(base_port, seconds), "ours-etcd": _ours(client)}
-        for op in cases.values():  # connections and the session lease outside the clock
-            for _ in range(10):
-                op()
-        totals = {name: [0, 0.0] for name in cases}
-        for _ in range(max(1, round(seconds / SLICE_S))):
-            for name, op in cases.items():
-                count, started = 0, time.perf_counter()
-                deadline = started + SLICE_S
-                while True:
-                    op()
-                    count += 1
-                    now = time.perf_counter()
-                    if now >= deadline:
-                        break
-                totals[name][0] += count
-                totals[name][1] += now - started
+        return alternate({"floor-etcd": _floor(base_port, seconds), "ours-etcd": _ours(client)}, seconds)
     finally:
         client.close()
         cluster.wipe()
+
+
+def alternate(cases: dict[str, Callable[[], None]], seconds: float) -> list[dict]:
+    """Run each case in slices of ``SLICE_S``, the cases taking turns, ``seconds`` each in all; a row
+    ``{"name", "ops_per_s", "us_per_op"}`` per case. Ten calls each first, off the clock (connections,
+    sessions)."""
+    for op in cases.values():
+        for _ in range(10):
+            op()
+    totals = {name: [0, 0.0] for name in cases}
+    for _ in range(max(1, round(seconds / SLICE_S))):
+        for name, op in cases.items():
+            count, started = 0, time.perf_counter()
+            deadline = started + SLICE_S
+            while True:
+                op()
+                count += 1
+                now = time.perf_counter()
+                if now >= deadline:
+                    break
+            totals[name][0] += count
+            totals[name][1] += now - started
     return [
         {"name": name, "ops_per_s": round(ops / spent, 1), "us_per_op": round(spent / ops * 1e6, 1)}
         for name, (ops, spent) in totals.items()

@@ -24,9 +24,12 @@ from typing import Self
 import psycopg
 from django.conf import settings
 
-from faults.registry import FAULT_NAMES, Fault, FaultError, PauseWorker, child_pids, make_fault
-from processes.needs import project_cluster, project_nodes
+from faults.base import Fault, FaultError
+from faults.crash import FREED_BY, KillFollowerThenLeader, KillHolder
+from faults.registry import FAULT_NAMES, PauseWorker, make_fault
+from processes.needs import project_cluster, project_ensemble, project_nodes
 from processes.nodes import NodeError, RedisNode
+from processes.pidfile import child_pids
 from processes.replication import ReplicatedPair
 
 from .figures import fault_phases, longest_gap, resumed_after
@@ -38,13 +41,16 @@ PRIVATE_PORT_OFFSET = 40
 INJECT_AFTER_FRACTION = 1 / 3
 #: pause-worker's lease: short, so that the pause outlasts it within a few seconds. etcd grants a
 #: session lease of at least 1.5 election timeouts (1.5 s here), so it gets 2 s.
-PAUSE_LEASE_MS = {"etcd": 2000}
+PAUSE_LEASE_MS = {"etcd": 2000, "zookeeper": 2000}
 PAUSE_LEASE_DEFAULT_MS = 1000
 #: failover's lease. Releases of the lag are lost with the master, so the promoted replica still
 #: holds the key of a holder that has finished, until its lease runs out: with the default 10 s
 #: the sale resumed 8.8 s after the promotion (measured), with 2 s well within the 2 s target.
 FAILOVER_LEASE_MS = 2000
-#: After the sale resumes later than this (seconds after the recovery), the row has a problem.
+#: kill-holder's lock TTL, lease or session timeout: what a dead holder's lock waits out (but db's).
+KILL_HOLDER_TTL_MS = 3000
+#: After the sale resumes later than this (seconds after the recovery), the row has a problem
+#: (not with kill-holder, whose stalls are its measure).
 RESUME_LIMIT_S = 2.0
 #: ``longest_gap_s`` looks at the sale from this long after the recovery (the judge's limit: judge.GAP_LIMIT_S).
 GAP_FROM_S = 1.0
@@ -109,6 +115,12 @@ class FaultRun:
             return make_fault(
                 self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside, hold_s=self.hold_s
             )
+        if self.name == "kill-holder":
+            self.env["LOCK_TTL_MS"] = str(KILL_HOLDER_TTL_MS)
+            self.probe = SectionProbe(self.database_url)
+            return make_fault(self.name, workers=self.workers, holding=self.probe.inside, sold=self.probe.orders)
+        if self.name == "kill-zk-member":
+            return make_fault(self.name, zookeeper_ensemble=project_ensemble(), hold_s=self.hold_s)
         return make_fault(self.name, etcd_cluster=project_cluster(), hold_s=self.hold_s)
 
     def workers(self) -> list[int]:
@@ -126,6 +138,8 @@ class FaultRun:
 
     def finish(self) -> None:
         """The burst is over: let the timer recover the fault (now, if it never got to)."""
+        if isinstance(self.fault, KillHolder):
+            self.fault.cancel()
         if self.timer is not None:
             self.timer.finish()
 
@@ -162,19 +176,23 @@ class FaultRun:
             problems.append(f"{self.name} was not recovered")
         elif resumed is None:
             problems.append(f"no order was confirmed after {self.name} recovered")
-        elif resumed > RESUME_LIMIT_S:
+        elif resumed > RESUME_LIMIT_S and self.name != "kill-holder":
             problems.append(f"sales resumed {resumed:.2f}s after {self.name} recovered (limit {RESUME_LIMIT_S:g}s)")
         detail = self.fault.description if self.fault else None
         if isinstance(self.fault, PauseWorker) and self.fault.pid is not None:
             where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
             detail += f"; worker {self.fault.pid}, {where}"
+        to_wall = timer.to_wall if timer else lambda _: None
+        extra, more_problems = crash_figures(self.fault, purchases, backend=self.backend, to_wall=to_wall)
         return {
             "fault": self.name,
             "fault_description": detail,
+            "fault_window": [injected, recovered],
             "phases": fault_phases(purchases, opened_at=opened_at, injected_at=injected, recovered_at=recovered),
             "resumed_after_s": resumed,
             "longest_gap_s": longest_gap(purchases, since=None if recovered is None else recovered + GAP_FROM_S),
-            "fault_problems": problems,
+            "fault_problems": problems + more_problems,
+            **extra,
         }
 
 
@@ -195,18 +213,24 @@ class FaultTimer(threading.Thread):
         self.recovered_wall: float | None = None
         self.error: str | None = None
         self._done = threading.Event()
+        self._wall_minus_monotonic = time.time() - time.monotonic()
+
+    def to_wall(self, monotonic: float | None) -> float | None:
+        """A ``time.monotonic()`` instant of the fault on the wall clock the purchases are stamped with."""
+        return None if monotonic is None else monotonic + self._wall_minus_monotonic
 
     def run(self) -> None:
-        wall_minus_monotonic = time.time() - time.monotonic()
         try:
             while self.answered() < self.trigger:
                 if self._done.wait(POLL_S):
                     return
-            self.fault.inject()
-            self.injected_wall = self.fault.injected_at + wall_minus_monotonic
+            try:
+                self.fault.inject()
+            finally:
+                self.injected_wall = self.to_wall(self.fault.injected_at)
             self._done.wait(self.fault.hold_s)
             self.fault.recover()
-            self.recovered_wall = self.fault.recovered_at + wall_minus_monotonic
+            self.recovered_wall = self.to_wall(self.fault.recovered_at)
         except Exception as exc:  # noqa: BLE001 - reported as the row's problem, the row still audited
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -270,6 +294,46 @@ class SectionProbe:
                 continue
         return found
 
+    def orders(self) -> int:
+        """How many orders the database holds (grows with every confirmed purchase); -1 if it cannot say."""
+        try:
+            if self._conn is None:
+                self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
+            return self._conn.execute("SELECT count(*) FROM inventory_order").fetchone()[0]
+        except psycopg.Error:
+            return -1
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+def crash_figures(fault: Fault | None, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+    """kill-holder's kills and kill-zk-member's busy answers outside the time its majority was down,
+    with what went wrong; nothing for the other faults."""
+    if isinstance(fault, KillHolder):
+        return holder_kills(fault, purchases, backend=backend, to_wall=to_wall)
+    if isinstance(fault, KillFollowerThenLeader) and fault.majority_lost_at is not None:
+        lost, back = to_wall(fault.majority_lost_at), to_wall(fault.recovered_at)
+        busy = [at for p in purchases for at in p[4] if at < lost or (back is not None and at > back + RESUME_LIMIT_S)]
+        if busy:
+            return {}, [f"{len(busy)} purchases were told busy while a majority of ZooKeeper members ran"]
+    return {}, []
+
+
+def holder_kills(fault: KillHolder, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+    """Per kill: when (wall clock), which worker, whether it was inside its section, ``stalled_s``
+    (from the kill to the next confirmed purchase: the measure of :func:`resumed_after`) and what
+    freed the dead holder's lock."""
+    kills, problems = [], []
+    for number, kill in enumerate(fault.kills, start=1):
+        at = to_wall(kill["at"])
+        stalled = resumed_after(purchases, recovered_at=at)
+        kills.append({**kill, "at": at, "stalled_s": stalled, "freed_by": FREED_BY.get(backend)})
+        if stalled is None:
+            problems.append(f"no purchase was confirmed after kill {number} (worker {kill['pid']})")
+        if not kill["holder"]:
+            problems.append(f"kill {number}: worker {kill['pid']} was not inside its section (none found in time)")
+    if len(kills) < fault.count:
+        problems.append(f"the burst ended after {len(kills)} of {fault.count} kills: use more --requests")
+    return {"kills": kills, "lock_timeout_ms": None if backend == "db" else KILL_HOLDER_TTL_MS}, problems

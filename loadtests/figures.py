@@ -37,6 +37,7 @@ COUNTS = (
     "answered",
     "busy",
     "client_retries",
+    "transport_resends",
     "transport_errors",
     "page_failures",
     "conflicts",

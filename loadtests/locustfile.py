@@ -17,8 +17,12 @@ Users are spread over ``--hosts`` (one base URL per gunicorn "pod") round robin,
 ``Idempotency-Key``; a 503 with ``Retry-After`` is retried with the same key up to
 ``--max-retries`` times after waiting as told. A retried purchase is still *one* purchase: it is
 counted once in ``sent``/``answered``/``status_counts`` (with its final answer) and its resends in
-``client_retries``, so gunicorn logs ``sent + client_retries`` POSTs. A purchase that gets no
-HTTP answer (refused, reset, timed out) is a ``transport_error`` and is not retried.
+``client_retries``. A purchase that gets no HTTP answer (refused, reset, timed out: a killed
+worker resets its connections) is resent over a new connection with the same key, sharing the
+same ``--max-retries`` bound; its resends are ``transport_resends`` and the wall-clock time of each
+reset is kept with the purchase. gunicorn logs ``sent + client_retries + transport_resends`` POSTs,
+less those a killed worker never answered. A purchase whose last try got no answer is a
+``transport_error``.
 
 Run alone (one process, one pod)::
 
@@ -304,10 +308,10 @@ class Shopper(User):
 
     def purchase(self, options, request: bytes, *, sent: float | BaseException | None = None) -> None:
         """Send one purchase (or read the answer to one ``sent`` at the opening); resend it (same
-        Idempotency-Key) after a 503 + Retry-After, at most --max-retries times."""
+        Idempotency-Key) after a 503 + Retry-After or no answer, at most --max-retries times."""
         sale.sent += 1
         started = None
-        busy_at = []
+        busy_at, reset_at = [], []
         for attempt in range(options.max_retries + 1):
             already = sent if attempt == 0 else None
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
@@ -315,6 +319,10 @@ class Shopper(User):
                 started = sent_at
                 sale.first_sent_at = sale.first_sent_at or sent_at
                 sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
+            if status == 0 and attempt < options.max_retries:
+                reset_at.append(round(time.time(), 4))
+                sale.transport_resends += 1
+                continue  # exchange() closed the connection: the resend opens a new one
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
             if retry_after is not None:
                 busy_at.append(round(time.time(), 4))
@@ -322,10 +330,19 @@ class Shopper(User):
                 break
             sale.client_retries += 1
             gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
-        self.record(status, headers, body, busy=retry_after is not None, started=started, busy_at=busy_at)
+        busy = retry_after is not None
+        self.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)
 
     def record(
-        self, status: int, headers: Headers | None, body: bytes, *, busy: bool, started: float, busy_at: list[float]
+        self,
+        status: int,
+        headers: Headers | None,
+        body: bytes,
+        *,
+        busy: bool,
+        started: float,
+        busy_at: list[float],
+        reset_at: list[float],
     ) -> None:
         finished = time.time()
         sale.answered += 1
@@ -344,7 +361,7 @@ class Shopper(User):
         for name, value in timing.items():
             if name in sale.timing:
                 sale.timing[name].append(value)
-        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at])
+        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at, reset_at])
         try:
             payload = json.loads(body or b"{}")
         except ValueError:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from faults.registry import FAULT_NAMES, FAULT_STRATEGIES
+from faults.base import FAULT_STRATEGIES
+from faults.registry import FAULT_NAMES
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import SCENARIOS, BurstPlan, default_locust_processes

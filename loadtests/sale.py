@@ -34,6 +34,7 @@ class Sale:
         self.status_counts: Counter[str] = Counter()  # final answers; "0" = no HTTP answer
         self.busy = 0  # final 503 + Retry-After answers (retries exhausted)
         self.client_retries = 0
+        self.transport_resends = 0  # resends after no answer (a reset connection)
         self.transport_errors = 0
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
         self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer
@@ -41,7 +42,8 @@ class Sale:
         self.sent_times: list[float] = []  # wall clock of each purchase's first send
         self.answer_times: list[float] = []  # wall clock of each purchase's final answer
         # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
-        # wall clock of each 503 + Retry-After answer it got (resent or final)]
+        # wall clock of each 503 + Retry-After answer it got (resent or final), of each try that got no answer
+        # and was resent]
         self.purchases: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
@@ -83,6 +85,7 @@ class Sale:
             "outcomes": dict(sorted(self.outcomes.items())),
             "busy": self.busy,
             "client_retries": self.client_retries,
+            "transport_resends": self.transport_resends,
             "transport_errors": self.transport_errors,
             "errors": self.errors,
             "first_sent_at": self.first_sent_at,

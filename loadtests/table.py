@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from loadtests.plan import FLOOR
 
+from .report.sentences import ARTICLE_CLAIM
+
 COLUMNS = [
     ("backend", 11),
     ("requests", 8),
@@ -89,6 +91,12 @@ def phase_lines(run: dict) -> list[str]:
             f"  {phase['name']:>6} {phase['start_s']:5.2f}–{phase['end_s']:5.2f} s  {counts}  "
             f"p99 {phase['p99_ms']:.0f} ms  503 answers {phase.get('busy_answers', 0)}"
         )
+    for number, kill in enumerate(run.get("kills") or [], start=1):
+        stalled = kill["stalled_s"]
+        lines.append(
+            f"  kill {number}: worker {kill['pid']} {'inside' if kill['holder'] else 'NOT inside'} its section; "
+            f"stalled_s {'never resumed' if stalled is None else f'{stalled:.2f}'}; freed by {kill['freed_by']}"
+        )
     if run.get("fault"):
         resumed = run.get("resumed_after_s")
         wait = run.get("max_lock_wait_ms")
@@ -98,4 +106,23 @@ def phase_lines(run: dict) -> list[str]:
             f"{'never' if resumed is None else f'{resumed:.2f} s'} after the recovery"
             + ("" if gap is None else f", longest gap without a sale from 1 s after it {gap:.2f} s")
         )
+    return lines
+
+
+def holder_note(runs: list[dict]) -> list[str]:
+    """kill-holder's closing note: the article's claim beside each strategy's measured stalls and the
+    timeout that bounds them, and how to shorten them."""
+    killed = [run for run in runs if run.get("kills") is not None]
+    if not killed:
+        return []
+    lines = [f'the article: "{ARTICLE_CLAIM}" Measured, seconds from each SIGKILL to the next confirmed purchase:']
+    for run in killed:
+        stalls = ", ".join("never" if k["stalled_s"] is None else f"{k['stalled_s']:.2f}" for k in run["kills"])
+        timeout = run.get("lock_timeout_ms")
+        bound = "no timeout: the row lock goes with the connection" if timeout is None else f"timeout {timeout} ms"
+        lines.append(f"  {run['backend']:<10} stalled_s {stalls or 'no kill'}  ({bound})")
+    lines.append(
+        "  released after the TTL, lease or session timeout, not at the disconnect (db excepted): shorten it "
+        "(LOCK_TTL_MS; a short TTL kept alive by a watchdog) and a paused holder loses its lock sooner"
+    )
     return lines

@@ -1,11 +1,11 @@
-"""The processes behind what the strategies need, and the project's own Redlock nodes and etcd cluster.
+"""The processes behind what the strategies need: the project's own Redlock nodes, etcd cluster, ZooKeeper ensemble.
 
 A strategy declares what it needs as values, a kind and the URLs it will talk to
 (``inventory.strategies.contract.Needed``: ``kind="redis"`` with one URL, ``kind="etcd"`` with the
 member endpoints); it starts nothing itself. :func:`processes_for` maps each need to a
 :class:`~processes.protocol.Process`: a Redis URL served by one of the project's private nodes
 (``REDLOCK_BASE_PORT``) to that node, any other Redis URL to :class:`MachineRedis` (used, never
-started), etcd endpoints to the project's cluster on them.
+started), etcd endpoints to the project's cluster on them, ZooKeeper hosts to its ensemble.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from django.conf import settings
 from .etcd_cluster import EtcdCluster
 from .nodes import RedisNodes, ping_error
 from .protocol import Process, ProcessUnavailable, started_while_needed
+from .zookeeper_ensemble import ZooKeeperEnsemble
 
 
 class Need(Protocol):
@@ -65,6 +66,13 @@ def project_cluster(endpoints: Sequence[str] | None = None) -> EtcdCluster:
     return EtcdCluster.from_endpoints(endpoints, run_dir=settings.RUN_DIR / "etcd")
 
 
+def project_ensemble(hosts: Sequence[str] | None = None) -> ZooKeeperEnsemble:
+    """The project's ZooKeeper ensemble serving ``hosts`` (default: ``settings.INVENTORY["ZOOKEEPER_HOSTS"]``),
+    its data under ``RUN_DIR/zookeeper``."""
+    hosts = settings.INVENTORY["ZOOKEEPER_HOSTS"] if hosts is None else hosts
+    return ZooKeeperEnsemble.from_hosts(hosts, run_dir=settings.RUN_DIR / "zookeeper")
+
+
 def processes_for(needs: Iterable[Need]) -> list[Process]:
     """One process per distinct need, in the order needed."""
     ours = {node.url: node for node in project_nodes()}
@@ -74,8 +82,10 @@ def processes_for(needs: Iterable[Need]) -> list[Process]:
             processes = [ours.get(url) or MachineRedis(url) for url in need.urls]
         elif need.kind == "etcd":
             processes = [project_cluster(need.urls)]
+        elif need.kind == "zookeeper":
+            processes = [project_ensemble(need.urls)]
         else:
-            raise ProcessUnavailable(f"no process serves a need of kind {need.kind!r}: use redis or etcd")
+            raise ProcessUnavailable(f"no process serves a need of kind {need.kind!r}: use redis, etcd or zookeeper")
         for process in processes:
             found.setdefault(process.description, process)
     return list(found.values())

@@ -1,6 +1,6 @@
 """Where the project's own processes listen: every default port in one place.
 
-The project starts its own redis-server and etcd processes on 127.0.0.1 (never the machine's Redis
+The project starts its own redis-server, etcd and ZooKeeper processes on 127.0.0.1 (never the machine's Redis
 on 6379, which it only uses). Each user below takes its own block, so a running demo, a command
 and the test suite do not meet (one shared port is marked); the suite moves its blocks per checkout.
 
@@ -8,11 +8,14 @@ and the test suite do not meet (one shared port is marked); the suite moves its 
 7379-7383  the shop's five Redlock nodes (``REDLOCK_BASE_PORT``)
 7479-7481  the shop's etcd cluster, peers 10 above (``ETCD_ENDPOINTS``)
 7579-7912  the test suite, slot 0: the blocks named in tests/slots.py, between the commands' ports
-           (7579-7583, 7679-7717, 7879-7912); slot k moves them all by k × 1000
+           (7579-7583, 7679-7744, 7879-7912); slot k moves them all by k × 1000
 7779-7789  ``lockbench``: five nodes, then its etcd members (clients 7784-7786, peers 7787-7789)
 7789-7793  ``simulate_pause``'s five nodes (7789 is also lockbench's last etcd peer: run one at a time)
 7800-7807  ``simulate_failover``'s nodes and its master + replica
 7810-7814  ``simulate_clock_jump``'s five nodes
+7920-7942  the shop's ZooKeeper ensemble: clients 7920-7922, quorum +10, election +20 (``ZOOKEEPER_HOSTS``)
+7950-7972  ``lockbench``'s ZooKeeper ensemble: clients 7950-7952, quorum +10, election +20 (moves with
+           ``--base-port``, 171 above it)
 =========  ===========================================================================================
 """
 
@@ -25,3 +28,5 @@ LOCKBENCH_BASE_PORT = 7779
 SIMULATE_PAUSE_BASE_PORT = 7789
 SIMULATE_FAILOVER_BASE_PORT = 7800
 SIMULATE_CLOCK_JUMP_BASE_PORT = 7810
+ZOOKEEPER_BASE_PORT = 7920
+LOCKBENCH_ZOOKEEPER_BASE_PORT = LOCKBENCH_BASE_PORT + 171

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Install system packages the project needs when they are missing: Debian's Chromium for the
-# browser tests (Playwright's own browser download cannot work offline) and etcd-server for the
-# etcd strategy (the project runs its own members; the package's service on 2379 is disabled).
+# browser tests (Playwright's own browser download cannot work offline), etcd-server for the
+# etcd strategy (the project runs its own members; the package's service on 2379 is disabled) and
+# zookeeper for the zookeeper strategy (the jar only: not zookeeperd, whose service takes 2181).
 # Only as root on Debian; elsewhere, say what to install.
 set -euo pipefail
 
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v etcd >/dev/null || need+=(etcd-server)
+[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null || need+=(zookeeper)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

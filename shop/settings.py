@@ -200,6 +200,13 @@ INVENTORY = {
         ).split(",")
         if u.strip()
     ],
+    "ZOOKEEPER_HOSTS": [
+        h.strip()
+        for h in os.environ.get(
+            "ZOOKEEPER_HOSTS", ",".join(f"127.0.0.1:{ports.ZOOKEEPER_BASE_PORT + i}" for i in range(3))
+        ).split(",")
+        if h.strip()
+    ],
     "OPTIONS": {
         # Distributed locks: check the fence and the row's version at the write (off shows why).
         "FENCED": env_bool("INVENTORY_FENCED", True),

@@ -36,6 +36,19 @@ def etcd_project_cluster():
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def zookeeper_project_ensemble():
+    """The suite's ZooKeeper ensemble (ZOOKEEPER_HOSTS: the slot's ports +143..+145), started if down."""
+    from processes.needs import project_ensemble
+
+    ensemble = project_ensemble()
+    started = not ensemble.running()
+    ensemble.start()
+    yield ensemble
+    if started:
+        ensemble.stop()
+
+
 @pytest.fixture
 def fresh_redlock_nodes(redlock_nodes):
     """The Redlock nodes, all up and empty, before and after the test."""
@@ -77,6 +90,8 @@ def use_strategy(settings, request):
             request.getfixturevalue("redis_client")
         if name == "etcd":
             request.getfixturevalue("etcd_project_cluster")
+        if name == "zookeeper":
+            request.getfixturevalue("zookeeper_project_ensemble")
         settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": name, **overrides}
 
     yield switch

@@ -12,6 +12,7 @@ from tests import slots
 os.environ.setdefault("REDLOCK_BASE_PORT", str(slots.REDLOCK_BASE_PORT))
 os.environ.setdefault("REDIS_URL", slots.SHOP_REDIS_URL)
 os.environ.setdefault("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{slots.ETCD_BASE_PORT + i}" for i in range(3)))
+os.environ.setdefault("ZOOKEEPER_HOSTS", ",".join(f"127.0.0.1:{slots.ZOOKEEPER_BASE_PORT + i}" for i in range(3)))
 if slots.SLOT:
     os.environ.setdefault("DATABASE_URL", slots.DATABASE_URL)
 

@@ -19,10 +19,13 @@ if not 0 <= SLOT <= 6:
 PORT_BASE = TEST_SUITE_BASE_PORT + 1000 * SLOT
 REDLOCK_BASE_PORT = PORT_BASE  # the shop's five Redlock nodes (tests/conftest.py)
 LOCK_TEST_BASE_PORT = PORT_BASE + 100  # tests/locks: five nodes
-LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes
+LOCKBENCH_BASE_PORT = PORT_BASE + 105  # tests/test_lockbench.py: five nodes; its ZooKeeper at +276..+298
 LOCK_ETCD_BASE_PORT = PORT_BASE + 120  # tests/locks/test_etcd.py: three etcd members
 ETCD_COMMAND_BASE_PORT = PORT_BASE + 123  # tests/test_etcd_cluster_command.py: three etcd members
 ETCD_BASE_PORT = PORT_BASE + 126  # the shop's etcd cluster (tests/settings.py, tests/test_etcd_strategy.py)
+# ZooKeeper members use their client port, +10 (quorum) and +20 (election).
+LOCK_ZOOKEEPER_BASE_PORT = PORT_BASE + 140  # tests/locks/test_zookeeper.py: +140..+142, +150..+152, +160..+162
+ZOOKEEPER_BASE_PORT = PORT_BASE + 143  # the shop's ensemble (tests/settings.py): +143..+145, +153..+155, +163..+165
 SIMULATE_FAILOVER_BASE_PORT = PORT_BASE + 300  # tests/test_simulate_failover.py: eight ports
 SIMULATE_CLOCK_JUMP_BASE_PORT = PORT_BASE + 310  # tests/test_simulate_clock_jump.py: five nodes
 FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_fault_injectors.py: five nodes, then a master + replica

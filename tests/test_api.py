@@ -13,10 +13,11 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import Order, Product
+from shop.views import MAX_BODY_BYTES
 from tests.helpers import snapshot
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_static_root")]
@@ -324,6 +325,7 @@ def test_property_json_bodies_of_any_shape(roomy_product, new_shopper, body):
 
 @PROPERTY_SETTINGS
 @given(raw=raw_bodies, content_type=content_types)
+@example(raw=b'{"quantity": "' + b"x" * MAX_BODY_BYTES + b'"}', content_type="text/plain")
 def test_property_raw_bodies_and_content_types(roomy_product, new_shopper, raw, content_type):
     before = snapshot()
     response = post_json(new_shopper(), raw, content_type=content_type)
@@ -333,7 +335,10 @@ def test_property_raw_bodies_and_content_types(roomy_product, new_shopper, raw, 
         parsed = None
     sent = parsed.get("quantity", 1) if isinstance(parsed, dict) else None
     assert_valid_outcome_or_refusal(response, before, sent)
-    if content_type.split(";")[0] != "application/json":
+    # The size is checked before the content type: an oversized body is not read at all.
+    if len(raw) > MAX_BODY_BYTES:
+        assert response.status_code == 413
+    elif content_type.split(";")[0] != "application/json":
         assert response.status_code == 415
 
 

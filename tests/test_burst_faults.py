@@ -95,7 +95,7 @@ def test_the_judge_fails_a_fault_run_whose_gap_exceeds_the_limit():
     assert "no purchase was confirmed for 2.01s after restart-redis recovered (limit 2s)" in problems
 
 
-def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
+def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str, CommandError | None]:
     path = tmp_path / "burst.json"
     out = StringIO()
     error = None
@@ -104,7 +104,7 @@ def fault_run(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
             "flashsale",
             sku=SKU,
             scenario="deep",
-            requests=REQUESTS,
+            requests=requests,
             json_path=str(path),
             stdout=out,
             stderr=StringIO(),
@@ -180,6 +180,8 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
         ({"backends": "redlock,redis", "fault": "restart-redis"}, "does not apply to redlock: use --strategies redis"),
         ({"backends": "db", "fault": "pause-worker"}, "use --strategies etcd,redis,redlock"),
         ({"backends": "redlock", "fault": "kill-etcd-member"}, "use --strategies etcd"),
+        ({"backends": "etcd", "fault": "kill-zk-member"}, "use --strategies zookeeper"),
+        ({"backends": "optimistic", "fault": "kill-holder"}, "use --strategies db,etcd,redis,redlock,zookeeper"),
         ({"backends": "db", "fault": "bogus"}, "unknown fault 'bogus'"),
         ({"backends": "atomic", "unfenced": True}, "atomic has none"),
         ({"backends": "redis", "fault_hold": 0.1}, "--fault-hold needs a --fault"),

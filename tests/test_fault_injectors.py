@@ -10,7 +10,8 @@ import time
 import pytest
 import redis
 
-from faults.registry import FAULT_NAMES, FaultError, child_pids, make_fault, process_state
+from faults.base import FaultError
+from faults.registry import FAULT_NAMES, make_fault
 from inventory.audit import audit
 from inventory.models import Product
 from inventory.services import purchase
@@ -18,6 +19,7 @@ from inventory.strategies import load_strategy
 from inventory.strategies.contract import Outcome
 from locks import QuorumUnavailable, Redlock
 from processes.nodes import RedisNodes
+from processes.pidfile import child_pids, process_state
 from processes.replication import ReplicatedPair
 from tests import slots
 

@@ -26,7 +26,9 @@ ROWS = [
     "contended-notified",
     "floor-etcd",
     "ours-etcd",
-]  # the etcd rows: their own cluster on BASE_PORT+5..+10
+    "floor-zookeeper",
+    "ours-zookeeper",
+]  # the etcd rows: their own cluster on BASE_PORT+5..+10; the ZooKeeper rows on BASE_PORT+171..+193
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
 

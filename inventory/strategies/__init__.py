@@ -28,6 +28,7 @@ STRATEGIES = {
     "redis": "inventory.strategies.redis.RedisLockStrategy",
     "redlock": "inventory.strategies.redlock.RedlockStrategy",
     "etcd": "inventory.strategies.etcd.EtcdLockStrategy",
+    "zookeeper": "inventory.strategies.zookeeper.ZooKeeperLockStrategy",
     "atomic": "inventory.strategies.atomic.AtomicUpdateStrategy",
     "redis-stock": "inventory.strategies.redis_stock.RedisStockStrategy",
     "local": "inventory.strategies.local.ProcessLockStrategy",

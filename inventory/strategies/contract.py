@@ -48,11 +48,14 @@ class Grant:
 
     ``advance(past)`` (distributed locks only) raises the lock service's counter above ``past``
     while this grant still holds the lock, and returns the new token; it raises when the lock
-    is no longer held. See :meth:`FencedLockStrategy.recover`.
+    is no longer held. See :meth:`FencedLockStrategy.recover`. ``held()`` (locks that learn of
+    their own loss, as a ZooKeeper session does) is False once the lock is known lost: the
+    section then stops before it writes.
     """
 
     token: int | None = None
     advance: Callable[[int], int] | None = None
+    held: Callable[[], bool] | None = None
 
 
 NO_GRANT = Grant()

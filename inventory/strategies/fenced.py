@@ -53,7 +53,8 @@ class FencedLockStrategy(Strategy):
         try:
             # Locks whose service keeps a counter (Redis, Redlock) can raise it; etcd's fence is
             # a revision, which no client can move, so its grants cannot recover this way.
-            yield Grant(token=lease.fence, advance=getattr(lock, "advance_fence", None))
+            advance, held = getattr(lock, "advance_fence", None), getattr(lock, "held", None)
+            yield Grant(token=lease.fence, advance=advance, held=held)
         finally:
             try:
                 lock.release()
@@ -68,6 +69,10 @@ class FencedLockStrategy(Strategy):
         return read_shelf(product_id)
 
     def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        if grant.held is not None and not grant.held():
+            # Rolls the section back; the shopper is told busy. A write that got past this check
+            # (the loss not yet known) is the storage check's to refuse.
+            raise LockUnavailable("the lock was lost (its session was suspended or ended) before the write")
         return checked_write(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
@@ -84,4 +89,4 @@ class FencedLockStrategy(Strategy):
         logger.warning(
             "fence %s was behind the row's %s (lock service restarted?): advanced to %s", grant.token, row_fence, token
         )
-        return Grant(token=token, advance=grant.advance)
+        return Grant(token=token, advance=grant.advance, held=grant.held)

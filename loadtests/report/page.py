@@ -25,7 +25,7 @@ from .base import (
 from .batching import batching_section
 from .charts import floor_chart, floor_share, histogram_figure, rate_figure, split_figure, timeline_figure
 from .machine import MACHINE_LABELS
-from .sentences import GUARD_STATE, durability, phases
+from .sentences import GUARD_STATE, durability, kill_stalls, phases
 from .views import View, cell, views
 
 
@@ -201,6 +201,7 @@ def _phase_table(run: dict) -> dict | None:
         "head": ["phase", "seconds", *statuses, "p99 ms", *(["503 answers received"] if answers else [])],
         "rows": rows,
         "note": f"{'; '.join(extra).capitalize()}." if extra else "",
+        "kills": kill_stalls(run),
     }
 
 

@@ -95,6 +95,23 @@ def _fault(run: dict) -> str:
     return f"during {fault}: {', '.join(said)}{tail}"
 
 
+#: The article's claim that ``flashsale --fault kill-holder`` measures.
+ARTICLE_CLAIM = "If a client disconnects, the lock is automatically released."
+
+
+def kill_stalls(run: dict) -> str:
+    """kill-holder's note: the article's claim beside the stall measured after each SIGKILL."""
+    kills = [kill for kill in run.get("kills") or [] if isinstance(kill, dict)]
+    if not kills:
+        return ""
+    stalls = ", ".join("never" if figure(k, "stalled_s") is None else f"{figure(k, 'stalled_s'):.2f}" for k in kills)
+    timeout = figure(run, "lock_timeout_ms")
+    bound = f"its timeout is {timeout:.0f} ms" if timeout is not None else "no timeout"
+    freed = kills[0].get("freed_by")
+    freed_text = f"; freed when {freed}" if isinstance(freed, str) else ""
+    return f'the article: "{ARTICLE_CLAIM}" Measured: stalled {stalls} s after each SIGKILL ({bound}{freed_text})'
+
+
 def sentences(data: dict) -> list[str]:
     """One :func:`sentence` per run of a burst document, in its order."""
     return [sentence(run) for run in with_floor_ratios(validate(data))]
@@ -152,6 +169,10 @@ def durability(name: str, machine: dict) -> str:
         "etcd": "The lock key is a Raft write, fsynced to the write-ahead log on disk of a majority of the "
         "three members before it is acknowledged: it survives restarts. Its lease can still expire "
         "while a holder is paused; the fence (its create revision) refuses the late write.",
+        "zookeeper": "The lock znode is a ZooKeeper write, fsynced to the transaction log on disk of a majority "
+        "of the three members before it is acknowledged: it survives restarts. It is ephemeral: it ends "
+        "with its session, which can time out while a holder is paused; the fence (its sequence) refuses "
+        "the late write.",
         "atomic": "No lock: one conditional UPDATE in PostgreSQL (write-ahead log, flushed at commit).",
         "redis-stock": f"The stock counter lives in Redis; {redis}. Orders are written to PostgreSQL after the "
         "decrement, so a Redis restart leaves the two apart until `reconcile` rebuilds the "
@@ -171,6 +192,7 @@ GUARD_STATE = [
     ("redis", "one Redis key"),
     ("redlock", "five private Redis nodes"),
     ("etcd", "three etcd members (Raft)"),
+    ("zookeeper", "three ZooKeeper members (Zab)"),
     ("atomic", "PostgreSQL conditional UPDATE"),
     ("redis-stock", "a Redis counter, orders in PostgreSQL"),
     ("local", "process memory"),

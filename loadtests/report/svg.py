@@ -23,6 +23,7 @@ BACKEND_COLOURS = {
     "redis": "#dc2626",
     "redlock": "#7c3aed",
     "etcd": "#059669",
+    "zookeeper": "#0d9488",
     "atomic": "#65a30d",
     "redis-stock": "#db2777",
     "local": "#c2410c",

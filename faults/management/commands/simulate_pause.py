@@ -18,7 +18,10 @@ private nodes (``--base-port``, 7789 by default) unless they already run, and st
 started; ``--strategy etcd`` uses the project's cluster (INVENTORY ETCD_ENDPOINTS), starting and
 stopping it only if it was down. There A's pause stops its session's keepalive too, as a frozen
 process would, and lasts 1.5 × the lease (etcd's shortest is 2 s); A and B each have their own
-session, as two processes would.
+session, as two processes would. ``--strategy zookeeper`` uses the project's ensemble (INVENTORY
+ZOOKEEPER_HOSTS) the same way; A holds its lock in a child process of its own, which is really
+frozen (SIGSTOP) for 1.5 × its 1 s session timeout, since kazoo's thread would keep a session of
+a merely sleeping A alive.
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from faults.frozen_holder import ForkedHolder
 from inventory.models import Product
 from inventory.strategies.contract import Shelf
 from inventory.strategies.section import read_shelf
 from locks import Lease, NotOwned, RedisLock, Redlock
 from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient
-from processes.needs import project_cluster
+from locks.zookeeper import ZooKeeperClient, ZooKeeperLock
+from processes.needs import project_cluster, project_ensemble
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
 from processes.protocol import started_while_needed
@@ -47,6 +52,7 @@ SKU = "simulate-pause"
 STOCK = 10
 TTL_MS = 500
 PAUSE_S = TTL_MS / 1000 * 1.5
+ZOOKEEPER_SESSION_MS = 1000  # the ensemble's least is 400 ms; 1 s leaves room on a loaded machine
 
 
 class Command(BaseCommand):
@@ -57,7 +63,7 @@ class Command(BaseCommand):
             "--strategy",
             "--backend",  # the older name, still accepted
             dest="strategy",
-            choices=["redis", "redlock", "etcd"],
+            choices=["redis", "redlock", "etcd", "zookeeper"],
             default="redis",
             help="the lock to pause under (older name: --backend)",
         )
@@ -75,12 +81,14 @@ class Command(BaseCommand):
         self.fenced = not unfenced
         self.etcd_sessions: list[EtcdClient] = []
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
-        cluster = project_cluster() if strategy == "etcd" else None
+        cluster = {"etcd": project_cluster, "zookeeper": project_ensemble}.get(strategy, lambda: None)()
         try:
             needed = [*nodes] if strategy == "redlock" else [cluster] if cluster is not None else []
             with started_while_needed(needed):
-                if cluster is not None:
+                if strategy == "etcd":
                     clients = [EtcdClient(cluster.endpoints)]
+                elif strategy == "zookeeper":
+                    clients = [ZooKeeperClient(cluster.hosts, session_ms=ZOOKEEPER_SESSION_MS)]
                 elif strategy == "redis":
                     clients = [redis.Redis.from_url(settings.INVENTORY["REDIS_URL"], socket_timeout=2.0)]
                 else:
@@ -104,7 +112,7 @@ class Command(BaseCommand):
     def a_takes_and_pauses(self, strategy: str, clients: list, name: str, product: Product) -> Holder:
         """A takes the lock, reads, and pauses past its lease."""
         step, note = self.narrator.step, self.narrator.note
-        lock_a = self.make_lock(strategy, clients, name)
+        lock_a = self.make_lock(strategy, clients, name, forked=True)
         lease_a = lock_a.acquire()
         shelf_a = read_shelf(product.pk)
         step(
@@ -116,6 +124,9 @@ class Command(BaseCommand):
         if strategy == "etcd":
             lock_a.client.freeze_sessions()  # the whole process stops: its keepalive thread too
             pause_s = lease_a.remaining_ms() / 1000 * 1.5
+        if strategy == "zookeeper":
+            lock_a.pause()  # SIGSTOP: A's process, kazoo's thread and its pings stop
+            pause_s = ZOOKEEPER_SESSION_MS / 1000 * 1.5
         note(f"A pauses for {pause_s * 1000:.0f} ms (a stop-the-world GC, say) while holding the lease")
         time.sleep(pause_s)
         step(
@@ -143,7 +154,12 @@ class Command(BaseCommand):
                 f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
             )
 
-    def make_lock(self, strategy: str, clients: list[redis.Redis], name: str):
+    def make_lock(self, strategy: str, clients: list[redis.Redis], name: str, *, forked: bool = False):
+        if strategy == "zookeeper":
+            # A in a child process of its own (see the module's docstring); B on this process's session.
+            if forked:
+                return ForkedHolder(clients[0].hosts, name, session_ms=ZOOKEEPER_SESSION_MS)
+            return ZooKeeperLock(clients[0], name, timeout_ms=0)
         if strategy == "redis":
             return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
         if strategy == "etcd":
@@ -156,17 +172,20 @@ class Command(BaseCommand):
     def holders(self, clients: list, name: str, token: str) -> int:
         if isinstance(clients[0], EtcdClient):  # the lock is the key ``token``, on the cluster
             return int(bool(clients[0].call(lambda gw: gw.get(token))))
+        if isinstance(clients[0], ZooKeeperClient):  # the lock is the znode ``token``, on the ensemble
+            return int(clients[0].kazoo(time.monotonic() + 5).exists(token) is not None)
         return sum(1 for client in clients if client.get(name) == token.encode())
 
     def run_scenario(self, strategy: str, clients: list[redis.Redis]) -> None:
         say, step, note = self.narrator.say, self.narrator.step, self.narrator.note
         name = f"flashsale:lock:{SKU}:{uuid.uuid4().hex[:8]}"
-        majority = 1 if strategy == "etcd" else len(clients) // 2 + 1
+        majority = 1 if strategy in ("etcd", "zookeeper") else len(clients) // 2 + 1
         product = reset_product(sku=SKU, name="Pause demonstration", stock=STOCK)
         check = "storage check ON (fence)" if self.fenced else "storage check OFF (--unfenced)"
+        lifetime = f"session {ZOOKEEPER_SESSION_MS} ms" if strategy == "zookeeper" else f"TTL {TTL_MS} ms"
         say(
             f"strategy {strategy} on {', '.join(self.make_lock(strategy, clients, name).node_names())}; "
-            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, TTL {TTL_MS} ms; {check}"
+            f"product {SKU!r} reset to stock {STOCK}, fence 0; lock {name!r}, {lifetime}; {check}"
         )
 
         lock_a, lease_a, shelf_a = self.a_takes_and_pauses(strategy, clients, name, product)

@@ -17,7 +17,8 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from faults.registry import FAULT_NAMES, FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
+from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
+from faults.registry import FAULT_NAMES
 from inventory.strategies import needs_of, strategy_class
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
@@ -33,7 +34,7 @@ from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import write_report
-from loadtests.table import COLUMNS, phase_lines, run_cells, table_row
+from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
@@ -210,6 +211,8 @@ class Command(BaseCommand):
         )
         started_at = timezone.now()
         runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
+        for line in holder_note(runs):
+            self.stdout.write(line)
         rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
         document = self.document(rows, started_at)
         if repeat > 1:

@@ -19,6 +19,9 @@ that bursts of load from other processes on the machine fall on every row alike:
 Then contended handoff: 8 processes take one single-node lock in a loop, hold it 1 ms, release;
 ``contended-polling`` waits by random sleeps, ``contended-notified`` by ``BLPOP`` on the release
 signal. Those rows add ``p99_wait_ms``, the 99th percentile of time from asking to holding.
+
+Last, the consensus engines on private 3-member clusters, each with its raw floor:
+:mod:`loadtests.etcd_bench` and :mod:`loadtests.zookeeper_bench`.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from django.core.management.base import BaseCommand, CommandError
 from hiredis import pack_command
 
 from loadtests.etcd_bench import etcd_rows
+from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
 from processes.nodes import NodeError, RedisNodes
-from processes.ports import LOCKBENCH_BASE_PORT
+from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
 
 LOCK_NAME = "lockbench:lock"
 TTL_MS = 10_000
@@ -257,6 +261,8 @@ class Command(BaseCommand):
                     client.flushall()
             rows = self._uncontended(nodes, seconds, rounds) + self._contended(nodes, seconds)
             rows += etcd_rows(seconds, base_port + 5)  # its own 3-member cluster on base_port+5..+10
+            # Its own ensemble, as far from --base-port as the default ports are from each other.
+            rows += zookeeper_rows(seconds, base_port + LOCKBENCH_ZOOKEEPER_BASE_PORT - LOCKBENCH_BASE_PORT)
         finally:
             nodes.stop()
         path = Path(options["json"])

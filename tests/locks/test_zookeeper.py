@@ -1,0 +1,236 @@
+"""ZooKeeperLock against a private 3-member ZooKeeper ensemble (real JVMs, fsync on), with members
+killed, and holders frozen (SIGSTOP) and killed (SIGKILL) past their session timeout.
+
+The ensemble (slot ports +140..+142, quorum +150..+152, election +160..+162) is new for the module
+and removed at the end; before and after each test every member is resumed, restarted and serving.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
+from processes.zookeeper_ensemble import ZooKeeperEnsemble
+from tests import slots
+
+from .test_etcd import FencedRegister
+
+CLIENT_PORTS = [slots.LOCK_ZOOKEEPER_BASE_PORT + i for i in range(3)]
+RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-zookeeper-{slots.SLOT}"
+SESSION_MS = 2_000
+# Room for a loaded two-core machine on top of the bounds the lock promises.
+SLACK_S = 0.5
+FORK = multiprocessing.get_context("fork")
+
+
+@pytest.fixture(scope="module")
+def zk_ensemble():
+    ensemble = ZooKeeperEnsemble(client_ports=CLIENT_PORTS, run_dir=RUN_DIR)
+    ensemble.wipe()
+    ensemble.start()
+    yield ensemble
+    ensemble.wipe()
+
+
+@pytest.fixture
+def ensemble(zk_ensemble):
+    zk_ensemble.reset()
+    yield zk_ensemble
+    zk_ensemble.reset()
+
+
+@pytest.fixture
+def client(ensemble):
+    client = ZooKeeperClient(ensemble.hosts, session_ms=SESSION_MS)
+    yield client
+    client.close()
+
+
+def znodes(client: ZooKeeperClient, name: str) -> list[str]:
+    zk = client.kazoo(time.monotonic() + 5)
+    path = f"{LOCK_ROOT}/{name}"
+    return sorted(f"{path}/{child}" for child in zk.get_children(path)) if zk.exists(path) else []
+
+
+def test_acquire_release_leaves_no_znode_and_fences_strictly_increase(client, name):
+    fences = []
+    for _ in range(20):
+        lock = ZooKeeperLock(client, name, timeout_ms=1_000)
+        lease = lock.acquire()
+        assert znodes(client, name) == [lease.token] and lock.held()
+        lock.release()
+        fences.append(lease.fence)
+    assert znodes(client, name) == []
+    assert fences[0] == 1 and all(a < b for a, b in itertools.pairwise(fences)), fences
+    with pytest.raises(NotOwned):
+        lock.release()
+
+
+def test_busy_lock_refuses_within_the_timeout_and_leaves_only_the_holders_znode(client, name):
+    with ZooKeeperLock(client, name, timeout_ms=1_000) as held:
+        started = time.monotonic()
+        with pytest.raises(NotAcquired) as refused:
+            ZooKeeperLock(client, name, timeout_ms=300).acquire()
+        assert not isinstance(refused.value, QuorumUnavailable)
+        assert 0.3 <= time.monotonic() - started < 0.3 + SLACK_S
+        assert znodes(client, name) == [held.token]
+        started = time.monotonic()
+        with pytest.raises(NotAcquired):
+            ZooKeeperLock(client, name, timeout_ms=0).acquire()
+        assert time.monotonic() - started < SLACK_S and znodes(client, name) == [held.token]
+
+
+def test_waiter_is_woken_by_the_watch_well_before_a_recheck(client, name):
+    other = ZooKeeperClient(client.hosts, session_ms=SESSION_MS)
+    holder = ZooKeeperLock(other, name, timeout_ms=1_000)
+    first = holder.acquire()
+    waiter = ZooKeeperLock(client, name, timeout_ms=5_000)
+    granted = {}
+
+    def wait():
+        granted["lease"] = waiter.acquire()
+        granted["at"] = time.monotonic()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.3)
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(5)
+    other.close()
+    assert granted["lease"].fence > first.fence
+    assert granted["at"] - released_at < WATCH_RECHECK_S / 2, "a watch event, not the once-a-second look"
+    waiter.release()
+
+
+def _increment_under_lock(hosts: list[str], name: str, counter, times: int, fences) -> None:
+    client = ZooKeeperClient(hosts, session_ms=5_000)
+    for _ in range(times):
+        with ZooKeeperLock(client, name, timeout_ms=20_000) as lease:
+            value = counter.value
+            time.sleep(0.001)
+            counter.value = value + 1
+            fences.append(lease.fence)
+    client.close()
+
+
+def test_processes_never_overlap_and_fences_rise_in_grant_order(ensemble, name):
+    counter = FORK.Value("i", 0, lock=False)
+    fences = FORK.Manager().list()
+    workers = [
+        FORK.Process(target=_increment_under_lock, args=(ensemble.hosts, name, counter, 15, fences)) for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert counter.value == 60  # a lost update would show as fewer
+    assert list(fences) == sorted(set(fences)) and len(fences) == 60
+
+
+@pytest.mark.slow
+def test_follower_killed_grants_go_on_leader_too_busy_both_back_grants_resume(ensemble, client, name):
+    fences = []
+    leader = ensemble.leader()
+    follower = next(member for member in ensemble if member is not leader)
+    follower.kill()
+    for _ in range(10):
+        with ZooKeeperLock(client, name, timeout_ms=3_000) as lease:
+            fences.append(lease.fence)
+    leader.kill()
+    started = time.monotonic()
+    with pytest.raises(NotAcquired):
+        ZooKeeperLock(client, name, timeout_ms=1_500).acquire()
+    assert time.monotonic() - started < 1.5 + SLACK_S
+    follower.start()
+    leader.start()
+    ensemble.reset()
+    with ZooKeeperLock(client, name, timeout_ms=5_000) as lease:
+        fences.append(lease.fence)
+    assert fences == sorted(set(fences)), fences
+    assert znodes(client, name) == []
+
+
+def _hold_then_write_late(hosts: list[str], name: str, register: FencedRegister, pipe) -> None:
+    client = ZooKeeperClient(hosts, session_ms=SESSION_MS)
+    lock = ZooKeeperLock(client, name, timeout_ms=1_000)
+    lease = lock.acquire()
+    pipe.send(lease.fence)
+    pipe.recv()  # the parent freezes this process here, then wakes it
+    wrote = register.write(1, lease.fence)  # a write that does not ask held() first
+    time.sleep(0.5)  # kazoo's thread sees the expired session
+    held = lock.held()
+    try:
+        lock.release()
+        released = "released"
+    except NotOwned:
+        released = "not owned"
+    pipe.send((wrote, held, released))
+
+
+def test_a_holder_frozen_past_its_session_lets_the_next_in_and_its_late_write_is_refused(client, name, ensemble):
+    register = FencedRegister()
+    here, there = FORK.Pipe()
+    holder = FORK.Process(target=_hold_then_write_late, args=(ensemble.hosts, name, register, there))
+    holder.start()
+    try:
+        late_fence = here.recv()
+        os.kill(holder.pid, signal.SIGSTOP)  # the holder and kazoo's thread freeze: no more pings
+        started = time.monotonic()
+        with ZooKeeperLock(client, name, timeout_ms=6_000) as lease:
+            waited = time.monotonic() - started
+            assert lease.fence > late_fence
+            assert register.write(2, lease.fence)
+        assert 1.0 < waited < 2.0 + 2 * SLACK_S, f"granted after {waited:.1f}s; the session timeout is 2 s"
+        os.kill(holder.pid, signal.SIGCONT)
+        here.send("go on")
+        wrote, held, released = here.recv()
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(10)
+    assert (wrote, held, released) == (False, False, "not owned")
+    assert register.value.value == 2
+
+
+def _hold_then_end(hosts: list[str], name: str, pipe) -> None:
+    client = ZooKeeperClient(hosts, session_ms=SESSION_MS)
+    ZooKeeperLock(client, name, timeout_ms=1_000).acquire()
+    pipe.send("holding")
+    if pipe.recv() == "close":
+        client.close()  # ends the session: the ensemble deletes its znode now
+        pipe.send("closed")
+    time.sleep(60)
+
+
+@pytest.mark.parametrize("end", ["SIGKILL", "close"])
+def test_a_killed_holder_frees_the_lock_after_its_session_timeout_a_closed_one_at_once(client, name, ensemble, end):
+    here, there = FORK.Pipe()
+    holder = FORK.Process(target=_hold_then_end, args=(ensemble.hosts, name, there))
+    holder.start()
+    try:
+        assert here.recv() == "holding"
+        if end == "SIGKILL":
+            os.kill(holder.pid, signal.SIGKILL)
+        else:
+            here.send("close")
+            assert here.recv() == "closed"
+        started = time.monotonic()
+        with ZooKeeperLock(client, name, timeout_ms=6_000):
+            waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.join(5)
+    if end == "SIGKILL":
+        assert 1.0 < waited < 2.0 + 2 * SLACK_S, f"a killed holder's znode lives until its 2 s session ends: {waited}"
+    else:
+        assert waited < SLACK_S, waited

@@ -1,0 +1,151 @@
+"""``kill-holder`` and ``kill-zk-member``: the faults against real processes, the figures and the
+judge's rule for connections a fault reset, and (slow) whole ``flashsale --fault`` runs against
+real pods, Locust, PostgreSQL and the real lock services."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+
+from faults.base import FaultError
+from faults.crash import FREED_BY, KillHolder
+from faults.registry import make_fault
+from inventory.audit import audit
+from inventory.models import Order, Product
+from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
+from loadtests.judge import RESET_GRACE_S, reset_problems
+from loadtests.report.page import render_report
+from loadtests.report.sentences import ARTICLE_CLAIM, kill_stalls
+from loadtests.table import holder_note
+from processes.pidfile import alive
+from tests.test_burst_faults import REQUESTS, assert_fault_row, fault_run
+
+
+@pytest.fixture
+def sleepers():
+    processes = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(4)]
+    yield processes
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def test_kill_holder_kills_the_worker_inside_its_section_three_times(sleepers):
+    pids = sorted(process.pid for process in sleepers)
+    sold = itertools.count()
+
+    def workers():
+        return [pid for pid in pids if alive(pid)]
+
+    def holding(candidates):
+        return {min(workers())} & set(candidates)  # the lowest living pid is inside its section
+
+    fault = make_fault("kill-holder", workers=workers, holding=holding, sold=lambda: next(sold))
+    assert isinstance(fault, KillHolder) and fault.count == 3
+    fault.spacing_s = 0.0
+    fault.inject()
+    fault.recover()
+    assert [kill["pid"] for kill in fault.kills] == pids[:3]
+    assert all(kill["holder"] for kill in fault.kills)
+    assert [process.wait(5) for process in sleepers if process.pid in pids[:3]] == [-9, -9, -9]
+    assert workers() == pids[3:]
+    assert all(a["at"] < b["at"] for a, b in itertools.pairwise(fault.kills))
+
+
+def test_kill_holder_waits_for_the_sale_to_move_on_and_stops_when_cancelled(sleepers):
+    pids = sorted(process.pid for process in sleepers)
+    fault = KillHolder(workers=lambda: [p for p in pids if alive(p)], holding=lambda _: set(), sold=int, give_up_s=0.3)
+    fault.search_s = 0.0
+    fault.inject()  # nothing is ever sold after the first kill: it gives up waiting
+    assert len(fault.kills) == 1 and fault.kills[0]["holder"] is False
+    fault.cancel()
+    fault.recover()
+
+
+def test_kill_holder_and_kill_zk_member_say_what_they_miss():
+    with pytest.raises(FaultError, match="kill-holder needs the worker pids"):
+        make_fault("kill-holder", holding=set, sold=int)
+    with pytest.raises(FaultError, match="kill-holder needs a count of confirmed purchases"):
+        make_fault("kill-holder", workers=list, holding=set)
+    with pytest.raises(FaultError, match="kill-zk-member needs the ZooKeeper ensemble"):
+        make_fault("kill-zk-member")
+
+
+def test_stalls_are_measured_from_each_kill_to_the_next_confirmed_purchase():
+    fault = KillHolder(workers=list, holding=set, sold=int)
+    fault.kills = [{"at": 10.0, "pid": 1, "holder": True}, {"at": 20.0, "pid": 2, "holder": False}]
+    # [sent, answered, status, lock ms, 503s, resets] on the wall clock (here = monotonic + 1000).
+    purchases = [[1009.0, 1010.5, 201, 1, [], []], [1010.0, 1013.2, 201, 1, [], []], [1019.0, 1020.1, 503, 1, [], []]]
+
+    figures, problems = holder_kills(fault, purchases, backend="redis", to_wall=lambda at: at + 1000)
+
+    assert [kill["stalled_s"] for kill in figures["kills"]] == [0.5, None]
+    assert figures["kills"][0]["freed_by"] == FREED_BY["redis"] and figures["lock_timeout_ms"] == KILL_HOLDER_TTL_MS
+    assert problems == [
+        "no purchase was confirmed after kill 2 (worker 2)",
+        "kill 2: worker 2 was not inside its section (none found in time)",
+        "the burst ended after 2 of 3 kills: use more --requests",
+    ]
+    assert kill_stalls({"backend": "redis", **figures}) == (
+        f'the article: "{ARTICLE_CLAIM}" Measured: stalled 0.50, never s after each SIGKILL '
+        f"(its timeout is {KILL_HOLDER_TTL_MS} ms; freed when {FREED_BY['redis']})"
+    )
+    lines = holder_note([{"backend": "redis", **figures}])
+    assert "If a client disconnects, the lock is automatically released." in lines[0]
+    assert "stalled_s 0.50, never" in lines[1] and f"timeout {KILL_HOLDER_TTL_MS} ms" in lines[1]
+
+
+def test_a_reset_is_accepted_only_inside_a_faults_window():
+    purchases = [[0.0, 1.0, 201, None, [], [5.0]], [0.0, 1.0, 201, None, [], [12.0 + RESET_GRACE_S + 0.1]]]
+    assert reset_problems({"purchases": purchases[:1], "fault_window": [4.0, 12.0]}) == []
+    assert reset_problems({"purchases": purchases, "fault_window": [4.0, 12.0]}) == [
+        "1 purchases got no answer outside a fault's window and were resent"
+    ]
+    assert reset_problems({"purchases": purchases[:1]}) != [], "without a fault every reset is a problem"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_flashsale_kill_holder_measures_each_stall(tmp_path, zookeeper_project_ensemble):
+    document, printed, error = fault_run(tmp_path, backends="db,zookeeper", fault="kill-holder", requests=3 * REQUESTS)
+
+    assert error is None, f"{error}\n{printed}"
+    db, zookeeper = document["runs"]
+    for run in (db, zookeeper):
+        assert run["invariants_ok"] is True, run["problems"]
+        assert (run["oversold"], run["lost"], run["errors_5xx"], run["transport_errors"]) == (0, 0, 0, 0)
+        assert len(run["kills"]) == 3 and all(kill["holder"] for kill in run["kills"])
+    assert max(kill["stalled_s"] for kill in db["kills"]) < 1.0, "PostgreSQL frees a dead holder's row lock at once"
+    # A killed worker's session lives on until its timeout; the next holder waits it out.
+    assert all(1.0 < kill["stalled_s"] < KILL_HOLDER_TTL_MS / 1000 + 2.0 for kill in zookeeper["kills"])
+    assert "kill 3: worker" in printed and "the article:" in printed
+    page = render_report(document)
+    assert f"{ARTICLE_CLAIM}&quot; Measured: stalled" in page and page.count('class="kills"') == 2
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_flashsale_kill_zk_member_sells_through_a_follower_and_is_busy_only_without_a_majority(
+    tmp_path, zookeeper_project_ensemble
+):
+    document, printed, error = fault_run(tmp_path, backends="zookeeper", fault="kill-zk-member")
+
+    assert error is None, f"{error}\n{printed}"
+    [run] = document["runs"]
+    assert_fault_row(run, fault="kill-zk-member", backend="zookeeper")
+    assert zookeeper_project_ensemble.running(), "both members were restarted"
+
+
+@pytest.mark.django_db
+def test_the_audit_finds_an_idempotency_key_with_two_orders(make_product):
+    product = make_product(stock=5, limit=1)
+    for customer in ("a", "b"):  # one resend sold twice, under two sessions: only the key ties them
+        Order.objects.create(product=product, customer=customer, quantity=1, backend="db", idempotency_key="k1")
+    Order.objects.create(product=product, customer="c", quantity=1, backend="db", idempotency_key="k2")
+    Product.objects.filter(pk=product.pk).update(stock=2)
+    report = audit(sku=product.sku)
+    assert (report.repeated_keys, report.oversold, report.lost) == (1, 0, 0)
+    assert report.problems == ["1 Idempotency-Keys have more than one order"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from django.core.management.base import CommandError
@@ -53,6 +54,13 @@ def threads_for_batches(given: int | None, *, threads: int, users: int, pods: in
             raise CommandError(f"--batch-threads must be 1 or more, not {given}")
         return given
     return max(threads, math.ceil(users / (pods * workers)))
+
+
+def row_plan(plan: BurstPlan, size: int, batch_threads: int) -> BurstPlan:
+    """The plan of a row at BATCH ``size``: batched rows run ``batch_threads`` per worker, and no
+    row's pool is larger than its threads."""
+    threads = plan.threads if size == 1 else batch_threads
+    return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
 
 def check_numbers(

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -27,6 +26,7 @@ from loadtests.options import (
     check_fault,
     check_numbers,
     check_paths,
+    row_plan,
     strategy_names,
     threads_for_batches,
 )
@@ -270,7 +270,7 @@ class Command(BaseCommand):
                 for round_number in range(1, repeat + 1):
                     floor = None
                     for name, size in keys if fault else [(FLOOR, 1), *keys]:
-                        run = self.run_one(name, self.row_plan(plan, size), floor=floor)
+                        run = self.run_one(name, row_plan(plan, size, self.batched), floor=floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -284,11 +284,6 @@ class Command(BaseCommand):
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         return runs
-
-    def row_plan(self, plan: BurstPlan, size: int) -> BurstPlan:
-        """The plan of a row at BATCH ``size``: batched rows run --batch-threads per worker."""
-        threads = plan.threads if size == 1 else self.batched
-        return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
         """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""

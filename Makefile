@@ -6,7 +6,7 @@ REQS   := requirements.txt requirements-dev.txt requirements-peers.txt
 STAMP  := $(VENV)/.installed-$(shell cat $(REQS) | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
 
-.PHONY: demo test check serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
+.PHONY: demo test check lint-and-services serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 # Then one hot SKU at the speed of its database: db, redis and redlock with each purchase alone in its
 # section and with up to 64 purchases sharing one (docs/batching.md).
@@ -16,26 +16,22 @@ demo: services migrate seed static
 	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 2000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html
 
-# Lint and format check first (pyproject.toml), the import contract (.importlinter), then the suite.
-# The suite starts (and stops) its own
-# Redlock nodes on its own ports; pytest-django makes test_flashsale.
-test: venv system
+# What both lanes run first: lint and format check (pyproject.toml), the import contract
+# (.importlinter), the machine's PostgreSQL and Redis, static files. The suite starts (and stops)
+# its own Redlock nodes, etcd and ZooKeeper on its own ports; pytest-django makes test_flashsale.
+lint-and-services: venv system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
+
+test: lint-and-services
 	$(BIN)/python -m pytest
 
-# The fast lane, while working: lint, the import contract and the tests not marked slow or browser.
-check: venv system
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
-	@bash scripts/ensure-services.sh
-	$(MANAGE) preflight --no-nodes
-	$(MANAGE) collectstatic --noinput -v0
+# The fast lane, while working: the tests not marked slow or browser.
+check: lint-and-services
 	$(BIN)/python -m pytest -m "not slow and not browser" -q
 
 venv: $(STAMP)

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from .members import MemberGroup
 from .nodes import NodeError
 from .pidfile import PidfileProcess
 
@@ -176,12 +177,14 @@ class EtcdMember(PidfileProcess):
         return EtcdClusterError(f"etcd {self.name} is not running")
 
 
-class EtcdCluster:
+class EtcdCluster(MemberGroup):
     """Members on ``client_ports`` (peers on each port + ``peer_offset``), state under ``run_dir``.
 
     A :class:`~processes.protocol.Process`: ``description``, ``startable``, :meth:`running`,
     :meth:`start`, :meth:`stop` (what an ``etcd`` need maps to, :mod:`processes.needs`).
     """
+
+    label = "etcd cluster"
 
     startable = True
 
@@ -227,27 +230,9 @@ class EtcdCluster:
             ports.append(parts.port)
         return cls(client_ports=ports, run_dir=run_dir, **kwargs)
 
-    def __iter__(self):
-        return iter(self.members)
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def __getitem__(self, index: int) -> EtcdMember:
-        return self.members[index]
-
     @property
     def endpoints(self) -> list[str]:
         return [member.endpoint for member in self.members]
-
-    @property
-    def description(self) -> str:
-        ports = ", ".join(str(member.client_port) for member in self.members)
-        return f"etcd cluster of {len(self.members)} members on 127.0.0.1 ports {ports}"
-
-    def running(self) -> bool:
-        """Every member runs and the cluster has a leader."""
-        return all(member.healthy() for member in self.members)
 
     def start(self, *, wait_s: float = 20.0) -> None:
         """Start the members that are not running and wait until every one is healthy."""
@@ -258,10 +243,6 @@ class EtcdCluster:
                 "restore the others or remove that directory to start a new cluster"
             )
         self.reset(wait_s=wait_s)
-
-    def stop(self) -> None:
-        for member in self.members:
-            member.stop()
 
     def reset(self, *, wait_s: float = 20.0) -> None:
         """Every member running and the cluster healthy, whatever a test did to it (paused, killed)."""

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .members import MemberGroup
 from .nodes import NodeError
 from .pidfile import PidfileProcess
 
@@ -189,12 +190,14 @@ class ZooKeeperMember(PidfileProcess):
         return ZooKeeperError(f"ZooKeeper {self.name} is not running")
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(MemberGroup):
     """Members on ``client_ports`` (quorum ports + ``peer_offset``, election + 2 × ``peer_offset``).
 
     Also the ``Service`` the ``zookeeper`` strategy declares: ``description``, ``startable``,
     :meth:`running`, :meth:`start`, :meth:`stop`.
     """
+
+    label = "ZooKeeper ensemble"
 
     startable = True
 
@@ -223,35 +226,13 @@ class ZooKeeperEnsemble:
             ports.append(int(port))
         return cls(client_ports=ports, run_dir=run_dir, **kwargs)
 
-    def __iter__(self):
-        return iter(self.members)
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def __getitem__(self, index: int) -> ZooKeeperMember:
-        return self.members[index]
-
     @property
     def hosts(self) -> list[str]:
         return [member.address for member in self.members]
 
-    @property
-    def description(self) -> str:
-        ports = ", ".join(str(member.client_port) for member in self.members)
-        return f"ZooKeeper ensemble of {len(self.members)} members on 127.0.0.1 ports {ports}"
-
-    def running(self) -> bool:
-        """Every member runs and serves (it follows or leads)."""
-        return all(member.healthy() for member in self.members)
-
     def start(self, *, wait_s: float = 30.0) -> None:
         """Start the members that are not running and wait until every one serves."""
         self.reset(wait_s=wait_s)
-
-    def stop(self) -> None:
-        for member in self.members:
-            member.stop()
 
     def reset(self, *, wait_s: float = 30.0) -> None:
         """Every member running and serving, whatever a test did to it (paused, killed)."""

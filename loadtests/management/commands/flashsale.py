@@ -21,7 +21,15 @@ from faults.registry import FAULT_NAMES
 from inventory.strategies import needs_of, strategy_class
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
-from loadtests.options import check_fault, check_numbers, check_paths, strategy_names
+from loadtests.options import (
+    batch_sizes,
+    check_fault,
+    check_numbers,
+    check_paths,
+    row_plan,
+    strategy_names,
+    threads_for_batches,
+)
 from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
@@ -71,7 +79,7 @@ class Command(BaseCommand):
             "--threads",
             type=int,
             default=BurstPlan.threads,
-            help=f"threads per gunicorn worker (default {BurstPlan.threads})",
+            help=f"threads per gunicorn worker for the floor and BATCH=1 rows (default {BurstPlan.threads})",
         )
         parser.add_argument(
             "--locust-processes",
@@ -98,7 +106,25 @@ class Command(BaseCommand):
             default="",
             help="write the self-contained HTML report here (e.g. artifacts/report.html)",
         )
+        self.add_batch_arguments(parser)
         self.add_fault_arguments(parser)
+
+    @staticmethod
+    def add_batch_arguments(parser) -> None:
+        """--batch-threads and --batch: purchases sharing sections."""
+        parser.add_argument(
+            "--batch-threads",
+            type=int,
+            default=None,
+            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
+            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
+        )
+        parser.add_argument(
+            "--batch",
+            default="1",
+            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
+            "in its own section); docs/batching.md",
+        )
 
     @staticmethod
     def add_fault_arguments(parser) -> None:
@@ -146,9 +172,12 @@ class Command(BaseCommand):
         fault: str | None = None,
         fault_hold: float | None = None,
         unfenced: bool = False,
+        batch: str = "1",
+        batch_threads: int | None = None,
         **options,
     ):
         names = strategy_names(scenario=scenario, strategies=strategies)
+        keys = [(name, size) for name in names for size in batch_sizes(batch)]
         timeout, locust_processes = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -162,6 +191,7 @@ class Command(BaseCommand):
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
         plan = BurstPlan(
             requests=requests,
@@ -172,7 +202,7 @@ class Command(BaseCommand):
             users=users,
             workers=workers,
             threads=threads,
-            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
             locust_processes=locust_processes,
             timeout_s=timeout,
             fault=fault,
@@ -180,10 +210,10 @@ class Command(BaseCommand):
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced)
+        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
         for line in holder_note(runs):
             self.stdout.write(line)
-        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names])
+        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
         document = self.document(rows, started_at)
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
@@ -206,10 +236,11 @@ class Command(BaseCommand):
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
-    def run_rows(self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
+    def run_rows(self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
         """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
-        strategies need running; each row printed as it ends."""
+        strategies need running; each row printed as it ends. A row is a strategy at a BATCH size."""
         fault = plan.fault
+        names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
@@ -225,7 +256,9 @@ class Command(BaseCommand):
                 collect_static()
                 self.stdout.write(
                     f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
-                    f"× {plan.workers} workers × {plan.threads} threads, pool {plan.pool_max_size} per worker, "
+                    f"× {plan.workers} workers × {plan.threads} threads"
+                    + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                    + f", pool {plan.pool_max_size} per worker at most, "
                     f"{plan.locust_processes} Locust process(es)"
                 )
                 if fault:
@@ -236,8 +269,8 @@ class Command(BaseCommand):
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
                     floor = None
-                    for name in names if fault else [FLOOR, *names]:
-                        run = self.run_one(name, plan, floor=floor)
+                    for name, size in keys if fault else [(FLOOR, 1), *keys]:
+                        run = self.run_one(name, row_plan(plan, size, self.batched), floor=floor)
                         floor = run if name == FLOOR else floor
                         if repeat > 1:
                             run["round"] = round_number
@@ -271,12 +304,12 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], names: list[str]) -> list[dict]:
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]]) -> list[dict]:
         """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floor = [], None
-        for name in names:
-            mine = [run for run in runs if run["backend"] == name]
+        for name, size in keys:
+            mine = [run for run in runs if run["backend"] == name and run["batch"] == size]
             row = median_run(mine)
             row.pop("round", None)
             row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]

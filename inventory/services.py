@@ -12,7 +12,6 @@ import logging
 import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
@@ -21,11 +20,13 @@ from django.utils import timezone
 
 from . import soldout
 from .audit import AuditReport, audit
+from .batched import purchase_in_batch
 from .errors import InvalidQuantity, InventoryError, ProductNotFound
 from .models import Allocation, Order, Product
+from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
-from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
+from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
 from .strategies.section import decide, find_order, shelf_for_sku
 
@@ -49,42 +50,6 @@ __all__ = [
     "reset_sale",
     "restock",
 ]
-
-
-@dataclass
-class Timings:
-    """Where one purchase spent its time on the server (milliseconds)."""
-
-    lock_wait_ms: float | None = None  # acquiring the guard (None: no guard was taken)
-    lock_hold_ms: float | None = None  # from the grant to the release (after commit)
-    db_ms: float = 0.0  # inside the section's transactions
-    total_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class PurchaseResult:
-    outcome: Outcome
-    backend: str
-    order_id: int | None = None
-    fence: int | None = None
-    units_left: int | None = None  # with SOLD_OUT: units still on the shelf (fewer than asked)
-    conflicts: int = 0  # writes the storage check refused
-    retries: int = 0  # runs of the section after the first
-    constraint_hits: int = 0  # a database constraint refused the write: the strategy failed
-    timings: Timings = field(default_factory=Timings)
-
-    @property
-    def confirmed(self) -> bool:
-        return self.outcome is Outcome.CONFIRMED
-
-
-# Database constraints that only a failing strategy trips, and what the shopper is told then.
-CONSTRAINT_OUTCOMES = {
-    "product_stock_not_negative": Outcome.SOLD_OUT,
-    "product_stock_at_most_initial": Outcome.BUSY,
-    "allocation_within_limit": Outcome.LIMIT_REACHED,
-}
-IDEMPOTENCY_CONSTRAINT = "order_idempotency_key_once"
 
 
 def check_quantity(quantity: object, *, limit: int = MAX_QUANTITY) -> int:
@@ -148,29 +113,46 @@ def purchase(
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
         timings.total_ms = _elapsed_ms(began)
-        result = _result(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
+        result = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
         return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+    if strategy.batch > 1:
+        result = purchase_in_batch(
+            strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key
+        )
+        timings = result.timings
+    else:
+        result = _alone(
+            strategy,
+            sku=sku,
+            product_id=shelf.product_id,
+            customer=customer,
+            quantity=quantity,
+            key=idempotency_key,
+            timings=timings,
+        )
+    timings.total_ms = _elapsed_ms(began)
+    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+
+
+def _alone(
+    strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str, timings: Timings
+) -> PurchaseResult:
+    """One purchase in its own section: take the guard, run the section, commit, release."""
+    waiting = time.perf_counter()
     try:
         with ExitStack() as held:
-            waiting = time.perf_counter()
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
-            result = _run_section(
-                strategy,
-                grant,
-                product_id=shelf.product_id,
-                customer=customer,
-                quantity=quantity,
-                key=idempotency_key,
-                timings=timings,
+            timings.batch = 1
+            result = run_section(
+                strategy, grant, product_id=product_id, customer=customer, quantity=quantity, key=key, timings=timings
             )
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
     except LockUnavailable:
         timings.lock_wait_ms = _elapsed_ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
-    timings.total_ms = _elapsed_ms(began)
-    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+    return result
 
 
 def _past(moment: float | None) -> bool:
@@ -188,7 +170,7 @@ def _remember(
     return result
 
 
-def _run_section(
+def run_section(
     strategy: Strategy, grant: Grant, *, product_id: int, customer: str, quantity: int, key: str, timings: Timings
 ) -> PurchaseResult:
     """Run the section until it writes or refuses; re-run it on a conflict while the strategy allows."""
@@ -201,7 +183,7 @@ def _run_section(
                 product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
             )
         except IntegrityError as exc:
-            return _constraint_hit(
+            return constraint_hit(
                 strategy,
                 exc,
                 product_id=product_id,
@@ -214,7 +196,7 @@ def _run_section(
         finally:
             timings.db_ms += _elapsed_ms(started)
         if attempt.conflict is None:
-            return _result(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
+            return result_of(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
         conflicts += 1
         again = None if recovered else strategy.recover(attempt.conflict, grant)
         if again is not None:
@@ -226,58 +208,6 @@ def _run_section(
         retries += 1
     return PurchaseResult(
         Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=timings
-    )
-
-
-def _result(
-    strategy: Strategy,
-    attempt: SectionResult,
-    *,
-    grant: Grant | None = None,
-    conflicts: int = 0,
-    retries: int = 0,
-    timings: Timings,
-) -> PurchaseResult:
-    common = {"conflicts": conflicts, "retries": retries, "timings": timings}
-    if attempt.order is not None:
-        return PurchaseResult(
-            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
-        )
-    refusal: Refusal = attempt.refusal
-    return PurchaseResult(
-        refusal.outcome, strategy.name, fence=grant.token if grant else None, units_left=refusal.units_left, **common
-    )
-
-
-def _constraint_hit(
-    strategy: Strategy,
-    exc: IntegrityError,
-    *,
-    product_id: int,
-    customer: str,
-    key: str,
-    conflicts: int,
-    retries: int,
-    timings: Timings,
-) -> PurchaseResult:
-    """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
-    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
-    if constraint == IDEMPOTENCY_CONSTRAINT:
-        # The same key's twin committed first (possible only without a guard): its order is the answer.
-        replay = find_order(product_id=product_id, customer=customer, key=key)
-        return _result(strategy, SectionResult(order=replay), conflicts=conflicts, retries=retries, timings=timings)
-    if constraint not in CONSTRAINT_OUTCOMES:
-        raise exc
-    logger.warning(
-        "%s: constraint %s refused a purchase (the strategy let a bad write through)", strategy.name, constraint
-    )
-    return PurchaseResult(
-        CONSTRAINT_OUTCOMES[constraint],
-        strategy.name,
-        conflicts=conflicts,
-        retries=retries,
-        constraint_hits=1,
-        timings=timings,
     )
 
 
@@ -328,7 +258,7 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     reset also drops the customers' units there: its orders are gone.
     """
     try:
-        soldout.client().incr(soldout.generation_key(sku))
+        soldout.raise_generation(sku)
     except redis.RedisError as exc:
         raise InventoryError(
             f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"

@@ -11,6 +11,10 @@ Idempotency survives the shortcut: a confirmed order with an ``Idempotency-Key``
 to the mark, so a retry of it gets its order back rather than "sold out". The database stays
 the record: if Redis forgets the note, the retry is told "sold out" but never gets a second
 order. If Redis does not answer, purchases take the ordinary path through the database.
+
+Each process also keeps the marks it has seen (:mod:`inventory.soldout_local`), dropped when a
+restock's message arrives or the listener's connection breaks: from then on "sold out" costs
+no round trip at all. Raising the generation publishes the SKU in the same MULTI.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from datetime import datetime
 import redis
 from django.conf import settings
 from django.core.signals import setting_changed
+
+from .soldout_local import CHANNEL, MARKS, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +81,20 @@ class Look:
     limit: int = 0  # the per-customer limit the mark was made under (quantities above it are bad input)
     ends_at: float | None = None  # the sale's end (epoch seconds): after it, "not on sale", so no shortcut
     order_id: int | None = None  # the order this idempotency key already has
+    local: bool = False  # answered from this process's memory (inventory.soldout_local), no round trip
 
 
 def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
-    """One MGET: the generation, the mark, and the key's note. None when Redis does not answer."""
+    """This process's mark (no round trip), else one MGET: the generation, the mark, and the key's
+    note. None when Redis does not answer."""
+    url = settings.INVENTORY["REDIS_URL"]
+    kept = MARKS.get(sku, url=url)
+    if kept is not None:
+        if key and kept.orders is None:
+            kept.orders = final_orders(sku)  # once per generation and process; two threads may both read it
+        order_id = kept.orders.get((customer, key)) if key else None
+        return Look(kept.generation, True, kept.limit, kept.ends_at, order_id=order_id, local=True)
+    epoch = MARKS.epoch(sku, url=url)
     gen_key, mark_key = _keys(sku)
     keys = [gen_key, mark_key] + ([_note_key(sku, customer, key)] if key else [])
     try:
@@ -91,13 +107,24 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
     if not values[1]:
         return Look(generation, False, order_id=order_id)
     mark_generation, limit, ends_at = values[1].decode().split(":")
-    return Look(
+    found = Look(
         generation,
         int(mark_generation) == generation,
         int(limit),
         float(ends_at) if ends_at else None,
         order_id=order_id,
     )
+    if found.sold_out and epoch is not None:
+        MARKS.keep(sku, Entry(generation, found.limit, found.ends_at), epoch=epoch)
+    return found
+
+
+def final_orders(sku: str) -> dict[tuple[str, str], int]:
+    """The keyed orders of a product marked sold out: final for the mark's generation (no stock is left)."""
+    from .models import Order
+
+    rows = Order.objects.filter(product__sku=sku).exclude(idempotency_key="")
+    return {(customer, key): pk for customer, key, pk in rows.values_list("customer", "idempotency_key", "pk")}
 
 
 def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:
@@ -117,10 +144,18 @@ def note_order(sku: str, *, customer: str, key: str, order_id: int) -> None:
             logger.warning("could not note idempotency key for %s: %s", sku, exc)
 
 
+def raise_generation(sku: str) -> None:
+    """Raise the sale's generation and tell every process's listener, in one MULTI."""
+    with client().pipeline() as pipe:
+        pipe.incr(generation_key(sku))
+        pipe.publish(CHANNEL, sku)
+        pipe.execute()
+
+
 def sale_changed(sku: str) -> None:
     """After a restock or reset has committed: every mark of ``sku`` stops counting."""
     try:
-        client().incr(_keys(sku)[0])
+        raise_generation(sku)
     except redis.RedisError:
         # The mark may now say "sold out" for up to as long as Redis stays unreachable from here.
         logger.exception("could not clear the sold-out mark of %s", sku)

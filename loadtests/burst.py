@@ -123,7 +123,7 @@ def run_row(
             row.stop()
             peak_connections = sampler.stop()
         figures = row_figures(row, summary, progress, faulted)
-    return record(
+    row = record(
         backend=backend,
         plan=plan,
         figures=figures,
@@ -131,6 +131,9 @@ def run_row(
         peak_db_connections=peak_connections,
         floor=floor,
     )
+    # Combining (BATCH): the size asked for, the sections run and the sizes they had.
+    row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
+    return row
 
 
 def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: FaultRun | None) -> dict:

@@ -21,7 +21,14 @@ from collections import Counter
 from .plan import FLOOR
 
 #: ``Server-Timing`` metric name → the key under ``server_timing`` in the burst JSON.
-TIMING_KEYS = {"lock": "lock_wait_ms", "hold": "lock_hold_ms", "db": "db_ms", "total": "total_ms"}
+TIMING_KEYS = {
+    "queue": "queue_wait_ms",
+    "lock": "lock_wait_ms",
+    "hold": "lock_hold_ms",
+    "batch": "batch_size",  # not a duration: purchases in the section that served the answer
+    "db": "db_ms",
+    "total": "total_ms",
+}
 
 #: Counters that merge by addition.
 COUNTS = (
@@ -163,8 +170,21 @@ def merge(summaries: list[dict]) -> dict:
         server_timing={TIMING_KEYS[name]: spread(values) for name, values in timings.items()},
         max_lock_wait_ms=round(max(timings["lock"]), 1) if timings["lock"] else None,
         latency_histogram_ms=latency_histogram(latencies),
+        **sections(timings["batch"]),
     )
     return merged
+
+
+def sections(sizes: list[float]) -> dict:
+    """From each answer's section size: the sections run (a section of b answers b purchases, so
+    Σ 1/b), and the size's median and p99 over purchases. Answers that ran no section (refused
+    from the plain read, or the floor) carry no size."""
+    ordered = sorted(sizes)
+    return {
+        "sections": round(sum(1 / size for size in sizes if size > 0)) if sizes else None,
+        "batch_p50": percentile(ordered, 0.50) if sizes else None,
+        "batch_p99": percentile(ordered, 0.99) if sizes else None,
+    }
 
 
 def fault_phases(

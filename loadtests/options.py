@@ -3,7 +3,9 @@ with :class:`~django.core.management.base.CommandError`."""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from django.core.management.base import CommandError
@@ -31,6 +33,35 @@ def strategy_names(*, scenario: str, strategies: str) -> list[str]:
     if len(set(names)) != len(names):
         raise CommandError(f"--strategies names a strategy twice: {strategies}")
     return names
+
+
+def batch_sizes(text: str) -> list[int]:
+    """``--batch 1,64`` → [1, 64]: whole numbers, 1 or more, none twice."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise CommandError(f"--batch {text!r}: give sizes of 1 or more, each once, e.g. --batch 1,64")
+    return sizes
+
+
+def threads_for_batches(given: int | None, *, threads: int, users: int, pods: int, workers: int) -> int:
+    """Threads per worker for the rows whose purchases share sections: --batch-threads as given, else
+    enough for every closed-loop shopper to be inside a worker at once (a batch is one worker's
+    threads), and never fewer than --threads."""
+    if given is not None:
+        if given < 1:
+            raise CommandError(f"--batch-threads must be 1 or more, not {given}")
+        return given
+    return max(threads, math.ceil(users / (pods * workers)))
+
+
+def row_plan(plan: BurstPlan, size: int, batch_threads: int) -> BurstPlan:
+    """The plan of a row at BATCH ``size``: batched rows run ``batch_threads`` per worker, and no
+    row's pool is larger than its threads."""
+    threads = plan.threads if size == 1 else batch_threads
+    return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
 
 def check_numbers(

@@ -43,6 +43,7 @@ class BurstPlan:
     fault: str | None = None  # a name of faults.registry.FAULT_NAMES, injected into every row
     fault_hold_s: float | None = None  # how long the fault lasts; None: the fault's own default
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
+    batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
 
     @property
     def sale_stock(self) -> int:

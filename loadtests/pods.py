@@ -60,6 +60,7 @@ def server_environment(
         if k not in {"ALLOW_UNSAFE_STRATEGY", "ALLOW_UNSAFE_BACKEND", "DATABASE_CONN_MAX_AGE"}
     }
     env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
+    env["INVENTORY_BATCH"] = str(plan.batch)
     env.update(
         DJANGO_SETTINGS_MODULE="shop.settings",
         DATABASE_URL=database_url(),

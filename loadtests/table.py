@@ -29,6 +29,9 @@ COLUMNS = [
     ("lock p99", 8),
     ("db p99", 6),
     ("conns", 5),
+    ("batch", 5),
+    ("b p50", 5),
+    ("sections", 8),
     ("ok", 3),
 ]
 
@@ -72,6 +75,9 @@ def run_cells(run: dict) -> list:
         fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1),
         fixed((timing.get("db_ms") or {}).get("p99"), 1),
         run["peak_db_connections"],
+        None if floor else run.get("batch"),
+        fixed(run.get("batch_p50")),
+        run.get("sections"),
         "yes" if run["invariants_ok"] else "NO",
     ]
 

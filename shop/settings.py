@@ -212,6 +212,8 @@ INVENTORY = {
         "FENCED": env_bool("INVENTORY_FENCED", True),
         # optimistic: re-runs of the section after a conflict before the shopper is told busy.
         "MAX_RETRIES": env_int("OPTIMISTIC_MAX_RETRIES", 8),
+        # Every strategy: purchases of one SKU one section may serve (1: each alone; docs/batching.md).
+        "BATCH": env_int("INVENTORY_BATCH", 1),
     },
 }
 

@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET
 
 from inventory.errors import InvalidQuantity, InventoryError, ProductNotFound
 from inventory.models import Product
-from inventory.services import MAX_QUANTITY, PurchaseResult, purchase, sale_state
+from inventory.results import PurchaseResult
+from inventory.services import MAX_QUANTITY, purchase, sale_state
 from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -59,7 +60,10 @@ def server_timing(result: PurchaseResult) -> str:
     t = result.timings
     lock = "" if t.lock_wait_ms is None else f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", '
     hold = "" if t.lock_hold_ms is None else f'hold;dur={t.lock_hold_ms:.2f};desc="lock held", '
-    return f"{lock}{hold}db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
+    queue = "" if t.queue_wait_ms is None else f'queue;dur={t.queue_wait_ms:.2f};desc="queued for a batch", '
+    # Not a duration: how many purchases the section that served this one served (BATCH option).
+    batch = "" if t.batch is None else f'batch;dur={t.batch};desc="purchases in its section", '
+    return f"{queue}{lock}{hold}{batch}db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
 
 
 def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpResponse:

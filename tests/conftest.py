@@ -8,6 +8,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from inventory.soldout_local import MARKS
 from inventory.strategies import reset_strategy
 from processes.needs import project_nodes
 from tests.helpers import FENCED_STRATEGIES, WORKING_STRATEGIES
@@ -61,8 +62,10 @@ def redis_client():
     """The shop's Redis (database 9 of the machine's server), emptied before and after the test."""
     client = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
     client.flushdb()
+    MARKS.drop_all(subscribed=True)  # the process's own sold-out marks too: a rolled-back test sends no message
     yield client
     client.flushdb()
+    MARKS.drop_all(subscribed=True)
     client.close()
 
 

@@ -161,6 +161,22 @@ def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
+    document, printed, error = burst(tmp_path, scenario="deep", backends="db", requests=200, users=40, batch="1,8")
+
+    assert error is None, f"{error}\n{printed}"
+    assert "4 workers × 4 threads (10 in BATCH>1 rows)" in printed  # enough for the 40 shoppers to share sections
+    floor, alone, batched = document["runs"]
+    assert (floor["backend"], alone["batch"], batched["batch"]) == ("floor", 1, 8)
+    assert (floor["sizing"]["threads"], alone["sizing"]["threads"], batched["sizing"]["threads"]) == (4, 4, 10)
+    assert alone["sections"] == 200 and alone["batch_p50"] == alone["batch_p99"] == 1
+    assert batched["sections"] < 200 and 1 < batched["batch_p99"] <= 8
+    assert batched["server_timing"]["queue_wait_ms"]["p50"] >= 0 and alone["server_timing"]["queue_wait_ms"] is None
+    for run in (alone, batched):
+        assert run["status_counts"] == {"201": 200} and run["invariants_ok"] is True
+
+
+@pytest.mark.django_db(transaction=True)
 def test_flash_is_a_closed_loop_on_the_given_stock(tmp_path):
     document, printed, error = burst(tmp_path, scenario="flash", backends="db", requests=300, stock=5, users=20)
 
@@ -225,6 +241,10 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
         ({"balancer": "haproxy,haproxy"}, "each once"),
         ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),
+        ({"batch": "1,0"}, "--batch '1,0'"),
+        ({"batch": "1,x"}, "--batch '1,x'"),
+        ({"batch": "8,8"}, "--batch '8,8'"),
+        ({"batch": "1,8", "batch_threads": 0}, "--batch-threads must be 1 or more"),
     ],
 )
 def test_bad_arguments_start_nothing(options, message, tmp_path):

@@ -7,12 +7,20 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("backend, metrics", [("redis", {"lock", "hold", "db", "total"}), ("atomic", {"db", "total"})])
+@pytest.mark.parametrize(
+    "backend, batch, metrics",
+    [
+        ("redis", 1, {"lock", "hold", "batch", "db", "total"}),
+        ("atomic", 1, {"batch", "db", "total"}),
+        ("redis", 8, {"queue", "lock", "hold", "batch", "db", "total"}),
+    ],
+)
 def test_purchase_answers_carry_server_timing_and_counters(
-    use_strategy, make_product, client, private_static_root, backend, metrics
+    use_strategy, make_product, client, private_static_root, backend, batch, metrics, settings
 ):
-    """Lock wait and hold are reported only by strategies that take a lock."""
-    use_strategy(backend)
+    """Lock wait and hold are reported only by strategies that take a lock; the queue wait only
+    when purchases share sections (BATCH > 1); the section's size always."""
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
     make_product(stock=3)
     client.get("/products/phone-x/")
     response = client.post(
@@ -24,4 +32,5 @@ def test_purchase_answers_carry_server_timing_and_counters(
     assert response.status_code == 201
     timing = dict(part.split(";", 1) for part in response["Server-Timing"].split(", "))
     assert set(timing) == metrics
+    assert timing["batch"].startswith("dur=1;")  # alone in its section
     assert response.json()["conflicts"] == response.json()["retries"] == response.json()["constraint_hits"] == 0

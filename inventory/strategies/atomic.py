@@ -15,8 +15,20 @@ from django.utils import timezone
 
 from ..models import Product
 from .base import Strategy
-from .contract import Grant, Outcome, Refusal, SectionResult
+from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
 from .section import allocate, create_order, decide, find_order, held_units, read_shelf
+
+
+def on_sale(now) -> Q:
+    return (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
+        Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
+    )
+
+
+def take_units(product_id: int, quantity: int) -> bool:
+    """Take ``quantity`` units while the sale is on and the row holds them (one conditional UPDATE)."""
+    rows = Product.objects.filter(on_sale(timezone.now()), pk=product_id, stock__gte=quantity)
+    return rows.update(stock=F("stock") - quantity, version=F("version") + 1) == 1
 
 
 def take_in_one_statement(
@@ -30,10 +42,7 @@ def take_in_one_statement(
             return SectionResult(order=replay, replayed=True)
         if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
             return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
-        on_sale = (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
-            Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
-        )
-        taken = Product.objects.filter(on_sale, pk=product_id, stock__gte=quantity).update(
+        taken = Product.objects.filter(on_sale(now), pk=product_id, stock__gte=quantity).update(
             stock=F("stock") - quantity, version=F("version") + 1
         )
         if taken:
@@ -58,3 +67,20 @@ class AtomicUpdateStrategy(Strategy):
         return take_in_one_statement(
             self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
         )
+
+    # A batch (BATCH > 1) reads the row plainly, decides each purchase, and takes the batch's units
+    # with the same conditional UPDATE; when the row no longer holds them, the batch reads again.
+
+    def read(self, product_id: int) -> Shelf:
+        return read_shelf(product_id)
+
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        return (
+            Product.objects.filter(on_sale(timezone.now()), pk=shelf.product_id, stock__gte=quantity).update(
+                stock=F("stock") - quantity, version=F("version") + 1
+            )
+            == 1
+        )
+
+    def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
+        return grant

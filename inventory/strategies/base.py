@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
+from .batch import Ask, BatchAttempt, batch_section
 from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
 from .section import attempt_section
 
@@ -43,8 +44,9 @@ class Strategy:
     guarded: bool = False
     #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_STRATEGY=1``.
     control: bool = False
-    #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults.
-    default_options: dict = {}
+    #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults; every strategy has ``BATCH``
+    #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`).
+    default_options: dict = {"BATCH": 1}
     #: How often the section runs before the shopper is told "busy" (optimistic retries).
     max_attempts: int = 1
 
@@ -55,7 +57,12 @@ class Strategy:
             )
         self.config = config
         given = config.get("OPTIONS") or {}
-        self.options = {key: given.get(key, default) for key, default in self.default_options.items()}
+        defaults = {**Strategy.default_options, **self.default_options}
+        self.options = {key: given.get(key, default) for key, default in defaults.items()}
+        batch = self.options["BATCH"]
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ImproperlyConfigured(f"INVENTORY_BATCH={batch!r}: use a whole number, 1 or more (1: no combining)")
+        self.batch: int = batch
 
     # The section's parts ---------------------------------------------------------------------
 
@@ -71,6 +78,10 @@ class Strategy:
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
+
+    def attempt_batch(self, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False) -> BatchAttempt:
+        """One run of the section for a batch of purchases (``BATCH`` > 1): one read, one write."""
+        return batch_section(self, product_id=product_id, asks=asks, grant=grant, careful=careful)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         """After a conflict: a grant to run the section again with, or None to give up."""

@@ -19,13 +19,15 @@ from __future__ import annotations
 import logging
 
 import redis
+from django.db import IntegrityError
 from django.utils import timezone
 
 from ..models import Allocation, Product
-from .atomic import take_in_one_statement
+from .atomic import take_in_one_statement, take_units
 from .base import Strategy
-from .contract import Grant, Needed, Outcome, Refusal, SectionResult
-from .section import find_order
+from .batch import Ask, BatchAttempt, batch_section, keyed_orders
+from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
+from .section import find_order, read_shelf
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,31 @@ GIVE_BACK = """
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'stock', ARGV[2]) end
 if redis.call('HINCRBY', KEYS[2], ARGV[1], -tonumber(ARGV[2])) <= 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
 return 1
+"""
+# TAKE for a batch, in queue order. KEYS as TAKE; ARGV[1] now in ms, then per purchase: customer,
+# quantity, its (customer, key) pair ('' without a key). Returns code, stock per purchase: codes as
+# TAKE, and 4 when an earlier purchase of the batch with the same pair was taken (its retry).
+TAKE_MANY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'starts_ms', 'ends_ms')
+local stock, limit, now = tonumber(sale[1]), tonumber(sale[2]), tonumber(ARGV[1])
+local closed = (sale[3] ~= '' and now < tonumber(sale[3])) or (sale[4] ~= '' and now >= tonumber(sale[4]))
+local out, seen = {}, {}
+for i = 2, #ARGV, 3 do
+  local customer, q, pair, code = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], 3
+  if pair ~= '' and seen[pair] then code = 4
+  elseif closed then code = 0
+  elseif tonumber(redis.call('HGET', KEYS[2], customer) or '0') + q > limit then code = 1
+  elseif stock < q then code = 2
+  else
+    redis.call('HINCRBY', KEYS[2], customer, q)
+    stock = redis.call('HINCRBY', KEYS[1], 'stock', -q)
+    if pair ~= '' then seen[pair] = true end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = stock
+end
+return out
 """
 # Load the sale if absent (two pods may race to load it: the first wins), with every
 # customer's units. KEYS[1] sale hash, KEYS[2] units hash; ARGV[1..4] stock, limit, starts_ms,
@@ -112,6 +139,7 @@ class RedisStockStrategy(Strategy):
         self.client = redis.Redis.from_url(config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0)
         self.take = self.client.register_script(TAKE)
         self.give_back = self.client.register_script(GIVE_BACK)
+        self.take_many = self.client.register_script(TAKE_MANY)
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         replay = find_order(product_id=product_id, customer=customer, key=key)
@@ -148,6 +176,100 @@ class RedisStockStrategy(Strategy):
         if attempt.order is None or attempt.replayed:
             self._compensate(keys, customer, quantity)  # refused, or a twin's order came back
         return attempt
+
+    def read(self, product_id: int) -> Shelf:
+        return read_shelf(product_id)
+
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+        return take_units(shelf.product_id, quantity)
+
+    def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
+        return grant
+
+    def attempt_batch(self, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False) -> BatchAttempt:
+        """One script takes the batch's units in Redis, in order; the taken ones are written as one
+        batch (:func:`batch_section`); whatever the database does not confirm goes back to Redis.
+        ``careful``: each purchase alone, as :meth:`attempt` runs it."""
+        if careful:
+            return BatchAttempt(attempts=[self._alone(product_id, ask, grant) for ask in asks])
+        replays = keyed_orders(product_id, asks)
+        fresh = [i for i, ask in enumerate(asks) if not (ask.key and (ask.customer, ask.key) in replays)]
+        product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
+            pk=product_id
+        )
+        keys = [sale_key(product.sku), units_key(product.sku)]
+        try:
+            codes = self._take_many(product, keys, [asks[i] for i in fresh])
+        except redis.RedisError as exc:
+            logger.warning("redis-stock: Redis unavailable (%s)", exc)
+            codes = [(-2, 0)] * len(fresh)
+        taken = [index for index, (code, _) in zip(fresh, codes, strict=True) if code == 3]
+        try:
+            db = (
+                batch_section(self, product_id=product_id, asks=[asks[i] for i in taken], grant=grant)
+                if taken
+                else BatchAttempt(attempts=[])
+            )
+        except BaseException:
+            self._compensate_many(keys, [asks[i] for i in taken])
+            raise
+        if db.conflict is not None:
+            self._compensate_many(keys, [asks[i] for i in taken])
+            return db
+        written = dict(zip(taken, db.attempts, strict=True))
+        self._compensate_many(keys, [asks[i] for i, a in written.items() if a.order is None or a.replayed])
+        answers = {i: self._answer(code, stock) for i, (code, stock) in zip(fresh, codes, strict=True)}
+        answers.update(written)
+        return BatchAttempt(attempts=[self._settle(asks, i, answers, replays) for i in range(len(asks))])
+
+    def _take_many(self, product: Product, keys: list[str], asks: list[Ask]) -> list[tuple[int, int]]:
+        if not asks:
+            return []
+        args = [_epoch_ms(timezone.now())]
+        for ask in asks:
+            args += [ask.customer, ask.quantity, f"{ask.customer}:{ask.key}" if ask.key else ""]
+        found = self.take_many(keys=keys, args=args)
+        if found[0] == -1:
+            load_sale(self.client, product)
+            found = self.take_many(keys=keys, args=args)
+        return [(int(found[i]), int(found[i + 1])) for i in range(0, len(found), 2)]
+
+    @staticmethod
+    def _answer(code: int, stock: int) -> SectionResult | None:
+        if code in (3, 4):
+            return None  # settled from the database's answers
+        return SectionResult(
+            refusal={
+                0: Refusal(Outcome.NOT_ON_SALE),
+                1: Refusal(Outcome.LIMIT_REACHED),
+                2: Refusal(Outcome.SOLD_OUT, units_left=max(int(stock), 0)),
+            }.get(code, Refusal(Outcome.BUSY))
+        )
+
+    @staticmethod
+    def _settle(asks: list[Ask], index: int, answers: dict, replays: dict) -> SectionResult:
+        """A replayed key's order; a repeated key in the batch gets its first purchase's answer."""
+        ask = asks[index]
+        if ask.key and (ask.customer, ask.key) in replays:
+            return SectionResult(order=replays[(ask.customer, ask.key)], replayed=True)
+        if answers[index] is not None:
+            return answers[index]
+        pair = (ask.customer, ask.key)
+        same = [answers[i] for i in range(index) if (asks[i].customer, asks[i].key) == pair and answers[i] is not None]
+        taken = next((answer for answer in same if answer is not None and answer.order is not None), None)
+        return SectionResult(order=taken.order, replayed=True) if taken is not None else same[-1]
+
+    def _alone(self, product_id: int, ask: Ask, grant: Grant) -> SectionResult | IntegrityError:
+        try:
+            return self.attempt(
+                product_id=product_id, customer=ask.customer, quantity=ask.quantity, key=ask.key, grant=grant
+            )
+        except IntegrityError as exc:
+            return exc
+
+    def _compensate_many(self, keys: list[str], asks: list[Ask]) -> None:
+        for ask in asks:
+            self._compensate(keys, ask.customer, ask.quantity)
 
     def _compensate(self, keys: list[str], customer: str, quantity: int) -> None:
         try:

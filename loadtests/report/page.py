@@ -23,6 +23,7 @@ from .base import (
     validate,
     with_floor_ratios,
 )
+from .batching import batching_section
 from .charts import floor_chart, floor_share, histogram_figure, rate_figure, split_figure, timeline_figure
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, kill_stalls, phases
@@ -76,6 +77,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         "lede": _lede(shown, started),
         "strategies": [_strategy(v, machine) for v in shown],
         "comparison": _comparison(shown),
+        "batching": mark_safe(batching_section(shown)),  # built with every figure and label escaped
         "command": command if isinstance(command, str) else "",
         "machine_rows": machine_rows(machine),
         "durability": [

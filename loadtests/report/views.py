@@ -23,14 +23,20 @@ class View:
         self.anchor = f"run-{index + 1}-{re.sub(r'[^a-z0-9]+', '-', self.name.lower()).strip('-')}"
 
 
+def batch_label(run: dict) -> str:
+    """The backend, with its BATCH size when purchases shared sections (``redis ×64``)."""
+    batch = run.get("batch")
+    return run["backend"] + (f" ×{batch}" if isinstance(batch, int) and batch > 1 else "")
+
+
 def views(runs: list[dict]) -> list[View]:
     """A view per run; a backend that ran more than once is labelled by its fault or scenario too."""
     seen: dict[str, int] = {}
     for run in runs:
-        seen[run["backend"]] = seen.get(run["backend"], 0) + 1
+        seen[batch_label(run)] = seen.get(batch_label(run), 0) + 1
     made = []
     for i, run in enumerate(runs):
-        label = run["backend"]
+        label = batch_label(run)
         if seen[label] > 1:
             via = run.get("balancer")
             through = f"via {via}" if isinstance(via, str) and via != "none" else None

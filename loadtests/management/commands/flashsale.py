@@ -17,21 +17,29 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from faults.registry import FAULT_NAMES
+from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.strategies import needs_of, strategy_class
+from loadtests.arguments import add_arguments
 from loadtests.balancer import BalancerError
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
-from loadtests.options import check_balancers, check_fault, check_numbers, check_paths, strategy_names
-from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
+from loadtests.options import (
+    batch_sizes,
+    check_balancers,
+    check_fault,
+    check_numbers,
+    check_paths,
+    row_plan,
+    strategy_names,
+    threads_for_batches,
+)
+from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
 from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
-from processes.ports import LOCUST_MASTER_PORT
 from processes.protocol import ProcessUnavailable
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
@@ -46,97 +54,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
-        parser.add_argument(
-            "--strategies",
-            "--backends",  # the older name, still accepted
-            dest="strategies",
-            default="db,redis,redlock",
-            help="comma-separated strategies, or all (every strategy that is not a control); older name --backends",
-        )
-        parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
-        parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
-        parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
-        parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
-        parser.add_argument(
-            "--users",
-            type=int,
-            default=BurstPlan.users,
-            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})",
-        )
-        parser.add_argument(
-            "--workers",
-            type=int,
-            default=BurstPlan.workers,
-            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})",
-        )
-        parser.add_argument(
-            "--threads",
-            type=int,
-            default=BurstPlan.threads,
-            help=f"threads per gunicorn worker (default {BurstPlan.threads})",
-        )
-        parser.add_argument(
-            "--locust-workers",
-            type=int,
-            default=None,
-            help="Locust workers under one Locust master (default: one per 2,500 spike shoppers, 1 for closed loops)",
-        )
-        parser.add_argument(
-            "--balancer",
-            default="none",
-            help="how shoppers reach the pods: none (each straight to one) or haproxy; a list "
-            "(none,haproxy) runs every row through each, interleaved",
-        )
-        parser.add_argument(
-            "--master-port", type=int, default=LOCUST_MASTER_PORT, help="the Locust master's port for its workers"
-        )
-        parser.add_argument(
-            "--repeat",
-            type=int,
-            default=1,
-            help="run every row N times; print the median and range, and keep every repeat in the JSON (repeats)",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=None,
-            help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
-        )
-        parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
-        parser.add_argument(
-            "--report",
-            dest="report_path",
-            default="",
-            help="write the self-contained HTML report here (e.g. artifacts/report.html)",
-        )
-        self.add_fault_arguments(parser)
-
-    @staticmethod
-    def add_fault_arguments(parser) -> None:
-        """--fault and --unfenced, after the others."""
-        parser.add_argument(
-            "--fault",
-            choices=FAULT_NAMES,
-            default=None,
-            metavar="NAME",
-            help="inject a fault into every row of the deep scenario and report before/during/after: "
-            + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
-        )
-        parser.add_argument(
-            "--fault-hold",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help="how long the fault lasts before its recovery (default: the fault's own; 0.1 s for the "
-            "crash-and-restart faults restart-redis and kill-majority)",
-        )
-        parser.add_argument(
-            "--unfenced",
-            action="store_true",
-            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
-            f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail",
-        )
+        add_arguments(parser)
 
     def handle(
         self,
@@ -160,9 +78,12 @@ class Command(BaseCommand):
         fault: str | None = None,
         fault_hold: float | None = None,
         unfenced: bool = False,
+        batch: str = "1",
+        batch_threads: int | None = None,
         **options,
     ):
         names = strategy_names(scenario=scenario, strategies=strategies)
+        keys = [(name, size) for name in names for size in batch_sizes(batch)]
         timeout, locust_workers = check_numbers(
             scenario=scenario,
             requests=requests,
@@ -177,6 +98,7 @@ class Command(BaseCommand):
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
         balancers = check_balancers(balancer, master_port=master_port)
+        self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
         plan = BurstPlan(
             requests=requests,
@@ -187,7 +109,7 @@ class Command(BaseCommand):
             users=users,
             workers=workers,
             threads=threads,
-            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=threads),
+            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
             locust_workers=locust_workers,
             master_port=master_port,
             balancer=balancers[0],
@@ -197,8 +119,8 @@ class Command(BaseCommand):
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        runs = self.run_rows(names, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
-        rows = runs if repeat == 1 else self.medians(runs, names if fault else [FLOOR, *names], balancers)
+        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
+        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys], balancers)
         document = self.document(rows, started_at)
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
@@ -225,11 +147,13 @@ class Command(BaseCommand):
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
     def run_rows(
-        self, names: list[str], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
+        self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
     ) -> list[dict]:
         """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
-        times, with the services the strategies need running; each row printed as it ends."""
+        times, with the services the strategies need running; each row printed as it ends. A row is
+        a strategy at a BATCH size."""
         fault = plan.fault
+        names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
@@ -245,7 +169,9 @@ class Command(BaseCommand):
                 collect_static()
                 self.stdout.write(
                     f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
-                    f"× {plan.workers} workers × {plan.threads} threads, pool {plan.pool_max_size} per worker, "
+                    f"× {plan.workers} workers × {plan.threads} threads"
+                    + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                    + f", pool {plan.pool_max_size} per worker at most, "
                     f"Locust master + {plan.locust_workers} worker(s)"
                 )
                 if fault:
@@ -256,9 +182,10 @@ class Command(BaseCommand):
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
                     floors = {}
-                    for name in names if fault else [FLOOR, *names]:
+                    for name, size in keys if fault else [(FLOOR, 1), *keys]:
                         for balancer in balancers:
-                            run = self.run_one(name, replace(plan, balancer=balancer), floor=floors.get(balancer))
+                            planned = replace(row_plan(plan, size, self.batched), balancer=balancer)
+                            run = self.run_one(name, planned, floor=floors.get(balancer))
                             floors[balancer] = run if name == FLOOR else floors.get(balancer)
                             if repeat > 1:
                                 run["round"] = round_number
@@ -295,14 +222,16 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], names: list[str], balancers: list[str]) -> list[dict]:
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]], balancers: list[str]) -> list[dict]:
         """Per row and balancer: the median run (:func:`median_run`), every repeat's problems, its
         ratio to the floor's median through the same balancer."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floors = [], {}
-        for name in names:
+        for name, size in keys:
             for balancer in balancers:
-                mine = [run for run in runs if run["backend"] == name and run["balancer"] == balancer]
+                mine = [
+                    run for run in runs if (run["backend"], run["batch"], run["balancer"]) == (name, size, balancer)
+                ]
                 row = median_run(mine)
                 row.pop("round", None)
                 row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
@@ -311,7 +240,7 @@ class Command(BaseCommand):
                 floors[balancer] = row if name == FLOOR else floors.get(balancer)
                 rows.append(with_floor_ratio(row, floors[balancer]))
                 self.stdout.write(table_row(run_cells(row)))
-        if FLOOR in names and len(balancers) > 1 and floors[balancers[0]]["rps"]:
+        if (FLOOR, 1) in keys and len(balancers) > 1 and floors[balancers[0]]["rps"]:
             for balancer in balancers[1:]:
                 ratio = floors[balancer]["rps"] / floors[balancers[0]]["rps"]
                 self.stdout.write(f"median floor through {balancer}: {ratio:.2f}× the floor through {balancers[0]}")

@@ -1,0 +1,151 @@
+"""Purchases that share a section (``BATCH`` > 1): a queue per SKU in each process, one leader at a time.
+
+A purchase that got past the shelf's plain read queues here (:class:`inventory.combining.Combiner`,
+one per strategy and SKU). The leader takes the strategy's guard once, then takes up to ``BATCH``
+queued purchases (its own first), runs :func:`inventory.strategies.batch.batch_section` (one read,
+each decided in queue order, one checked stock write, bulk orders and units, one commit),
+releases the guard, and hands each waiter its own answer. A conflict (the storage check refused
+the batch's write) re-runs the whole batch as the strategy allows one purchase to re-run; an
+``IntegrityError`` (which aborts the whole PostgreSQL transaction) re-runs the batch with each
+purchase in its own savepoint, so one bad purchase never fails the others.
+
+A waiter still queued when ``ACQUIRE_TIMEOUT_MS`` has passed leaves the queue and is told busy
+(503); one its leader has taken waits for the leader's answer (docs/batching.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+from django.db import IntegrityError, connection
+
+from .combining import Combiner, Ticket
+from .results import PurchaseResult, Timings, constraint_hit, result_of
+from .strategies.base import Strategy
+from .strategies.batch import Ask, BatchAttempt
+from .strategies.contract import Grant, LockUnavailable, Outcome
+
+_combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
+_combiners_lock = threading.Lock()
+
+
+def combiner_for(strategy: Strategy, sku: str) -> Combiner:
+    """The strategy's queue for ``sku`` in this process, made on first use."""
+    with _combiners_lock:
+        mine = _combiners.setdefault(strategy, {})
+        if sku not in mine:
+            mine[sku] = Combiner(limit=strategy.batch)
+        return mine[sku]
+
+
+def combiners_of(strategy: Strategy) -> dict[str, Combiner]:
+    """The queues the strategy has made so far (none while it runs with BATCH=1)."""
+    with _combiners_lock:
+        return dict(_combiners.get(strategy, {}))
+
+
+def _ms(since: float, until: float | None = None) -> float:
+    return ((until or time.perf_counter()) - since) * 1000
+
+
+def purchase_in_batch(
+    strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str
+) -> PurchaseResult:
+    """Queue the purchase and return its own answer, whoever's section served it."""
+    combiner = combiner_for(strategy, sku)
+
+    def serve(take) -> None:
+        _lead(strategy, combiner, take, sku=sku, product_id=product_id)
+
+    def busy(ticket: Ticket) -> PurchaseResult:
+        return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings(queue_wait_ms=_ms(ticket.queued_at)))
+
+    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
+        connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
+    ticket = combiner.submit(
+        Ask(customer, quantity, key), serve=serve, timeout_s=strategy.config["ACQUIRE_TIMEOUT_MS"] / 1000, busy=busy
+    )
+    return ticket.answer
+
+
+def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id: int) -> None:
+    """Hold the guard once for a batch; answer every purchase taken after the release."""
+    waiting = time.perf_counter()
+    try:
+        with strategy.guard(sku) as grant:
+            granted = time.perf_counter()
+            tickets = take()
+            db = Timings()
+            results = run_batch(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
+    except LockUnavailable:
+        return  # nothing taken: the combiner answers this leader busy, the queue moves on
+    released = time.perf_counter()
+    for ticket, result in zip(tickets, results, strict=True):
+        timings = result.timings
+        timings.db_ms, timings.batch = db.db_ms, len(tickets)
+        timings.queue_wait_ms = _ms(ticket.queued_at, ticket.taken_at)
+        if strategy.guarded:
+            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waiting, granted), _ms(granted, released)
+        combiner.answer(ticket, result)
+
+
+def run_batch(
+    strategy: Strategy, grant: Grant, *, product_id: int, asks: list[Ask], timings: Timings
+) -> list[PurchaseResult]:
+    """The batch section until it writes; on a conflict re-run as the strategy allows, then busy."""
+    conflicts = retries = 0
+    recovered, careful = False, False
+    for attempt_number in range(strategy.max_attempts + 1):
+        started = time.perf_counter()
+        try:
+            batch = strategy.attempt_batch(product_id=product_id, asks=asks, grant=grant, careful=careful)
+        except IntegrityError:
+            if careful:
+                raise
+            careful = True
+            continue
+        finally:
+            timings.db_ms += _ms(started)
+        if batch.conflict is None:
+            return _results(
+                strategy, batch, asks, product_id=product_id, grant=grant, conflicts=conflicts, retries=retries
+            )
+        conflicts += 1
+        again = None if recovered else strategy.recover(batch.conflict, grant)
+        if again is not None:
+            grant, recovered = again, True
+        elif attempt_number + 1 < strategy.max_attempts:
+            time.sleep(strategy.backoff_s(attempt_number))
+        else:
+            break
+        retries += 1
+    return [
+        PurchaseResult(
+            Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=Timings()
+        )
+        for _ in asks
+    ]
+
+
+def _results(
+    strategy: Strategy,
+    batch: BatchAttempt,
+    asks: list[Ask],
+    *,
+    product_id: int,
+    grant: Grant,
+    conflicts: int,
+    retries: int,
+) -> list[PurchaseResult]:
+    results = []
+    for ask, attempt in zip(asks, batch.attempts, strict=True):
+        common = {"conflicts": conflicts, "retries": retries, "timings": Timings()}
+        if isinstance(attempt, IntegrityError):
+            results.append(
+                constraint_hit(strategy, attempt, product_id=product_id, customer=ask.customer, key=ask.key, **common)
+            )
+        else:
+            results.append(result_of(strategy, attempt, grant=grant, **common))
+    return results

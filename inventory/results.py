@@ -1,0 +1,110 @@
+"""What one purchase came to: its outcome, its counters, where its time went on the server.
+
+Shared by the purchase path (:mod:`inventory.services`) and the combined path
+(:mod:`inventory.batched`): an :class:`~inventory.strategies.contract.SectionResult` becomes a
+:class:`PurchaseResult`, and a constraint that refused a section's writes becomes the answer
+the shopper gets.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError
+
+from .strategies.base import Strategy
+from .strategies.contract import Grant, Outcome, Refusal, SectionResult
+from .strategies.section import find_order
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Timings:
+    """Where one purchase spent its time on the server (milliseconds)."""
+
+    lock_wait_ms: float | None = None  # acquiring the guard (None: no guard was taken)
+    lock_hold_ms: float | None = None  # from the grant to the release (after commit)
+    db_ms: float = 0.0  # inside the section's transactions
+    total_ms: float = 0.0
+    queue_wait_ms: float | None = None  # queued for a combining leader (None: BATCH=1, no queue)
+    batch: int | None = None  # purchases served by the section that served this one
+
+
+@dataclass(frozen=True)
+class PurchaseResult:
+    outcome: Outcome
+    backend: str
+    order_id: int | None = None
+    fence: int | None = None
+    units_left: int | None = None  # with SOLD_OUT: units still on the shelf (fewer than asked)
+    conflicts: int = 0  # writes the storage check refused
+    retries: int = 0  # runs of the section after the first
+    constraint_hits: int = 0  # a database constraint refused the write: the strategy failed
+    timings: Timings = field(default_factory=Timings)
+
+    @property
+    def confirmed(self) -> bool:
+        return self.outcome is Outcome.CONFIRMED
+
+
+# Database constraints that only a failing strategy trips, and what the shopper is told then.
+CONSTRAINT_OUTCOMES = {
+    "product_stock_not_negative": Outcome.SOLD_OUT,
+    "product_stock_at_most_initial": Outcome.BUSY,
+    "allocation_within_limit": Outcome.LIMIT_REACHED,
+}
+IDEMPOTENCY_CONSTRAINT = "order_idempotency_key_once"
+
+
+def result_of(
+    strategy: Strategy,
+    attempt: SectionResult,
+    *,
+    grant: Grant | None = None,
+    conflicts: int = 0,
+    retries: int = 0,
+    timings: Timings,
+) -> PurchaseResult:
+    common = {"conflicts": conflicts, "retries": retries, "timings": timings}
+    if attempt.order is not None:
+        return PurchaseResult(
+            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
+        )
+    refusal: Refusal = attempt.refusal
+    return PurchaseResult(
+        refusal.outcome, strategy.name, fence=grant.token if grant else None, units_left=refusal.units_left, **common
+    )
+
+
+def constraint_hit(
+    strategy: Strategy,
+    exc: IntegrityError,
+    *,
+    product_id: int,
+    customer: str,
+    key: str,
+    conflicts: int,
+    retries: int,
+    timings: Timings,
+) -> PurchaseResult:
+    """A constraint refused the section's writes (rolled back): a concurrent twin, or a failed strategy."""
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint == IDEMPOTENCY_CONSTRAINT:
+        # The same key's twin committed first (possible only without a guard): its order is the answer.
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        return result_of(strategy, SectionResult(order=replay), conflicts=conflicts, retries=retries, timings=timings)
+    if constraint not in CONSTRAINT_OUTCOMES:
+        raise exc
+    logger.warning(
+        "%s: constraint %s refused a purchase (the strategy let a bad write through)", strategy.name, constraint
+    )
+    return PurchaseResult(
+        CONSTRAINT_OUTCOMES[constraint],
+        strategy.name,
+        conflicts=conflicts,
+        retries=retries,
+        constraint_hits=1,
+        timings=timings,
+    )

@@ -1,0 +1,135 @@
+"""The sold-out mark kept in each process, so a late shopper's "sold out" costs no round trip.
+
+Once this process has seen a product's mark in Redis (:mod:`inventory.soldout`), it keeps it, and
+on the first keyed request the product's (customer, Idempotency-Key) → order pairs, read once: a
+product marked sold out has no stock for the mark's generation, so its orders are final and every
+later keyed retry is answered from memory too. redis-py's own client-side cache needs Redis 7.4
+(this machine has 7.0), so invalidation is a pub/sub message: whoever raises a sale's generation
+(restock, reset, an edit of the product) publishes the SKU on :data:`CHANNEL` in the same MULTI,
+and a listener thread per process drops that SKU's mark when told.
+
+Never stale: a process keeps marks only while its listener is subscribed. When the listener's
+connection breaks, it drops every mark at once and keeps none until it has subscribed again (a
+restock in between would be missed). A mark is kept only if no message for its SKU arrived
+between the read that found it and the keeping (an *epoch* per SKU, raised by every message).
+After a fork the child starts empty, with a listener of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "flashsale:sale-changed"
+#: The listener's connection name in CLIENT LIST (followed by the pid).
+LISTENER_NAME = "soldout-listener"
+#: How long the listener waits before it subscribes again after its connection broke.
+RECONNECT_S = 0.5
+
+
+@dataclass
+class Entry:
+    generation: int
+    limit: int
+    ends_at: float | None
+    orders: dict[tuple[str, str], int] | None = None  # read on the first keyed request, then kept
+
+
+class LocalMarks:
+    """Marks by SKU in this process, dropped by the listener's messages."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+        self._epochs: dict[str, int] = {}
+        self._breaks = 0  # raised when the listener's connection breaks: every epoch taken before is void
+        self._subscribed = threading.Event()
+        self._owner: int | None = None  # the pid whose listener thread serves these marks
+        self._url: str | None = None
+        self.told = 0  # messages received (tests wait on it)
+
+    def get(self, sku: str, *, url: str) -> Entry | None:
+        with self._lock:
+            mine = self._owner == os.getpid() and self._url == url
+            return self._entries.get(sku) if mine and self._subscribed.is_set() else None
+
+    def epoch(self, sku: str, *, url: str) -> tuple[int, int] | None:
+        """Taken before reading Redis; None while marks cannot be kept (no listener subscribed)."""
+        self._listen(url)
+        with self._lock:
+            return (self._breaks, self._epochs.get(sku, 0)) if self._subscribed.is_set() else None
+
+    def keep(self, sku: str, entry: Entry, *, epoch: tuple[int, int] | None) -> bool:
+        """Keep ``entry`` unless a message (or a break) came since ``epoch`` was taken."""
+        with self._lock:
+            if epoch is None or epoch != (self._breaks, self._epochs.get(sku, 0)) or not self._subscribed.is_set():
+                return False
+            self._entries[sku] = entry
+            return True
+
+    def drop(self, sku: str) -> None:
+        with self._lock:
+            self._epochs[sku] = self._epochs.get(sku, 0) + 1
+            self._entries.pop(sku, None)
+            self.told += 1
+
+    def drop_all(self, *, subscribed: bool = False) -> None:
+        """Forget every mark (and void every epoch taken); ``subscribed``: the listener still is."""
+        with self._lock:
+            if not subscribed:
+                self._subscribed.clear()
+            self._breaks += 1
+            self._entries.clear()
+
+    def _listen(self, url: str) -> None:
+        """Start this process's listener (once per process, and again after a fork)."""
+        if self._owner == os.getpid() and self._url == url:
+            return
+        with self._lock:
+            if self._owner == os.getpid() and self._url == url:
+                return
+            self._entries.clear()
+            self._subscribed.clear()
+            self._breaks += 1
+            self._owner, self._url = os.getpid(), url
+        thread = threading.Thread(target=self._run, args=(url,), name="soldout-listener", daemon=True)
+        thread.start()
+        self._subscribed.wait(0.5)  # the first purchases may go to Redis while it subscribes
+
+    def _run(self, url: str) -> None:
+        while self._owner == os.getpid() and self._url == url:
+            client = redis.Redis.from_url(
+                url, socket_connect_timeout=1, health_check_interval=5, client_name=f"{LISTENER_NAME}-{os.getpid()}"
+            )
+            pubsub = client.pubsub()
+            try:
+                pubsub.subscribe(CHANNEL)
+                self._serve(pubsub, url)
+            except redis.RedisError as exc:
+                logger.warning("sold-out listener lost Redis (%s): local marks dropped", exc)
+            finally:
+                self.drop_all()
+                pubsub.close()
+                client.close()
+            time.sleep(RECONNECT_S)
+
+    def _serve(self, pubsub, url: str) -> None:
+        while self._owner == os.getpid() and self._url == url:
+            message = pubsub.get_message(timeout=1.0)
+            if message is None:
+                pubsub.ping()  # a dead connection shows here, not only when a message is due
+                continue
+            if message["type"] == "subscribe":
+                self._subscribed.set()
+            elif message["type"] == "message":
+                self.drop(message["data"].decode())
+
+
+MARKS = LocalMarks()

@@ -1,0 +1,220 @@
+"""The critical section for a batch of purchases of one product: one read, one write, one commit.
+
+A leader (:mod:`inventory.batched`) holds the strategy's guard once and runs this section for up
+to ``BATCH`` queued purchases. It reads the row once (the strategy's own ``read``), decides each
+purchase in queue order with :func:`~inventory.strategies.section.decide` against the running stock
+and each customer's running units (:func:`decide_batch`), writes the stock once through the
+strategy's own ``write`` (the same storage check as one purchase: a late batch is refused whole),
+inserts the orders in one statement and adds the units in one upsert, one row per customer.
+
+The outcomes equal running the batch one purchase at a time, in queue order, from the leader's
+read: a repeated Idempotency-Key gets the order of the first purchase with it, as its retry would.
+``careful`` runs the writes of each purchase in its own savepoint, so a constraint that refuses
+one purchase (an :class:`IntegrityError`) refuses only that one; the runner uses it after a bulk
+write failed, which aborts the whole transaction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from ..models import Allocation, Order
+from .contract import Grant, Refusal, SectionResult, Shelf
+from .section import decide
+
+if TYPE_CHECKING:
+    from .base import Strategy
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One queued purchase."""
+
+    customer: str
+    quantity: int
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rules say of one ask in its batch: exactly one field is set."""
+
+    sell: bool = False  # a new order
+    refusal: Refusal | None = None
+    replay: Order | None = None  # an order its key already had before the batch
+    same_as: int | None = None  # the index of the earlier ask in the batch whose order this key gets
+
+
+@dataclass(frozen=True)
+class BatchAttempt:
+    """One run of the batch section: per ask an SectionResult (or the IntegrityError that refused it,
+    in careful mode), or the read the storage check refused."""
+
+    attempts: list[SectionResult | IntegrityError] | None = None
+    conflict: Shelf | None = None
+
+
+def decide_batch(
+    shelf: Shelf, asks: list[Ask], *, held: dict[str, int], orders: dict[tuple[str, str], Order], now: datetime
+) -> list[Verdict]:
+    """Each ask in order against the running stock and units: what sequential sections would decide."""
+    stock, units, keyed = shelf.stock, dict(held), {}
+    verdicts: list[Verdict] = []
+    for index, ask in enumerate(asks):
+        pair = (ask.customer, ask.key)
+        if ask.key and pair in orders:
+            verdicts.append(Verdict(replay=orders[pair]))
+        elif ask.key and pair in keyed:
+            verdicts.append(Verdict(same_as=keyed[pair]))
+        else:
+            refusal = decide(
+                replace(shelf, stock=stock), quantity=ask.quantity, held=units.get(ask.customer, 0), now=now
+            )
+            if refusal is None:
+                stock -= ask.quantity
+                units[ask.customer] = units.get(ask.customer, 0) + ask.quantity
+                if ask.key:
+                    keyed[pair] = index
+            verdicts.append(Verdict(sell=refusal is None, refusal=refusal))
+    return verdicts
+
+
+def held_by(product_id: int, customers: set[str]) -> dict[str, int]:
+    rows = Allocation.objects.filter(product_id=product_id, customer__in=customers)
+    return dict(rows.values_list("customer", "units"))
+
+
+def keyed_orders(product_id: int, asks: list[Ask]) -> dict[tuple[str, str], Order]:
+    pairs = {(ask.customer, ask.key) for ask in asks if ask.key}
+    if not pairs:
+        return {}
+    rows = Order.objects.filter(
+        product_id=product_id,
+        customer__in={customer for customer, _ in pairs},
+        idempotency_key__in={key for _, key in pairs},
+    )
+    return {
+        (order.customer, order.idempotency_key): order
+        for order in rows
+        if (order.customer, order.idempotency_key) in pairs
+    }
+
+
+def allocate_many(*, product_id: int, units: dict[str, int], cap: int) -> None:
+    """Add each customer's units in one upsert (one row per customer: a row may not be hit twice)."""
+    rows = ", ".join(["(%s, %s, %s, %s)"] * len(units))
+    sql = (
+        f"INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES {rows} "
+        "ON CONFLICT (product_id, customer) "
+        "DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap"
+    )
+    params = [value for customer, amount in units.items() for value in (product_id, customer, amount, cap)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def new_order(strategy: Strategy, product_id: int, ask: Ask, grant: Grant) -> Order:
+    return Order(
+        product_id=product_id,
+        customer=ask.customer,
+        quantity=ask.quantity,
+        backend=strategy.name,
+        fence=grant.token,
+        idempotency_key=ask.key,
+    )
+
+
+def batch_section(
+    strategy: Strategy, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
+) -> BatchAttempt:
+    """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
+    with transaction.atomic():
+        shelf = strategy.read(product_id)
+        verdicts = decide_batch(
+            shelf,
+            asks,
+            held=held_by(product_id, {ask.customer for ask in asks}),
+            orders=keyed_orders(product_id, asks),
+            now=timezone.now(),
+        )
+        if careful:
+            verdicts, created = _write_one_by_one(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
+        else:
+            created = _write_in_bulk(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
+        if created is None:
+            transaction.set_rollback(True)
+            return BatchAttempt(conflict=shelf)
+    return BatchAttempt(attempts=_attempts(verdicts, created))
+
+
+def _write_in_bulk(
+    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+) -> dict[int, Order] | None:
+    """The sold asks' stock (one checked write), units and orders; None when the check refused."""
+    sold = [index for index, verdict in enumerate(verdicts) if verdict.sell]
+    if not sold:
+        return {}
+    if not strategy.write(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant):
+        return None
+    units = Counter()
+    for index in sold:
+        units[asks[index].customer] += asks[index].quantity
+    allocate_many(product_id=product_id, units=dict(units), cap=shelf.per_customer_limit)
+    orders = Order.objects.bulk_create([new_order(strategy, product_id, asks[i], grant) for i in sold])
+    return dict(zip(sold, orders, strict=True))
+
+
+def _write_one_by_one(
+    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+) -> tuple[list[Verdict | IntegrityError], dict[int, Order] | None]:
+    """Each sold ask's units and order in a savepoint; the asks after a refused one decided again."""
+    held = held_by(product_id, {ask.customer for ask in asks})
+    stock, created, final = shelf.stock, {}, []
+    for index, ask in enumerate(asks):
+        verdict = verdicts[index]
+        if verdict.replay is None:
+            keyed = {(asks[i].customer, asks[i].key): order for i, order in created.items() if asks[i].key}
+            verdict = decide_batch(replace(shelf, stock=stock), [ask], held=held, orders=keyed, now=timezone.now())[0]
+        if verdict.sell:
+            try:
+                with transaction.atomic():
+                    allocate_many(
+                        product_id=product_id, units={ask.customer: ask.quantity}, cap=shelf.per_customer_limit
+                    )
+                    created[index] = new_order(strategy, product_id, ask, grant)
+                    created[index].save()
+            except IntegrityError as exc:
+                created.pop(index, None)
+                final.append(exc)
+                continue
+            stock -= ask.quantity
+            held[ask.customer] = held.get(ask.customer, 0) + ask.quantity
+        final.append(verdict)
+    sold = shelf.stock - stock
+    if sold and not strategy.write(shelf, quantity=sold, grant=grant):
+        return final, None
+    return final, created
+
+
+def _attempts(
+    verdicts: list[Verdict | IntegrityError], created: dict[int, Order]
+) -> list[SectionResult | IntegrityError]:
+    attempts: list[SectionResult | IntegrityError] = []
+    for index, verdict in enumerate(verdicts):
+        if isinstance(verdict, IntegrityError):
+            attempts.append(verdict)
+        elif verdict.sell:
+            attempts.append(SectionResult(order=created[index]))
+        elif verdict.replay is not None:
+            attempts.append(SectionResult(order=verdict.replay, replayed=True))
+        elif verdict.same_as is not None:
+            attempts.append(SectionResult(order=created[verdict.same_as], replayed=True))
+        else:
+            attempts.append(SectionResult(refusal=verdict.refusal))
+    return attempts

@@ -1,0 +1,225 @@
+"""Combining (BATCH > 1): a batch decides exactly what its purchases one at a time would, in real PostgreSQL.
+
+The semantics test runs the same purchases twice from the same state, once as one batch section
+and once as sequential sections, and compares every outcome and the final rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+from hypothesis import HealthCheck, assume, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from inventory import soldout
+from inventory.audit import audit
+from inventory.batched import combiners_of, run_batch
+from inventory.models import Allocation, Order, Product
+from inventory.results import Timings
+from inventory.services import purchase, reset_sale
+from inventory.strategies import get_strategy, load_strategy
+from inventory.strategies.batch import Ask
+from inventory.strategies.contract import NO_GRANT, Outcome
+from inventory.strategies.redis_stock import forget_sale
+from inventory.strategies.section import read_shelf
+
+CUSTOMERS = ["ann", "bob", "cat"]
+KEYS = ["", "", "k1", "k2"]
+
+asks = st.lists(
+    st.builds(Ask, st.sampled_from(CUSTOMERS), st.integers(1, 3), st.sampled_from(KEYS)), min_size=1, max_size=12
+)
+
+
+def state(product_id: int) -> tuple:
+    """What a sale's rows say: stock, units per customer, orders as (customer, quantity, key)."""
+    product = Product.objects.get(pk=product_id)
+    units = dict(Allocation.objects.filter(product_id=product_id).values_list("customer", "units"))
+    orders = sorted(Order.objects.filter(product_id=product_id).values_list("customer", "quantity", "idempotency_key"))
+    return product.stock, units, orders
+
+
+def described(attempts, before: set[int]) -> list[tuple]:
+    """Outcomes comparable across runs: an order is named by its (customer, key) or as new."""
+    out = []
+    for attempt in attempts:
+        if attempt.order is not None:
+            old = attempt.order.pk in before
+            out.append(("order", attempt.order.customer, attempt.order.quantity, attempt.order.idempotency_key, old))
+        else:
+            out.append(("refused", attempt.refusal.outcome, attempt.refusal.units_left))
+    return out
+
+
+def rolled_back(run):
+    """Run ``run()`` in a savepoint that is then rolled back; its result."""
+    with transaction.atomic():
+        result = run()
+        transaction.set_rollback(True)
+    return result
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("backend", ["db", "atomic", "redis-stock"])
+@hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=st.lists(st.builds(Ask, st.sampled_from(CUSTOMERS), st.just(1), st.sampled_from(KEYS)), max_size=3),
+    batch=asks,
+    stock=st.integers(0, 8),
+    limit=st.integers(1, 4),
+    window=st.sampled_from(["open", "upcoming", "ended"]),
+)
+def test_a_batch_decides_what_its_purchases_one_at_a_time_would(backend, history, batch, stock, limit, window):
+    now = timezone.now()
+    edges = {
+        "open": {"sale_starts_at": now - timedelta(hours=1), "sale_ends_at": now + timedelta(hours=1)},
+        "upcoming": {"sale_starts_at": now + timedelta(hours=1)},
+        "ended": {"sale_ends_at": now - timedelta(seconds=1)},
+    }[window]
+    # atomic's single statement refuses past the limit before it looks at the window (both are
+    # refusals; a purchase outside the window is answered by the plain read before any strategy runs).
+    assume(backend != "atomic" or window == "open")
+    strategy = load_strategy(backend)
+    batch = [Ask(a.customer, min(a.quantity, limit), a.key) for a in batch]
+
+    def scene():
+        forget_sale(soldout.client(), "sem", units_too=True)  # redis-stock's counter: loaded from the rows
+        product = Product.objects.create(
+            sku="sem", name="Sem", price=1, initial_stock=stock + 3, stock=stock + 3, per_customer_limit=limit
+        )
+        for ask in history:  # the sale before the batch (open then), keys included
+            strategy.attempt(product_id=product.pk, grant=NO_GRANT, **vars(ask))
+        Product.objects.filter(pk=product.pk).update(stock=stock, **edges)
+        forget_sale(soldout.client(), "sem", units_too=True)
+        return product.pk, set(Order.objects.filter(product_id=product.pk).values_list("pk", flat=True))
+
+    def batched():
+        product_id, before = scene()
+        attempt = strategy.attempt_batch(product_id=product_id, asks=batch, grant=NO_GRANT)
+        return described(attempt.attempts, before), state(product_id)
+
+    def sequential():
+        product_id, before = scene()
+        attempts = [strategy.attempt(product_id=product_id, grant=NO_GRANT, **vars(a)) for a in batch]
+        return described(attempts, before), state(product_id)
+
+    assert rolled_back(batched) == rolled_back(sequential)
+    strategy.close()
+
+
+@pytest.mark.django_db
+def test_the_sale_window_edge_is_the_same_for_a_batch(make_product):
+    """The end of the window is exclusive and its start inclusive, for every purchase of a batch."""
+    from inventory.strategies.batch import decide_batch
+
+    now = timezone.now()
+    product = make_product("edge", stock=5, limit=5)
+    shelf = read_shelf(product.pk)
+    ending = decide_batch(
+        shelf.__class__(**{**vars(shelf), "sale_ends_at": now}), [Ask("a", 1)], held={}, orders={}, now=now
+    )
+    starting = decide_batch(
+        shelf.__class__(**{**vars(shelf), "sale_starts_at": now}),
+        [Ask("a", 1), Ask("b", 1)],
+        held={},
+        orders={},
+        now=now,
+    )
+    assert [v.refusal.outcome for v in ending] == [Outcome.NOT_ON_SALE]
+    assert [v.sell for v in starting] == [True, True]
+
+
+@pytest.mark.django_db
+def test_batch_1_bypasses_the_combiner(use_strategy, make_product):
+    use_strategy("db")
+    make_product("solo", stock=3)
+    result = purchase(sku="solo", customer="ann", quantity=1)
+    assert get_strategy().batch == 1
+    assert result.confirmed and result.timings.batch == 1 and result.timings.queue_wait_ms is None
+    assert combiners_of(get_strategy()) == {}, "BATCH=1 made a queue"
+
+
+@pytest.mark.django_db
+def test_a_bad_batch_option_is_refused(use_strategy):
+    from django.core.exceptions import ImproperlyConfigured
+
+    for bad in (0, -3, "8", True):
+        with pytest.raises(ImproperlyConfigured, match="INVENTORY_BATCH"):
+            load_strategy("db", config={"OPTIONS": {"BATCH": bad}})
+
+
+REFUSE_BOB = """
+CREATE FUNCTION refuse_bob() RETURNS trigger AS $$
+BEGIN
+  IF NEW.customer = 'bob' THEN
+    RAISE EXCEPTION 'bob refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'allocation_within_limit';
+  END IF;
+  RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER refuse_bob BEFORE INSERT OR UPDATE ON inventory_allocation FOR EACH ROW EXECUTE FUNCTION refuse_bob();
+"""
+
+
+@pytest.mark.django_db
+def test_one_bad_purchase_never_fails_the_others(make_product):
+    """A constraint refuses bob's units (a trigger in PostgreSQL): the bulk write aborts, the batch
+    runs again one purchase per savepoint, and only bob is refused."""
+    product = make_product("bad", stock=5, limit=2)
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_BOB)
+    results = run_batch(
+        load_strategy("db"),
+        NO_GRANT,
+        product_id=product.pk,
+        asks=[Ask("ann", 1), Ask("bob", 1), Ask("cat", 2)],
+        timings=Timings(),
+    )
+    assert [r.outcome for r in results] == [Outcome.CONFIRMED, Outcome.LIMIT_REACHED, Outcome.CONFIRMED]
+    assert [r.constraint_hits for r in results] == [0, 1, 0]
+    assert state(product.pk) == (2, {"ann": 1, "cat": 2}, [("ann", 1, ""), ("cat", 2, "")])
+
+
+BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backend", BATCHED)
+def test_threads_share_sections_and_never_oversell(backend, use_strategy, make_product, settings):
+    """24 threads of one process buy 60 times for 30 customers (limit 1) from 20 units, BATCH=8."""
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    make_product("hot", stock=20)
+    outcomes, sizes = Counter(), Counter()
+    guard, start = threading.Lock(), threading.Barrier(24)
+
+    def shopper(index: int) -> None:
+        start.wait()
+        try:
+            for round_number in range(60 // 24 + 1):
+                number = index + 24 * round_number
+                if number >= 60:
+                    return
+                result = purchase(sku="hot", customer=f"c{number % 30}", quantity=1, idempotency_key=f"k{number}")
+                with guard:
+                    outcomes[result.outcome.value] += 1
+                    sizes[result.timings.batch] += 1
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=shopper, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes["confirmed"] == 20
+    assert sum(outcomes.values()) == 60
+    assert max(size or 0 for size in sizes) > 1, f"no section served two purchases: {sizes}"
+    report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
+    assert report.ok and report.stock == 0 and report.oversold == 0 and report.over_limit_customers == 0
+    reset_sale(sku="hot", stock=0)

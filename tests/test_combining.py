@@ -1,0 +1,127 @@
+"""The combining queue with real threads: one answer per request, busy within the timeout, FIFO batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from inventory.combining import Combiner
+
+
+def busy(ticket) -> str:
+    return "busy"
+
+
+def run_threads(count: int, target) -> None:
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a submitter hangs"
+
+
+def test_every_request_gets_its_own_answer_once_in_arrival_order():
+    combiner = Combiner(limit=8)
+    answers, served, sizes = {}, [], Counter()
+    lock = threading.Lock()
+
+    def serve(take) -> None:
+        tickets = take()
+        sizes[len(tickets)] += 1
+        time.sleep(0.002)  # a section's work, so others queue meanwhile
+        for ticket in tickets:
+            served.append(ticket.item)
+            combiner.answer(ticket, ("done", ticket.item))
+
+    def submitter(index: int) -> None:
+        for n in range(40):
+            item = (index, n)
+            ticket = combiner.submit(item, serve=serve, timeout_s=10, busy=busy)
+            with lock:
+                assert item not in answers
+                answers[item] = ticket.answer
+
+    run_threads(12, submitter)
+    assert answers == {(i, n): ("done", (i, n)) for i in range(12) for n in range(40)}
+    assert sorted(served) == sorted(answers), "a request was served twice or not at all"
+    for index in range(12):  # each thread's requests were served in the order it made them
+        mine = [n for i, n in served if i == index]
+        assert mine == sorted(mine)
+    assert max(sizes) > 1 and max(sizes) <= 8
+
+
+def test_waiters_behind_a_stalled_leader_are_answered_busy_within_their_timeout():
+    combiner = Combiner(limit=8)
+    stalled, resume = threading.Event(), threading.Event()
+    taken_by_leader = []
+
+    def serve(take) -> None:
+        stalled.set()
+        resume.wait(10)  # e.g. waiting for the lock, or paused
+        tickets = take()
+        taken_by_leader.extend(ticket.item for ticket in tickets)
+        for ticket in tickets:
+            combiner.answer(ticket, "served")
+
+    leader_answer = []
+    leader = threading.Thread(
+        target=lambda: leader_answer.append(combiner.submit("leader", serve=serve, timeout_s=10, busy=busy).answer)
+    )
+    leader.start()
+    assert stalled.wait(5)
+    waited, answers = {}, {}
+
+    def waiter(index: int) -> None:
+        started = time.monotonic()
+        answers[index] = combiner.submit(f"w{index}", serve=serve, timeout_s=0.3, busy=busy).answer
+        waited[index] = time.monotonic() - started
+
+    run_threads(5, waiter)
+    assert answers == dict.fromkeys(range(5), "busy")
+    assert all(0.3 <= seconds < 1.5 for seconds in waited.values()), waited
+    resume.set()
+    leader.join(5)
+    assert leader_answer == ["served"]
+    assert taken_by_leader == ["leader"], "a leader took a waiter that had already been answered busy"
+    assert combiner.submit("after", serve=serve, timeout_s=1, busy=busy).answer == "served"
+
+
+def test_a_failing_leader_answers_its_batch_busy_and_passes_the_lead_on():
+    combiner = Combiner(limit=4)
+    failing = [True]
+
+    def serve(take) -> None:
+        tickets = take()
+        if failing[0]:
+            failing[0] = False
+            raise RuntimeError("the database went away")
+        for ticket in tickets:
+            combiner.answer(ticket, "served")
+
+    assert combiner.submit("first", serve=serve, timeout_s=1, busy=busy).answer == "busy"
+    assert combiner.submit("second", serve=serve, timeout_s=1, busy=busy).answer == "served"
+
+
+def test_a_ticket_is_never_answered_twice():
+    combiner = Combiner(limit=2)
+    errors = []
+
+    def serve(take) -> None:
+        (ticket,) = take()
+        combiner.answer(ticket, "one")
+        try:
+            combiner.answer(ticket, "two")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    assert combiner.submit("x", serve=serve, timeout_s=1, busy=busy).answer == "one"
+    assert errors and "cannot be answered" in errors[0]
+
+
+def test_a_combiner_serves_at_least_one_per_batch():
+    with pytest.raises(ValueError):
+        Combiner(limit=0)

@@ -1,0 +1,96 @@
+"""The sold-out mark in each process: answered from memory, dropped when told or when the listener breaks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections
+
+from inventory import soldout
+from inventory.services import purchase, restock
+from inventory.soldout_local import LISTENER_NAME, MARKS
+from inventory.strategies import reset_strategy
+from inventory.strategies.contract import Outcome
+
+
+def sell_out(make_product):
+    """One unit, bought with a key; a second shopper told sold out; a third one keeps the mark here."""
+    make_product(stock=1)
+    first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
+    assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT
+    assert purchase(sku="phone-x", customer="c", quantity=1).outcome is Outcome.SOLD_OUT
+    assert MARKS.get("phone-x", url=settings.INVENTORY["REDIS_URL"]) is not None, "the mark was not kept"
+    return first
+
+
+@pytest.fixture
+def redis_unreachable(monkeypatch):
+    """The shop's Redis client swapped for a real one to a port nothing listens on: a round trip fails."""
+    monkeypatch.setattr(soldout, "_client", redis.Redis(port=1, socket_connect_timeout=0.2))
+
+
+@pytest.mark.django_db
+def test_sold_out_and_keyed_retries_are_answered_without_a_round_trip(use_strategy, make_product, request):
+    use_strategy("db")
+    first = sell_out(make_product)
+    request.getfixturevalue("redis_unreachable")
+    assert soldout.look("phone-x").local
+    assert purchase(sku="phone-x", customer="d", quantity=1).outcome is Outcome.SOLD_OUT
+    again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
+    assert again.confirmed and again.order_id == first.order_id
+    unknown = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="other")
+    assert unknown.outcome is Outcome.SOLD_OUT
+
+
+@pytest.mark.django_db
+def test_a_broken_listener_connection_drops_every_mark(use_strategy, make_product, redis_client):
+    use_strategy("db")
+    sell_out(make_product)
+    url = settings.INVENTORY["REDIS_URL"]
+    mine = [c for c in redis_client.client_list() if c["name"] == f"{LISTENER_NAME}-{os.getpid()}"]
+    assert len(mine) == 1
+    redis_client.client_kill_filter(_id=mine[0]["id"])
+    deadline = time.monotonic() + 3
+    while MARKS.get("phone-x", url=url) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert MARKS.get("phone-x", url=url) is None, "a mark outlived its listener"
+    assert not soldout.look("phone-x").local  # asked Redis again
+    deadline = time.monotonic() + 5
+    while not MARKS.get("phone-x", url=url) and time.monotonic() < deadline:
+        soldout.look("phone-x")  # kept again once the listener has subscribed again
+        time.sleep(0.05)
+    assert MARKS.get("phone-x", url=url) is not None
+
+
+def restock_elsewhere(sku: str, queue) -> None:
+    """In a forked child (another process): restock, and say when it committed."""
+    reset_strategy()
+    connections.close_all()
+    restock(sku=sku, quantity=2)
+    queue.put(time.time())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restock_in_another_process_ends_sold_out_here(use_strategy, make_product):
+    use_strategy("db")
+    sell_out(make_product)
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=restock_elsewhere, args=("phone-x", queue))
+    child.start()
+    told_before = MARKS.told
+    while purchase(sku="phone-x", customer="d", quantity=1).outcome is Outcome.SOLD_OUT:
+        assert child.is_alive() or not queue.empty(), "the child died without restocking"
+    noticed = time.time()
+    committed = queue.get(timeout=5)
+    child.join(5)
+    delay_ms = (noticed - committed) * 1000
+    print(f"another process stopped answering sold out {delay_ms:.1f} ms after the restock committed")
+    assert MARKS.told > told_before
+    assert delay_ms < 500

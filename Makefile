@@ -11,7 +11,7 @@ MANAGE := $(BIN)/python manage.py
 # Then one hot SKU at the speed of its database: db, redis and redlock with each purchase alone in its
 # section and with up to 64 purchases sharing one (docs/batching.md).
 demo: services migrate seed static
-	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 \
+	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 --balancer haproxy \
 		--json artifacts/burst.json --report artifacts/report.html
 	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 2000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html

@@ -25,6 +25,8 @@ FAULT_STRATEGIES = {
     "kill-etcd-member": frozenset({"etcd"}),
     "kill-zk-member": frozenset({"zookeeper"}),
     "kill-holder": frozenset({"db", "redis", "redlock", "etcd", "zookeeper"}),
+    # Any strategy that is not a control: the pods are what dies.
+    "kill-pod": frozenset({"db", "optimistic", "redis", "redlock", "etcd", "zookeeper", "redis-stock", "atomic"}),
 }
 
 #: Faults that make a second holder write from a stale read: without the storage check

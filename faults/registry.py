@@ -10,7 +10,8 @@ stopped.
 
 A fault acts only on what it is given: :class:`processes.nodes.RedisNode` processes, a
 :class:`processes.replication.ReplicatedPair`, processes that answer ``kill()`` / ``start()``
-(an etcd member), or pids a caller's own ``workers()`` returns (use :func:`processes.pidfile.child_pids` of the
+(an etcd member, a gunicorn pod), or pids a caller's own ``workers()`` returns (use
+:func:`processes.pidfile.child_pids` of the
 gunicorn master it started). It never looks for processes by name.
 
 >>> fault = make_fault("kill-minority", redlock_nodes=nodes)
@@ -176,6 +177,7 @@ def make_fault(
     lag_s: float = 0.2,
     holding: Callable[[Sequence[int]], set[int]] | None = None,
     sold: Callable[[], int] | None = None,
+    pod: Callable[[], Restartable] | None = None,
 ) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
@@ -194,6 +196,8 @@ def make_fault(
       ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
     * ``kill-zk-member`` (``zookeeper_ensemble``) and ``kill-holder`` (``workers``, ``holding``,
       ``sold``): see :mod:`faults.crash`.
+    * ``kill-pod``: ``pod`` (returns the pod at inject time): SIGKILL to its gunicorn master and
+      workers, then started again on its port. Default hold 1 s.
     """
 
     def need(part, what: str):
@@ -218,6 +222,7 @@ def make_fault(
         lag_s=lag_s,
         holding=holding,
         sold=sold,
+        pod=pod,
     )
 
 
@@ -283,6 +288,17 @@ def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
     )
 
 
+def _kill_pod(name: str, need, *, pod, hold_s, **_) -> Fault:
+    pod = need(pod, "the pod to kill (pod=callable returning it)")
+    return KillProcesses(
+        name=name,
+        strategies=FAULT_STRATEGIES[name],
+        hold_s=1.0 if hold_s is None else hold_s,
+        description="a whole pod (its gunicorn master and workers) is killed, then started again",
+        members=lambda: [pod()],
+    )
+
+
 _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "kill-minority": _kill_redlock_nodes,
     "kill-majority": _kill_redlock_nodes,
@@ -292,4 +308,5 @@ _FAULT_BUILDERS: dict[str, Callable[..., Fault]] = {
     "kill-etcd-member": _kill_etcd_member,
     "kill-zk-member": build_kill_zk_member,
     "kill-holder": build_kill_holder,
+    "kill-pod": _kill_pod,
 }

@@ -1,12 +1,13 @@
 """The burst runner behind ``manage.py flashsale``: one row of a comparison, start to audit.
 
 :func:`run_row` resets the sale, starts ``plan.pods`` independent gunicorn instances ("pods",
-each on its own free 127.0.0.1 port with its own workers and connection pools), starts
-``plan.locust_processes`` Locust processes that each prepare their own share of the shoppers
-(``loadtests/locustfile.py``), opens the sale for all of them at one wall-clock moment, samples
-stock, progress and PostgreSQL connections while it runs, stops every process it started (also on
-error or Ctrl-C), merges the processes' summaries (``loadtests/figures.py``), audits the database
-and stores a :class:`~inventory.models.BurstRun`.
+each on its own free 127.0.0.1 port with its own workers and connection pools), HAProxy in front
+of them with ``plan.balancer`` = ``"haproxy"``, one Locust master and ``plan.locust_workers``
+workers that each prepare their share of the shoppers (``loadtests/locustfile.py``; the master
+opens the sale for all of them with one message), samples stock, progress and PostgreSQL
+connections while it runs, stops every process it started (also on error or Ctrl-C), reads the
+master's summary of the purchases, audits the database and stores a
+:class:`~inventory.models.BurstRun`.
 
 The floor row (``backend="floor"``) runs the same shoppers against ``/api/products/<sku>/floor``,
 the purchase request path without storage: it sells nothing and is not audited.
@@ -37,7 +38,7 @@ from inventory.services import reset_sale
 from processes.children import ChildError
 
 from .faultrun import FaultRun
-from .figures import merge, timeline, with_floor_ratio
+from .figures import timeline, with_floor_ratio
 from .judge import judge
 from .plan import (
     FLOOR,
@@ -48,10 +49,10 @@ from .plan import (
 )
 from .pods import (
     ConnectionSampler,
+    RestartablePod,
     Row,
     database_url,
     read_json,
-    write_json,
 )
 from .report.sentences import sentence
 
@@ -111,17 +112,17 @@ def run_row(
             row.start_pods()
             row.start_locusts()
             if faulted:
-                faulted.start(pod_pid=row.first_pod_pid, answered=row.answered)
+                faulted.start(pod_pid=row.first_pod_pid, answered=row.answered, pod=RestartablePod(row, 0))
             drive(row, progress, on_progress)
             if faulted:
                 faulted.finish()
-            summaries = [read_json(row.summary_path(i)) for i in range(len(row.locusts))]
+            summary = read_json(row.summary_path)
         except ChildError as exc:
             raise BurstError(str(exc)) from exc
         finally:
             row.stop()
             peak_connections = sampler.stop()
-        figures = row_figures(row, summaries, progress, faulted)
+        figures = row_figures(row, summary, progress, faulted)
     row = record(
         backend=backend,
         plan=plan,
@@ -135,15 +136,14 @@ def run_row(
     return row
 
 
-def row_figures(row: Row, summaries: list[dict | None], progress: Progress, faulted: FaultRun | None) -> dict:
-    """The Locust processes' merged summaries, with the server's count, the timeline and a fault's figures."""
-    missing = [locust for locust, summary in zip(row.locusts, summaries, strict=False) if summary is None]
-    if missing:
+def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: FaultRun | None) -> dict:
+    """The Locust master's summary, with the server's count, the timeline and a fault's figures."""
+    if summary is None:
         raise BurstError(
-            f"{missing[0].name} exited with code {missing[0].process.returncode} and no summary: "
-            f"{missing[0].log_tail()}"
+            f"the Locust master exited with code {row.master.process.returncode} and no summary: "
+            f"{row.master.log_tail()}; workers: {' | '.join(worker.log_tail(2) for worker in row.workers)}"
         )
-    figures = merge(summaries)
+    figures = dict(summary)
     figures["server_purchases"] = row.server_purchases()
     figures["timeline"] = timeline(
         progress.samples,
@@ -151,51 +151,46 @@ def row_figures(row: Row, summaries: list[dict | None], progress: Progress, faul
         sent_times=figures["sent_times"],
         answer_times=figures["answer_times"],
     )
+    figures["locust_report"] = f"{row.locust_report}.html"
     if faulted:
         figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return figures
 
 
 def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
-    """Follow the Locust processes: preparation, the opening they are all told, the burst, their exit."""
+    """Follow the Locust master: preparation, the opening it announces, the burst, its exit."""
     plan = row.plan
     began = time.monotonic()
-    open_at = None  # wall clock
     while True:
-        reports = row.progress_reports()
-        progress.finished = not any(locust.running() for locust in row.locusts)
-        progress.prepared = sum(report.get("prepared", 0) for report in reports)
-        progress.sent = sum(report.get("sent", 0) for report in reports)
-        progress.answered = sum(report.get("answered", 0) for report in reports)
-        if open_at is None:
-            if reports and all(report.get("phase") == "ready" for report in reports):
-                open_at = progress.opened_at = time.time() + plan.countdown_s
-                write_json(row.start_file, {"open_at": open_at})
-            elif progress.finished or any(not locust.running() for locust in row.locusts):
-                return  # a process gave up while preparing; its summary (or its absence) says why
-            elif time.monotonic() - began > plan.prepare_timeout_s:
+        report = row.progress_report()
+        progress.finished = not row.master.running()
+        progress.prepared = report.get("prepared", 0)
+        progress.sent, progress.answered = report.get("sent", 0), report.get("answered", 0)
+        progress.opened_at = report.get("opened_at")
+        if progress.opened_at is None:
+            if progress.finished or any(not worker.running() for worker in row.workers):
+                return  # a process gave up while preparing; the summary (or its absence) says why
+            if time.monotonic() - began > plan.prepare_timeout_s:
                 raise BurstError(
                     f"preparing {plan.requests} shoppers took over {plan.prepare_timeout_s:.0f}s "
-                    f"({progress.prepared} ready); see {row.locusts[0].log_path}"
+                    f"({progress.prepared} ready); see {row.master.log_path}"
                 )
-            progress.phase = "preparing"
-        if open_at is not None:
+            opens_at = report.get("opens_at")
+            progress.phase = "countdown" if opens_at else "preparing"
+            progress.opens_in_s = max(0.0, opens_at - time.time()) if opens_at else 0.0
+        else:
             now = time.time()
-            progress.opens_in_s = max(0.0, open_at - now)
-            progress.phase = "countdown" if now < open_at else "burst"
-            if now >= open_at:
-                progress.elapsed_s = now - open_at
-                progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
-                progress.samples.append((now, progress.elapsed_s, progress.stock))
-                if progress.elapsed_s > plan.timeout_s + 30:
-                    raise BurstError(
-                        f"locust still running after {progress.elapsed_s:.0f}s; see {row.locusts[0].log_path}"
-                    )
+            progress.phase = "burst"
+            progress.elapsed_s = now - progress.opened_at
+            progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
+            progress.samples.append((now, progress.elapsed_s, progress.stock))
+            if progress.elapsed_s > plan.timeout_s + 30:
+                raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {row.master.log_path}")
         if on_progress:
             on_progress(progress)
         if progress.finished:
             return
-        time.sleep(min(SAMPLE_INTERVAL_S, progress.opens_in_s or SAMPLE_INTERVAL_S))
+        time.sleep(SAMPLE_INTERVAL_S)
 
 
 def record(
@@ -216,6 +211,8 @@ def record(
         "fault_description": figures.get("fault_description"),
         "fenced": plan.fenced,
         "pods": plan.pods,
+        "balancer": plan.balancer,
+        "locust_workers": plan.locust_workers,
         "requests": figures["sent"],
         "stock_initial": report.initial if report else plan.sale_stock,
         "stock_final": report.stock if report else plan.sale_stock,
@@ -237,6 +234,8 @@ def record(
         "retries": figures["retries"],
         "constraint_hits": figures["constraint_hits"],
         "client_retries": figures["client_retries"],
+        "transport_resends": figures["transport_resends"],
+        "balancer_answers": figures["balancer_answers"],
         "busy": busy,
         "arrival_window_s": figures["arrival_window_s"],
         "drain_s": figures["drain_s"],
@@ -248,7 +247,7 @@ def record(
         "max_lock_wait_ms": figures["max_lock_wait_ms"],
         "phases": figures.get("phases", []),
         **{key: figures.get(key) for key in ("resumed_after_s", "longest_gap_s", "kills", "lock_timeout_ms")},
-        "transport_resends": figures["transport_resends"],
+        "locust_report": figures["locust_report"],
         "timeline": figures["timeline"],
         "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),
@@ -260,9 +259,9 @@ def record(
 
 
 def sizing(plan: BurstPlan) -> dict:
-    """How the row was sized: Locust processes, gunicorn workers and threads, pools, shoppers."""
+    """How the row was sized: Locust workers, gunicorn workers and threads, pools, shoppers."""
     return {
-        "locust_processes": plan.locust_processes,
+        "locust_workers": plan.locust_workers,
         "workers": plan.workers,
         "threads": plan.threads,
         "pool_max_size": plan.pool_max_size,

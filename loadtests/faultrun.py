@@ -5,7 +5,7 @@
 the etcd cluster are the strategies' own services, which ``flashsale`` has started), gives the pods
 the settings that point them at it (:attr:`FaultRun.env`), and, once the pods run, a thread that
 injects the fault when a third of the purchases have been answered, waits the fault's ``hold_s``
-and recovers it. The instants are kept on the wall clock, the clock the Locust processes stamp
+and recovers it. The instants are kept on the wall clock, the clock the Locust workers stamp
 every purchase with, so :meth:`FaultRun.figures` can split the purchases into phases.
 
 Every part it started is stopped on exit, and a fault still injected is recovered first, also
@@ -30,6 +30,7 @@ from faults.registry import FAULT_NAMES, PauseWorker, make_fault
 from processes.needs import project_cluster, project_ensemble, project_nodes
 from processes.nodes import NodeError, RedisNode
 from processes.pidfile import child_pids
+from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
 from .figures import fault_phases, longest_gap, resumed_after
@@ -75,6 +76,7 @@ class FaultRun:
         self.node: RedisNode | None = None
         self.pair: ReplicatedPair | None = None
         self.pod_pid: Callable[[], int | None] = lambda: None
+        self.pod: Restartable | None = None  # kill-pod's victim, once the pods run
         self.fault: Fault | None = None
         self.probe: SectionProbe | None = None
         self.timer: FaultTimer | None = None
@@ -121,6 +123,11 @@ class FaultRun:
             return make_fault(self.name, workers=self.workers, holding=self.probe.inside, sold=self.probe.orders)
         if self.name == "kill-zk-member":
             return make_fault(self.name, zookeeper_ensemble=project_ensemble(), hold_s=self.hold_s)
+        if self.name == "kill-pod":
+            # A killed worker may hold the lock: a short lease, as for pause-worker, so the sale
+            # resumes within the judge's limit once the lease runs out.
+            self.env["LOCK_TTL_MS"] = str(PAUSE_LEASE_MS.get(self.backend, PAUSE_LEASE_DEFAULT_MS))
+            return make_fault(self.name, pod=lambda: self.pod, hold_s=self.hold_s)
         return make_fault(self.name, etcd_cluster=project_cluster(), hold_s=self.hold_s)
 
     def workers(self) -> list[int]:
@@ -128,9 +135,11 @@ class FaultRun:
         pid = self.pod_pid()
         return child_pids(pid) if pid else []
 
-    def start(self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int]) -> None:
+    def start(
+        self, *, pod_pid: Callable[[], int | None], answered: Callable[[], int], pod: Restartable | None = None
+    ) -> None:
         """The pods run: start the thread that injects the fault after a third of the answers."""
-        self.pod_pid = pod_pid
+        self.pod_pid, self.pod = pod_pid, pod
         self.timer = FaultTimer(
             self.fault, answered=answered, trigger=max(1, round(self.requests * INJECT_AFTER_FRACTION))
         )

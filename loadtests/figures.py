@@ -1,10 +1,11 @@
-"""The burst's figures from the Locust processes' raw summaries: no Django, no I/O.
+"""The burst's figures from the Locust workers' raw reports: no Django, no I/O.
 
-Every Locust process writes one summary (its own share of the purchases, with raw latencies and
-``Server-Timing`` durations); :func:`merge` adds them up into one set of counts and computes the
-percentiles over the union, so the figures of a run do not depend on how many processes sent it.
+Every Locust worker reports its own share of the purchases, with raw latencies and
+``Server-Timing`` durations (``loadtests/conductor.py`` keeps them); :func:`merge` adds them up
+into one set of counts and computes the percentiles over the union, so the figures of a run do
+not depend on how many workers sent it.
 
-Times in a summary are wall-clock seconds (``time.time()``): the processes run on one machine
+Times in a report are wall-clock seconds (``time.time()``): the workers run on one machine
 (or on machines with synchronised clocks), so the first send of one and the last answer of
 another are comparable.
 """
@@ -38,6 +39,7 @@ COUNTS = (
     "busy",
     "client_retries",
     "transport_resends",
+    "balancer_answers",
     "transport_errors",
     "page_failures",
     "conflicts",
@@ -112,7 +114,7 @@ def timeline(
 
     ``samples`` are the runner's (wall clock, seconds since the opening, stock) readings; the two
     counts at each reading come from the clients' own send and answer times (ascending), so they
-    are exact however late a Locust process wrote its progress file.
+    are exact however late the Locust master wrote its progress file.
     """
     return [
         [round(since, 2), stock, bisect.bisect_right(sent_times, at), bisect.bisect_right(answer_times, at)]
@@ -122,7 +124,7 @@ def timeline(
 
 
 def merge(summaries: list[dict]) -> dict:
-    """One run's client figures from the summaries of all its Locust processes.
+    """One run's client figures from the reports of all its Locust workers.
 
     - ``arrival_window_s``: first to last purchase POST handed to its socket, across processes.
     - ``drain_s``: first POST sent to last final answer received (the time the shop took to answer all).
@@ -191,7 +193,7 @@ def fault_phases(
     """The purchases split by send time into ``before`` / ``during`` / ``after`` a fault's window.
 
     ``purchases`` are ``[sent, answered, status, lock ms, [503 answered at, ...]]`` (wall clock, as
-    the Locust processes record them); ``injected_at`` / ``recovered_at`` are wall clock too (None:
+    the Locust workers record them); ``injected_at`` / ``recovered_at`` are wall clock too (None:
     not reached). Each phase has ``start_s`` / ``end_s`` in seconds since ``opened_at`` (the
     timeline's clock), and the final ``status_counts`` and ``p99_ms`` latency of the purchases
     *sent* in it; ``busy_answers`` counts the 503 + Retry-After answers *received* in it (resent

@@ -39,19 +39,12 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     if figures["sent"] != plan.requests or figures["answered"] != plan.requests:
         problems.append(f"sent {figures['sent']} purchases, {figures['answered']} answered, not {plan.requests}")
     problems += reset_problems(figures)
-    resends = figures.get("transport_resends", 0)
-    posts = figures["sent"] + figures["client_retries"] + resends
-    # A worker killed mid-request never logs it: up to one POST per resend may be missing.
-    if not posts - resends <= figures["server_purchases"] <= posts:
-        problems.append(
-            f"the pods logged {figures['server_purchases']} purchase POSTs, Locust sent {posts} "
-            f"({figures['sent']} purchases + {figures['client_retries']} retries + {resends} resends after no answer)"
-        )
+    problems += post_count_problems(figures)
     window = figures["arrival_window_s"]
     if plan.scenario == "spike" and window is not None and window > SPIKE_ARRIVAL_LIMIT_S:
         problems.append(
             f"the spike took {window:.2f}s to send (over {SPIKE_ARRIVAL_LIMIT_S:.1f}s): "
-            "not a spike; use more --locust-processes or fewer --requests"
+            "not a spike; use more --locust-workers or fewer --requests"
         )
     return problems
 
@@ -66,3 +59,19 @@ def reset_problems(figures: dict) -> list[str]:
     if not outside:
         return []
     return [f"{len(outside)} purchases got no answer outside a fault's window and were resent"]
+
+
+def post_count_problems(figures: dict) -> list[str]:
+    """The purchase POSTs the pods logged against those Locust sent them: every try but those the
+    balancer answered itself. One that got no answer, or a balancer's 502, may have died with its
+    worker or pod before it was logged: up to one per resend after no answer, and per final transport error."""
+    resends, by_balancer = figures.get("transport_resends", 0), figures.get("balancer_answers", 0)
+    posts = figures["sent"] + figures["client_retries"] + resends - by_balancer
+    unlogged = resends + figures["transport_errors"]
+    if posts - unlogged <= figures["server_purchases"] <= posts:
+        return []
+    return [
+        f"the pods logged {figures['server_purchases']} purchase POSTs, Locust sent {posts} to them "
+        f"({figures['sent']} purchases + {figures['client_retries']} retries + {resends} resends after no answer"
+        f" - {by_balancer} answered by the balancer" + (f"; {unlogged} unanswered" if unlogged else "") + ")"
+    ]

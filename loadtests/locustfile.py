@@ -1,37 +1,28 @@
-"""The flash sale's shoppers: prepared before the sale opens, released together at the opening.
+"""The flash sale's shoppers, on Locust's own master and workers (or one Locust process):
+prepared before the sale opens, released together at the opening. How to run it by hand, with
+workers on other machines or with Locust's web UI: docs/distributed.md.
 
-Each Locust process sends its own share of the sale: exactly ``--purchases`` purchases. Before
-the timed part every shopper is prepared: a product page load over the user's connection sets
-the ``csrftoken`` cookie and the signed session cookie that identifies the shopper. Prepared
-users then wait at a gate. The gate opens at the wall-clock time the runner writes to
-``--start-file`` (so several processes open together), or at once without one. Then each
-user posts the purchases of its shoppers, one after the other:
+1. Each worker spawns its users and tells the master how many (a custom message); the master
+   gives each worker its share (``loadtests/conductor.py``): exactly ``--purchases`` in all
+   (0, the default: one per user, so the user count typed into the web UI is the sale's size).
+2. Every shopper is prepared: a product page load over the user's connection sets the
+   ``csrftoken`` cookie and the signed session cookie, and its purchase request is built. A
+   worker whose shoppers are all prepared tells the master; once every worker has, the master
+   waits ``--countdown`` seconds and opens the gate with one message to all workers.
+3. ``--scenario spike``: at the opening each worker writes the first purchase of every user at
+   once, each to its own connection that stayed open through the countdown; ``closed``: users
+   post back to back (fixed concurrency).
 
-- ``--scenario spike``: one user per shopper (``-u`` = ``--purchases``); at the opening one loop
-  writes every prepared purchase, each to its own connection that stayed open through the
-  countdown, and each user then reads its answer;
-- ``--scenario closed``: ``-u`` users share the shoppers and post back to back (fixed concurrency).
-
-Users are spread over ``--hosts`` (one base URL per gunicorn "pod") round robin, starting at
-``--user-offset`` so that several processes spread evenly too. Every purchase carries a random
-``Idempotency-Key``; a 503 with ``Retry-After`` is retried with the same key up to
-``--max-retries`` times after waiting as told. A retried purchase is still *one* purchase: it is
-counted once in ``sent``/``answered``/``status_counts`` (with its final answer) and its resends in
-``client_retries``. A purchase that gets no HTTP answer (refused, reset, timed out: a killed
-worker resets its connections) is resent over a new connection with the same key, sharing the
-same ``--max-retries`` bound; its resends are ``transport_resends`` and the wall-clock time of each
-reset is kept with the purchase. gunicorn logs ``sent + client_retries + transport_resends`` POSTs,
-less those a killed worker never answered. A purchase whose last try got no answer is a
-``transport_error``.
-
-Run alone (one process, one pod)::
-
-    locust -f loadtests/locustfile.py --headless -u 500 -r 500 --host http://127.0.0.1:8000 \\
-        --purchases 500 --sku flash-burst --summary-json /tmp/summary.json
-
-``manage.py flashsale`` drives it and merges the processes' summaries (``loadtests/figures.py``).
-The progress file is rewritten every 0.1 s: ``{phase, prepared, sent, answered, limit}``.
-What a process counts is kept by :class:`~loadtests.sale.Sale` (``loadtests/sale.py``).
+Every purchase carries a random ``Idempotency-Key``. A 503 with ``Retry-After`` is resent with
+the same key after waiting as told (``client_retries``). One that got no HTTP answer (refused,
+reset, timed out: a killed worker or pod resets its connections) or a balancer's 502 (its pod
+died) is resent with the same key over a new connection to the next host (``transport_resends``;
+the wall-clock time of each is kept with the purchase). Both share the ``--max-retries`` bound:
+at most one order per key. A resent purchase is counted once in ``sent``/``answered``/
+``status_counts`` (with its final answer); one whose last try got no answer is a
+``transport_error``. Workers report exact per-purchase figures through Locust's
+``report_to_master`` / ``worker_report``; the master writes ``--progress-file`` every 0.1 s and
+``--summary-json`` at the end. Locust's own ``--csv``/``--html`` count every exchange.
 """
 
 from __future__ import annotations
@@ -42,50 +33,57 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from types import SimpleNamespace
 
 import gevent
-import gevent.socket
+import locust.runners
 from geventhttpclient.header import Headers
-from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
+from geventhttpclient.response import HTTPParseError
 from locust import User, constant, events, task
 from locust.exception import StopUser
+from locust.runners import MasterRunner, WorkerRunner
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent.parent)
-)  # for `loadtests.figures` and `loadtests.sale` when run alone
-from loadtests.figures import parse_server_timing  # noqa: E402
-from loadtests.sale import BODY_COUNTS, Sale  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `loadtests.*` when run alone
+from loadtests.balancer import ANSWERED_BY  # noqa: E402
+from loadtests.conductor import Conductor  # noqa: E402
+from loadtests.connection import Connection, retry_after_s  # noqa: E402
+from loadtests.sale import Sale  # noqa: E402
 
 PAGE_NAME = "product page"
 PURCHASE_NAME = "purchase"
 PROGRESS_INTERVAL_S = 0.1
-START_POLL_S = 0.01
 PAGE_ATTEMPTS = 3
-CONNECT_TIMEOUT_S = 10.0
-#: How long one answer may take: a spike queues thousands of requests behind a few threads.
-NETWORK_TIMEOUT_S = 60.0
 #: The longest Retry-After this client honours; a larger one is waited for this long.
 MAX_RETRY_WAIT_S = 5.0
+#: Wait before resending a purchase that got no answer, times the attempt.
+RESEND_WAIT_S = 0.2
+#: A balancer's answer when the pod it sent the request to failed (the request may have run).
+BAD_GATEWAY = 502
+#: Locust has no option for these. A worker busy preparing thousands of shoppers on a starved
+#: CPU may miss heartbeats for many seconds: the master keeps it (default: 3 s). Reports every
+#: half second carry the purchases to the master and the progress to the runner (default 3 s).
+locust.runners.HEARTBEAT_LIVENESS = 120
+locust.runners.WORKER_REPORT_INTERVAL = 0.5
+LOCAL = "local"
 
-
-sale: Sale | None = None
+locust_environment = None  # Locust's Environment, for the listeners Locust calls without it
+sale: Sale | None = None  # this worker's share (or the lone process's)
+conductor: Conductor | None = None  # the master's view (or the lone process's)
 
 
 @events.init_command_line_parser.add_listener
 def add_arguments(parser) -> None:
     group = parser.add_argument_group("flash-sale burst")
-    group.add_argument("--purchases", type=int, default=500, help="this process's purchases: exactly this many")
+    group.add_argument("--purchases", type=int, default=0, help="purchases in the whole sale (0: one per user)")
     group.add_argument("--scenario", choices=["spike", "closed"], default="spike")
     group.add_argument("--hosts", default="", help="comma-separated base URLs (pods); default --host")
-    group.add_argument("--user-offset", type=int, default=0, help="global index of this process's first user")
     group.add_argument("--sku", default="flash-burst", help="the product on sale")
     group.add_argument("--path", default="/api/products/{sku}/purchase", help="where purchases are posted")
     group.add_argument("--quantity", type=int, default=1, help="units per purchase")
-    group.add_argument("--max-retries", type=int, default=3, help="resends of a purchase answered 503 + Retry-After")
-    group.add_argument("--start-file", default="", help="open the gate at the wall-clock time written here")
-    group.add_argument("--summary-json", default="", help="write the purchase figures here at the end")
-    group.add_argument("--progress-file", default="", help="rewrite the progress here while running")
+    group.add_argument("--max-retries", type=int, default=3, help="resends of one purchase (busy, no answer)")
+    group.add_argument("--countdown", type=float, default=1.0, help="seconds from every shopper ready to the opening")
+    group.add_argument("--summary-json", default="", help="master: write the sale's figures here at the end")
+    group.add_argument("--progress-file", default="", help="master: rewrite the progress here while running")
 
 
 def write_json(path: str, data: dict) -> None:
@@ -95,154 +93,203 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_open_at(path: str) -> float | None:
-    try:
-        return float(json.loads(Path(path).read_text())["open_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def is_master(environment) -> bool:
+    """This process conducts the sale: Locust's master, or the lone process (which is both)."""
+    return not isinstance(environment.runner, WorkerRunner)
+
+
+def is_worker(environment) -> bool:
+    """This process shops: a Locust worker, or the lone process (which is both)."""
+    return not isinstance(environment.runner, MasterRunner)
 
 
 @events.init.add_listener
 def on_init(environment, **kwargs) -> None:
-    global sale
+    global locust_environment
+    locust_environment = environment
     options = environment.parsed_options
-    if options is None:
+    if options is not None and is_master(environment):
+        for flag, value, least in (("--purchases", options.purchases, 0), ("--countdown", options.countdown, 0)):
+            if value < least:
+                raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        runner.register_message("flashsale_users", on_users)
+        runner.register_message("flashsale_ready", on_ready)
+    elif isinstance(runner, WorkerRunner):
+        runner.register_message("flashsale_plan", on_plan)
+        runner.register_message("flashsale_open", on_open)
+
+
+@events.test_start.add_listener
+def on_test_start(environment, **kwargs) -> None:
+    global sale, conductor
+    if is_worker(environment):
+        sale = Sale()
+    if is_master(environment):
+        conductor = Conductor(purchases=environment.parsed_options.purchases)
+        gevent.spawn(follow, environment, conductor)
+
+
+def follow(environment, mine: Conductor) -> None:
+    """Master: rewrite the progress file; the lone process also takes its own reports here."""
+    options = environment.parsed_options
+    while mine is conductor and mine.phase != "ended":
+        if is_worker(environment) and sale is not None:
+            absorb(environment, LOCAL, sale.report())
+        if options.progress_file:
+            write_json(options.progress_file, mine.progress())
+        gevent.sleep(PROGRESS_INTERVAL_S)
+
+
+# Between processes, messages are Locust's custom messages; the lone process calls the handlers.
+def tell_master(environment, kind: str, data: dict) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        environment.runner.send_message(kind, data)
+    else:
+        handler = {"flashsale_users": on_users, "flashsale_ready": on_ready}[kind]
+        handler(environment, SimpleNamespace(data=data, node_id=LOCAL))
+
+
+def tell_workers(environment, kind: str, data: dict, worker: str | None = None) -> None:
+    """To ``worker``, or to every worker at once (one broadcast message)."""
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.send_message(kind, data, client_id=worker)
+    else:
+        handler = {"flashsale_plan": on_plan, "flashsale_open": on_open}[kind]
+        handler(environment, SimpleNamespace(data=data, node_id=LOCAL))
+
+
+def on_users(environment, msg) -> None:
+    """Master: a worker's user count; once all are in, every worker's share."""
+    runner = environment.runner
+    index = runner.get_worker_index(msg.node_id) if isinstance(runner, MasterRunner) else 0
+    conductor.count_users(msg.node_id, index=index, users=msg.data["users"])
+    for worker, plan in conductor.plans(runner.target_user_count).items():
+        tell_workers(environment, "flashsale_plan", plan, worker)
+
+
+def on_ready(environment, msg) -> None:
+    """Master: a worker has prepared its shoppers; the last one starts the countdown."""
+    conductor.absorb(msg.node_id, msg.data)
+    countdown = environment.parsed_options.countdown
+    if conductor.mark_ready(msg.node_id, opens_at=time.time() + countdown):
+        gevent.spawn_later(countdown, open_sale, environment, conductor)
+
+
+def open_sale(environment, mine: Conductor) -> None:
+    if mine is conductor:
+        conductor.open(time.time())
+        tell_workers(environment, "flashsale_open", {})
+
+
+@events.worker_report.add_listener
+def on_worker_report(client_id: str, data: dict) -> None:
+    if conductor is not None and "flashsale" in data:
+        absorb(locust_environment, client_id, data["flashsale"])
+
+
+def absorb(environment, worker: str, report: dict) -> None:
+    """Master: keep a worker's report; once every worker has finished, write the summary and stop."""
+    conductor.absorb(worker, report)
+    if conductor.finished and conductor.phase != "ended":
+        end_sale(environment)
+
+
+def end_sale(environment) -> None:
+    options = environment.parsed_options
+    conductor.phase = "ended"
+    if options.summary_json:
+        write_json(options.summary_json, conductor.summary())
+    if options.progress_file:
+        write_json(options.progress_file, conductor.progress())
+    gevent.spawn(environment.runner.quit if options.headless else environment.runner.stop)
+
+
+@events.test_stop.add_listener
+def on_test_stop(environment, **kwargs) -> None:
+    """Master: the run ended before the sale did (``-t``, Ctrl-C, stop in the UI): say what was seen."""
+    if is_master(environment) and conductor is not None and conductor.phase != "ended":
+        conductor.phase = "ended"
+        if environment.parsed_options.summary_json:
+            write_json(environment.parsed_options.summary_json, conductor.summary())
+
+
+@events.report_to_master.add_listener
+def on_report_to_master(client_id: str, data: dict) -> None:
+    if sale is not None:
+        data["flashsale"] = sale.report()
+
+
+def on_plan(environment, msg) -> None:
+    """Worker: the master's share for this worker's users."""
+    sale.plan(**msg.data)
+    tell_ready(environment)
+
+
+def tell_ready(environment) -> None:
+    if sale.all_prepared and not sale.ready_told:
+        sale.ready_told = True
+        sale.phase = "ready"
+        tell_master(environment, "flashsale_ready", sale.report())
+
+
+def on_open(environment, msg) -> None:
+    """Worker: the gate opens.
+
+    The spike's purchases are written here, one after the other without yielding to gevent's
+    hub (a small write to an idle connection does not block), so no answer that comes back
+    meanwhile is parsed between two sends. Each shopper then reads its own answer.
+    """
+    if sale is None or not sale.planned.is_set() or sale.gate.is_set():
         return
-    if options.purchases < 1:
-        raise SystemExit("--purchases must be 1 or more")
-    users = options.num_users or 1
-    if options.scenario == "spike" and users != options.purchases:
-        raise SystemExit(f"--scenario spike sends every purchase at once: use -u {options.purchases}")
-    sale = Sale(options.purchases, min(users, options.purchases))
-
-
-def open_gate(environment) -> None:
-    """Wait until every shopper of this process is prepared, then open at the agreed time."""
-    options = environment.parsed_options
-    while sale.prepared + sale.page_failures < sale.limit:
-        gevent.sleep(START_POLL_S)
-    sale.phase = "ready"
-    open_at = None
-    while options.start_file and open_at is None:
-        open_at = read_open_at(options.start_file)
-        gevent.sleep(START_POLL_S)
-    if open_at is not None:
-        gevent.sleep(max(0.0, open_at - time.time()))
     sale.phase = "open"
-    # The spike's purchases are written here, one after the other without yielding to gevent's
-    # hub (a small write to an idle connection does not block), so no answer that comes back
-    # meanwhile is parsed between two sends. Each shopper then reads its own answer.
     for shopper, request in sale.opening:
         shopper.first_send = shopper.send_now(request)
     sale.gate.set()
 
 
-def report_progress(environment) -> None:
-    path = environment.parsed_options.progress_file
-    while True:
-        write_json(path, sale.progress())
-        gevent.sleep(PROGRESS_INTERVAL_S)
-
-
-@events.test_start.add_listener
-def on_test_start(environment, **kwargs) -> None:
-    if environment.parsed_options.progress_file:
-        gevent.spawn(report_progress, environment)
-    gevent.spawn(open_gate, environment)
-
-
 @events.user_error.add_listener
 def on_user_error(user_instance, exception, tb, **kwargs) -> None:
-    """A bug in a shopper's code (not an answer of the shop): stop, so the runner says so at once
-    instead of Locust re-running the task and preparing shoppers anew."""
+    """A bug in a shopper's code (not an answer of the shop): the sale is void; the master stops it."""
     sale.errors.append(f"{type(exception).__name__}: {exception}")
-    if not sale.quitting:
-        sale.quitting = True
-        gevent.spawn(user_instance.environment.runner.quit)
-
-
-@events.test_stop.add_listener
-def on_test_stop(environment, **kwargs) -> None:
-    options = environment.parsed_options
-    sale.phase = "done"
-    if options.progress_file:
-        write_json(options.progress_file, sale.progress())
-    if options.summary_json:
-        write_json(options.summary_json, sale.summary())
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection to a pod that writes prebuilt requests.
-
-    Locust's FastHttpSession spends about 0.3 ms of client CPU building each request; at the
-    opening that is 0.8–2.4 s for 5,000 shoppers on two shared cores (measured), longer than the
-    spike itself. A prepared shopper's purchase is built during preparation instead, so the
-    opening only writes bytes. Answers are parsed by geventhttpclient's HTTP parser.
-    """
-
-    def __init__(self, base_url: str) -> None:
-        url = urlsplit(base_url)
-        self.address = (url.hostname, url.port or 80)
-        self.host_header = url.netloc
-        self.sock = None
-
-    def request(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host_header}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        if method == "POST":
-            lines.append(f"Content-Length: {len(body)}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-    def send(self, request: bytes) -> None:
-        """Write ``request`` (connecting first if needed); returns once the kernel has all of it."""
-        if self.sock is None:
-            self.sock = gevent.socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
-            self.sock.settimeout(NETWORK_TIMEOUT_S)
-        self.sock.sendall(request)
-
-    def receive(self, method: str) -> tuple[int, Headers, bytes]:
-        """The answer to the request just sent: (status, headers, body)."""
-        response = HTTPSocketResponse(self.sock, method=method)
-        body = response.read()
-        if response.should_close():
-            self.close()
-        return response.status_code, response.info(), body
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
 
 class Shopper(User):
-    """Prepares its share of the shoppers over its own connection, waits at the gate, buys for each."""
+    """Prepares its shoppers over its own connection, waits at the gate, buys for each."""
 
     wait_time = constant(0)
 
     def __init__(self, environment) -> None:
         super().__init__(environment)
-        options = environment.parsed_options
         self.index = sale.next_user
         sale.next_user += 1
-        hosts = [host for host in options.hosts.split(",") if host] or [environment.host]
-        self.connection = Connection(hosts[(options.user_offset + self.index) % len(hosts)])
-        self.first_send: float | BaseException | None = None  # set by open_gate in the spike
+        self.connection: Connection | None = None
+        self.first_send: float | BaseException | None = None  # set at the opening in the spike
+        users = environment.runner.target_user_count
+        if sale.next_user == users and users != sale.users_announced:
+            sale.users_announced = users
+            tell_master(environment, "flashsale_users", {"users": users})
 
     def on_stop(self) -> None:
-        self.connection.close()
+        if self.connection is not None:
+            self.connection.close()
 
     @task
     def shop(self) -> None:
         options = self.environment.parsed_options
+        sale.planned.wait()
+        hosts = [host for host in options.hosts.split(",") if host] or [self.environment.host]
+        self.connection = Connection(hosts, sale.offset + self.index)
         shoppers = [self.prepare(options) for _ in range(sale.shoppers_of(self.index))]
-        if options.scenario == "spike" and shoppers[0] is not None:
+        if options.scenario == "spike" and shoppers and shoppers[0] is not None:
             sale.opening.append((self, shoppers[0]))
+        tell_ready(self.environment)
         sale.gate.wait()
         for purchase in shoppers:
             if purchase is not None:
                 self.purchase(options, purchase, sent=self.first_send)
                 self.first_send = None
-        sale.quit_when_finished(self.environment)
         raise StopUser()
 
     def send_now(self, request: bytes) -> float | OSError:
@@ -307,8 +354,9 @@ class Shopper(User):
         return None
 
     def purchase(self, options, request: bytes, *, sent: float | BaseException | None = None) -> None:
-        """Send one purchase (or read the answer to one ``sent`` at the opening); resend it (same
-        Idempotency-Key) after a 503 + Retry-After or no answer, at most --max-retries times."""
+        """Send one purchase (or read the answer to one ``sent`` at the opening); resend it with
+        the same Idempotency-Key after a 503 + Retry-After, no answer or a balancer's 502, at
+        most --max-retries times in all."""
         sale.sent += 1
         started = None
         busy_at, reset_at = [], []
@@ -319,67 +367,21 @@ class Shopper(User):
                 started = sent_at
                 sale.first_sent_at = sale.first_sent_at or sent_at
                 sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
-            if status == 0 and attempt < options.max_retries:
-                reset_at.append(round(time.time(), 4))
-                sale.transport_resends += 1
-                continue  # exchange() closed the connection: the resend opens a new one
+            if headers and headers.get(ANSWERED_BY) == "balancer":
+                sale.balancer_answers += 1
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
             if retry_after is not None:
                 busy_at.append(round(time.time(), 4))
-            if retry_after is None or attempt == options.max_retries:
+            failed = status in (0, BAD_GATEWAY)
+            if (retry_after is None and not failed) or attempt == options.max_retries:
                 break
-            sale.client_retries += 1
-            gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
+            if failed:
+                reset_at.append(round(time.time(), 4))
+                sale.transport_resends += 1
+                self.connection.fail_over()  # a new connection, to the next host
+                gevent.sleep(RESEND_WAIT_S * attempt)  # the first resend at once, later ones back off
+            else:
+                sale.client_retries += 1
+                gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
         busy = retry_after is not None
-        self.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)
-
-    def record(
-        self,
-        status: int,
-        headers: Headers | None,
-        body: bytes,
-        *,
-        busy: bool,
-        started: float,
-        busy_at: list[float],
-        reset_at: list[float],
-    ) -> None:
-        finished = time.time()
-        sale.answered += 1
-        sale.last_answered_at = finished
-        sale.latencies_ms.append((finished - started) * 1000)
-        sale.sent_times.append(started)
-        sale.answer_times.append(finished)
-        sale.status_counts[str(status)] += 1
-        if status == 0:
-            sale.transport_errors += 1
-        if busy:
-            sale.busy += 1
-        if status == 201:
-            sale.last_confirmed_at = finished
-        timing = parse_server_timing(headers.get("Server-Timing") if headers else None)
-        for name, value in timing.items():
-            if name in sale.timing:
-                sale.timing[name].append(value)
-        sale.purchases.append([round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at, reset_at])
-        try:
-            payload = json.loads(body or b"{}")
-        except ValueError:
-            payload = {}
-        if not isinstance(payload, dict):
-            payload = {}
-        if isinstance(payload.get("outcome"), str):
-            sale.outcomes[payload["outcome"]] += 1
-        for name in BODY_COUNTS:
-            value = payload.get(name)
-            if isinstance(value, int) and not isinstance(value, bool):
-                sale.counts[name] += value
-        sale.quit_when_finished(self.environment)
-
-
-def retry_after_s(header: str | None) -> float | None:
-    """Seconds from a ``Retry-After: <seconds>`` header, or None when absent or not a number."""
-    try:
-        return max(0.0, float(header)) if header else None
-    except ValueError:
-        return None
+        sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)

@@ -14,7 +14,8 @@ from faults.base import FAULT_STRATEGIES
 from faults.registry import FAULT_NAMES
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
-from loadtests.plan import SCENARIOS, BurstPlan, default_locust_processes
+from loadtests.balancer import BalancerError, haproxy_binary
+from loadtests.plan import BALANCERS, SCENARIOS, BurstPlan, default_locust_workers
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -72,15 +73,15 @@ def check_numbers(
     workers: int,
     threads: int,
     pods: int,
-    locust_processes: int | None,
+    locust_workers: int | None,
     repeat: int,
     timeout: float | None,
 ) -> tuple[float, int]:
-    """Refuse a number below its least value; the timeout and Locust processes, defaults filled in."""
+    """Refuse a number below its least value; the timeout and Locust workers, defaults filled in."""
     if timeout is None:
         timeout = max(BurstPlan.timeout_s, requests * 0.05)
-    if locust_processes is None:
-        locust_processes = default_locust_processes(scenario=scenario, requests=requests)
+    if locust_workers is None:
+        locust_workers = default_locust_workers(scenario=scenario, requests=requests)
     for flag, value, least in (
         ("--requests", requests, 1),
         ("--stock", stock, 0),
@@ -88,15 +89,15 @@ def check_numbers(
         ("--workers", workers, 1),
         ("--threads", threads, 1),
         ("--pods", pods, 1),
-        ("--locust-processes", locust_processes, 1),
+        ("--locust-workers", locust_workers, 1),
         ("--repeat", repeat, 1),
         ("--timeout", timeout, 1),
     ):
         if value < least:
             raise CommandError(f"{flag} must be {least} or more, not {value:g}")
-    if locust_processes > requests:
-        raise CommandError(f"--locust-processes {locust_processes} is more than --requests {requests}")
-    return timeout, locust_processes
+    if locust_workers > requests:
+        raise CommandError(f"--locust-workers {locust_workers} is more than --requests {requests}")
+    return timeout, locust_workers
 
 
 def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
@@ -143,3 +144,19 @@ def check_fault(
             f"--fault {fault} does not apply to {', '.join(wrong)}: "
             f"use --strategies {','.join(sorted(FAULT_STRATEGIES[fault]))}"
         )
+
+
+def check_balancers(balancer: str, *, master_port: int) -> list[str]:
+    """The balancers --balancer names (each once, HAProxy installed if named), after checking --master-port."""
+    if not 1 <= master_port <= 65535:
+        raise CommandError(f"--master-port {master_port}: use a port from 1 to 65535")
+    names = [name.strip() for name in balancer.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BALANCERS]
+    if not names or unknown or len(set(names)) != len(names):
+        raise CommandError(f"--balancer {balancer!r}: use one or both of {', '.join(BALANCERS)}, each once")
+    if "haproxy" in names:
+        try:
+            haproxy_binary()
+        except BalancerError as exc:
+            raise CommandError(str(exc)) from exc
+    return names

@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from processes.ports import LOCUST_MASTER_PORT
+
 FLOOR = "floor"
+#: How the shoppers reach the pods: each straight to one (round robin by user), or through HAProxy.
+BALANCERS = ("none", "haproxy")
 SCENARIOS = ("spike", "deep", "flash")
 SAMPLE_INTERVAL_S = 0.25
-#: Shoppers one Locust process releases within the arrival target on this machine (measured).
-SHOPPERS_PER_PROCESS = 2500
+#: Shoppers one Locust worker releases within the arrival target on this machine (measured).
+SHOPPERS_PER_WORKER = 2500
 #: Seconds a shopper's preparation may take at most, on top of a fixed allowance.
 PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
 
@@ -25,12 +29,14 @@ class BurstPlan:
     scenario: str = "spike"
     sku: str = "flash-burst"
     pods: int = 1
-    users: int = 100  # closed-loop concurrency (deep, flash), across all Locust processes
+    users: int = 100  # closed-loop concurrency (deep, flash), across all Locust workers
     workers: int = 4
     threads: int = 4
     pool_max_size: int = 4  # connections per gunicorn worker process
     pool_timeout_s: float = 1.0
-    locust_processes: int = 1
+    locust_workers: int = 1  # Locust workers, under one Locust master
+    master_port: int = LOCUST_MASTER_PORT
+    balancer: str = "none"  # one of BALANCERS
     max_retries: int = 3
     countdown_s: float = 1.0
     timeout_s: float = 180.0
@@ -49,9 +55,9 @@ class BurstPlan:
         return PREPARE_ALLOWANCE_S + PREPARE_PER_SHOPPER_S * self.requests
 
 
-def default_locust_processes(*, scenario: str, requests: int) -> int:
-    """Enough processes for the spike to leave within its target; one for the closed loops."""
-    return max(1, math.ceil(requests / SHOPPERS_PER_PROCESS)) if scenario == "spike" else 1
+def default_locust_workers(*, scenario: str, requests: int) -> int:
+    """Enough Locust workers for the spike to leave within its target; one for the closed loops."""
+    return max(1, math.ceil(requests / SHOPPERS_PER_WORKER)) if scenario == "spike" else 1
 
 
 @dataclass
@@ -67,6 +73,6 @@ class Progress:
     stock: int | None = None
     opens_in_s: float = 0.0
     elapsed_s: float = 0.0  # since the opening
-    finished: bool = False  # the last sample: every Locust process has exited
+    finished: bool = False  # the last sample: the Locust master has exited
     opened_at: float | None = None  # wall clock of the opening
     samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)

@@ -1,13 +1,16 @@
-"""The processes of one burst row: the pods' environment and gunicorn instances, the Locust
-processes that shop them, the files they report through, and the PostgreSQL connection sampler."""
+"""The processes of one burst row: the pods' environment and gunicorn instances, HAProxy in front
+of them (``--balancer haproxy``), the Locust master and workers that shop them, the files the
+master reports through, and the PostgreSQL connection sampler."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -18,11 +21,12 @@ from django.db import connection
 from inventory.strategies import strategy_class
 from processes.children import Child, free_port, stop_all, wait_until_answers
 
+from .balancer import BalancerError, haproxy_config, start_haproxy
 from .plan import FLOOR, BurstError, BurstPlan
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 CONNECTION_SAMPLE_INTERVAL_S = 0.05
-#: The pods run at a lower CPU priority than the Locust processes: on one machine they share the
+#: The pods run at a lower CPU priority than Locust: on one machine they share the
 #: cores, and a server that takes the CPU from its own load generator slows the spike it is measured
 #: by. On separate machines (as in production) the two never compete; this approximates that.
 POD_NICE = 5
@@ -73,7 +77,7 @@ def server_environment(
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),
         # Every prepared shopper's connection stays open through preparation and countdown.
-        GUNICORN_KEEPALIVE=str(int(plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s)),
+        GUNICORN_KEEPALIVE=str(int(keepalive_s(plan))),
         GUNICORN_WORKER_CONNECTIONS=str(plan.requests + plan.threads + 16),
         GUNICORN_BACKLOG=str(max(2048, plan.requests)),
         # The server's own count of purchase POSTs, to check Locust's against.
@@ -116,17 +120,6 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def shares(total: int, parts: int) -> list[int]:
-    """``total`` split into ``parts`` whole shares that differ by at most one and add up exactly."""
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
 class ConnectionSampler(threading.Thread):
     """The most connections to the run's database seen at once (``pg_stat_activity``, every 50 ms),
     the runner's own included, the sampler's not."""
@@ -157,7 +150,7 @@ class ConnectionSampler(threading.Thread):
 
 
 class Row:
-    """The processes and files of one row while it runs."""
+    """The processes and files of one row while it runs: pods, the balancer, the Locust master and workers."""
 
     def __init__(
         self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path, env: dict[str, str] | None = None
@@ -167,118 +160,133 @@ class Row:
         self.plan = plan
         self.run_dir = run_dir
         self.scratch = scratch
-        self.pods: list[Child] = []
+        self.pods: list[Child | None] = []
         self.ports: list[int] = []
-        self.locusts: list[Child] = []
-        self.start_file = scratch / "start.json"
+        self.balancer: Child | None = None
+        self.balancer_port: int | None = None
+        self.master: Child | None = None
+        self.workers: list[Child] = []
+        self.summary_path = scratch / "summary.json"
+        self.progress_path = scratch / "progress.json"
+        self.locust_report = run_dir / "locust" / f"{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     def access_log(self, pod: int) -> Path:
         return self.run_dir / f"{self.backend}-pod{pod}-access.log"
 
     def start_pods(self) -> None:
         for pod in range(self.plan.pods):
-            port = free_port()
+            self.ports.append(free_port())
             self.access_log(pod).unlink(missing_ok=True)
-            self.pods.append(
-                Child(
-                    f"gunicorn pod {pod}",
-                    [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-                    cwd=settings.BASE_DIR,
-                    env=server_environment(
-                        backend=self.backend,
-                        port=port,
-                        plan=self.plan,
-                        access_log=self.access_log(pod),
-                        overrides=self.env,
-                    ),
-                    log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
-                    nice=POD_NICE,
-                )
-            )
-            self.pods[-1].start()
-            self.ports.append(port)
-        for pod, port in zip(self.pods, self.ports, strict=False):
-            wait_until_answers(pod, f"http://127.0.0.1:{port}/api/products/{self.plan.sku}")
+            self.pods.append(self.start_pod(pod))
+        for pod in range(self.plan.pods):
+            self.wait_for_pod(pod)
+        if self.plan.balancer == "haproxy":
+            self.start_balancer()
+
+    def start_pod(self, pod: int) -> Child:
+        """Pod ``pod`` on its port, started (again, after a kill: its access log is appended to)."""
+        child = Child(
+            f"gunicorn pod {pod}",
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=settings.BASE_DIR,
+            env=server_environment(
+                backend=self.backend,
+                port=self.ports[pod],
+                plan=self.plan,
+                access_log=self.access_log(pod),
+                overrides=self.env,
+            ),
+            log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
+            nice=POD_NICE,
+            append=True,
+        )
+        child.start()
+        return child
+
+    def wait_for_pod(self, pod: int) -> None:
+        wait_until_answers(self.pods[pod], f"http://127.0.0.1:{self.ports[pod]}{self.health_path}")
+
+    @property
+    def health_path(self) -> str:
+        return f"/api/products/{self.plan.sku}"
+
+    def start_balancer(self) -> None:
+        plan = self.plan
+        self.balancer_port = free_port()
+        config = haproxy_config(
+            port=self.balancer_port,
+            pods=self.ports,
+            health_path=self.health_path,
+            connections=(plan.requests if plan.scenario == "spike" else plan.users) + 16,
+            per_pod=plan.workers * plan.threads,
+            idle_s=keepalive_s(plan),
+            answer_s=plan.timeout_s,
+        )
+        try:
+            self.balancer = start_haproxy(config=config, run_dir=self.run_dir, name=self.backend, cwd=settings.BASE_DIR)
+        except BalancerError as exc:
+            raise BurstError(str(exc)) from exc
+        wait_until_answers(self.balancer, f"{self.hosts[0]}{self.health_path}")
+
+    @property
+    def hosts(self) -> list[str]:
+        """Where the shoppers go: the balancer, or every pod."""
+        if self.balancer_port is not None:
+            return [f"http://127.0.0.1:{self.balancer_port}"]
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
 
     def start_locusts(self) -> None:
+        """One Locust master and ``plan.locust_workers`` workers (``loadtests/locustfile.py``)."""
         plan = self.plan
         closed = plan.scenario != "spike"
-        hosts = ",".join(f"http://127.0.0.1:{port}" for port in self.ports)
-        purchases = shares(plan.requests, plan.locust_processes)
-        users = shares(plan.users, plan.locust_processes) if closed else purchases
+        users = max(1, min(plan.users if closed else plan.requests, plan.requests))
         env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
         env["PYTHONPATH"] = str(settings.BASE_DIR)
-        run_for = int(plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s)
-        offset = 0
-        for index, (share, user_count) in enumerate(zip(purchases, users, strict=False)):
-            user_count = max(1, min(user_count, share))
-            self.locusts.append(
+        locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING"]
+        self.locust_report.parent.mkdir(parents=True, exist_ok=True)
+        self.master = Child(
+            "locust master",
+            [
+                *locust,
+                *("--master", "--headless", "--only-summary", "--expect-workers", str(plan.locust_workers)),
+                *("--master-bind-host", "127.0.0.1", "--master-bind-port", str(plan.master_port)),
+                *("--host", self.hosts[0], "--hosts", ",".join(self.hosts)),
+                *("-u", str(users), "-r", str(users), "-t", f"{int(keepalive_s(plan))}s"),
+                *("--scenario", "closed" if closed else "spike", "--purchases", str(plan.requests)),
+                *("--sku", plan.sku, "--max-retries", str(plan.max_retries), "--countdown", str(plan.countdown_s)),
+                *("--path", "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase")),
+                *("--summary-json", str(self.summary_path), "--progress-file", str(self.progress_path)),
+                *("--csv", str(self.locust_report), "--html", f"{self.locust_report}.html"),
+            ],
+            cwd=settings.BASE_DIR,
+            env=env,
+            log_path=self.run_dir / f"{self.backend}-locust-master.log",
+        )
+        self.master.start()
+        for index in range(plan.locust_workers):
+            self.workers.append(
                 Child(
-                    f"locust {index}",
-                    [
-                        sys.executable,
-                        "-m",
-                        "locust",
-                        "-f",
-                        str(LOCUSTFILE),
-                        "--headless",
-                        "--only-summary",
-                        "--loglevel",
-                        "WARNING",
-                        "--host",
-                        hosts.split(",")[0],
-                        "--hosts",
-                        hosts,
-                        "-u",
-                        str(user_count),
-                        "-r",
-                        str(user_count),
-                        "-t",
-                        f"{run_for}s",
-                        "--scenario",
-                        "closed" if closed else "spike",
-                        "--purchases",
-                        str(share),
-                        "--user-offset",
-                        str(offset),
-                        "--sku",
-                        plan.sku,
-                        "--max-retries",
-                        str(plan.max_retries),
-                        "--path",
-                        "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase"),
-                        "--start-file",
-                        str(self.start_file),
-                        "--summary-json",
-                        str(self.summary_path(index)),
-                        "--progress-file",
-                        str(self.progress_path(index)),
-                    ],
+                    f"locust worker {index}",
+                    [*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(plan.master_port)],
                     cwd=settings.BASE_DIR,
                     env=env,
-                    log_path=self.run_dir / f"{self.backend}-locust{index}.log",
+                    log_path=self.run_dir / f"{self.backend}-locust-worker{index}.log",
                 )
             )
-            self.locusts[-1].start()
-            offset += user_count
+            self.workers[-1].start()
 
-    def summary_path(self, index: int) -> Path:
-        return self.scratch / f"summary-{index}.json"
-
-    def progress_path(self, index: int) -> Path:
-        return self.scratch / f"progress-{index}.json"
-
-    def progress_reports(self) -> list[dict]:
-        return [read_json(self.progress_path(i)) or {} for i in range(len(self.locusts))]
+    def progress_report(self) -> dict:
+        """The master's progress file: phase, opened_at, prepared, sent, answered, limit."""
+        return read_json(self.progress_path) or {}
 
     def answered(self) -> int:
-        return sum(report.get("answered", 0) for report in self.progress_reports())
+        return self.progress_report().get("answered", 0)
 
     def first_pod_pid(self) -> int | None:
-        return self.pods[0].process.pid if self.pods else None
+        return self.pods[0].process.pid if self.pods and self.pods[0] is not None else None
 
     def stop(self) -> None:
-        stop_all([*self.locusts, *self.pods])
+        stop_all([self.master, *self.workers, self.balancer, *self.pods])
 
     def server_purchases(self) -> int:
         """Purchase POSTs that reached the pods, from their access logs (complete once they stopped)."""
@@ -292,3 +300,23 @@ class Row:
             except OSError:
                 pass
         return total
+
+
+class RestartablePod:
+    """Pod ``index`` of a row as the kill-pod fault sees it: killed whole (SIGKILL to its gunicorn
+    master and workers), then started again on its port with the same settings."""
+
+    def __init__(self, row: Row, index: int) -> None:
+        self.row, self.index = row, index
+
+    def kill(self) -> None:
+        self.row.pods[self.index].stop(signal.SIGKILL)
+
+    def start(self) -> None:
+        self.row.pods[self.index] = self.row.start_pod(self.index)
+        self.row.wait_for_pod(self.index)
+
+
+def keepalive_s(plan: BurstPlan) -> float:
+    """How long a prepared connection may wait: preparing every shopper, the countdown, the burst."""
+    return plan.prepare_timeout_s + plan.countdown_s + plan.timeout_s

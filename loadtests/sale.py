@@ -1,40 +1,70 @@
-"""One Locust process's share of the flash sale (:class:`Sale`): its shoppers, the gate, and the
-figures it counts for the summary that ``loadtests/locustfile.py`` writes."""
+"""One Locust worker's share of the flash sale (:class:`Sale`): its shoppers, the gate, and the
+figures it counts, reported to the master a slice at a time (:meth:`Sale.report`).
+
+The master decides the share (``loadtests/conductor.py``): it hands the worker the global index
+of its first user, the number of users in the whole sale and the number of purchases; global
+user ``g`` buys for shoppers ``g, g + users, g + 2 × users, ...`` below the purchase count, so
+the shares add up to exactly the sale's purchases whatever the number of workers.
+"""
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-import gevent
 from gevent.event import Event
 
-from loadtests.figures import TIMING_KEYS
+from loadtests.figures import TIMING_KEYS, parse_server_timing
 
 if TYPE_CHECKING:
+    from geventhttpclient.header import Headers
+
     from loadtests.locustfile import Shopper
 
 #: The last counter fields of a response body that the burst adds up.
 BODY_COUNTS = ("conflicts", "retries", "constraint_hits")
+#: Counters a report carries as this worker's totals so far.
+TOTALS = (
+    "limit",
+    "prepared",
+    "page_failures",
+    "sent",
+    "answered",
+    "busy",
+    "client_retries",
+    "transport_resends",
+    "balancer_answers",
+    "transport_errors",
+)
+#: Lists a report carries as the items added since the previous report.
+SERIES = ("latencies_ms", "sent_times", "answer_times", "purchases")
 
 
 class Sale:
-    """This process's share of the sale: its shoppers, the gate, and what came back."""
+    """This worker's share of the sale: its shoppers, the gate, and what came back."""
 
-    def __init__(self, limit: int, users: int) -> None:
-        self.limit = limit
-        self.users = users
-        self.next_user = 0  # Shopper instances take their index from here
+    def __init__(self) -> None:
+        self.next_user = 0  # Shopper instances take their local index from here
+        self.users_announced = 0  # the user count last told to the master
+        self.offset = 0  # global index of this worker's first user
+        self.total_users = 1  # users in the whole sale
+        self.purchases = 0  # purchases in the whole sale
+        self.limit = 0  # this worker's purchases
+        self.planned = Event()  # the master has told the share
+        self.gate = Event()  # the sale is open
+        self.ready_told = False
+        self.phase = "preparing"
         self.prepared = 0
         self.page_failures = 0  # shoppers whose product page failed every attempt
-        self.gate = Event()
-        self.phase = "preparing"
-        self.sent = 0  # purchases sent (a retried purchase counts once)
+        self.sent = 0  # purchases sent (a resent purchase counts once)
         self.answered = 0  # purchases with a final answer (or a transport error)
         self.status_counts: Counter[str] = Counter()  # final answers; "0" = no HTTP answer
         self.busy = 0  # final 503 + Retry-After answers (retries exhausted)
-        self.client_retries = 0
-        self.transport_resends = 0  # resends after no answer (a reset connection)
+        self.client_retries = 0  # resends after a 503 + Retry-After
+        self.transport_resends = 0  # resends after no HTTP answer or a balancer's 502 (a reset connection, a dead pod)
+        self.balancer_answers = 0  # answers the balancer gave itself (no pod saw the request)
         self.transport_errors = 0
         self.counts = Counter()  # conflicts, retries, constraint_hits from the response bodies
         self.outcomes: Counter[str] = Counter()  # the body's "outcome" of each final answer
@@ -44,57 +74,101 @@ class Sale:
         # Per purchase: [first send, final answer (wall clock), final status, server's lock wait ms or None,
         # wall clock of each 503 + Retry-After answer it got (resent or final), of each try that got no answer
         # and was resent]
-        self.purchases: list[list] = []
+        self.purchases_done: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
         self.first_sent_at: float | None = None
         self.last_sent_at: float | None = None
         self.last_answered_at: float | None = None
         self.last_confirmed_at: float | None = None
-        self.quitting = False
-        self.errors: list[str] = []  # exceptions in this file's own code: the run is void
+        self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
         self.opening: list[tuple[Shopper, bytes]] = []  # spike: the purchases to write at the opening
+        self._reported: dict[str, int] = {}  # how much of each list earlier reports carried
+
+    def plan(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
+        """The master's share: global user ``offset`` onward, of ``users`` buying ``purchases``."""
+        self.offset, self.total_users, self.purchases = offset, max(1, users), purchases
+        self.limit = sum(self.shoppers_of(index) for index in range(local_users))
+        self.planned.set()
 
     def shoppers_of(self, user_index: int) -> int:
-        """How many of the share's shoppers user ``user_index`` (0-based) prepares and buys for."""
-        return len(range(user_index, self.limit, self.users))
+        """How many shoppers local user ``user_index`` (0-based) prepares and buys for."""
+        return len(range(self.offset + user_index, self.purchases, self.total_users))
+
+    def record(
+        self,
+        status: int,
+        headers: Headers | None,
+        body: bytes,
+        *,
+        busy: bool,
+        started: float,
+        busy_at: list[float],
+        reset_at: list[float],
+    ) -> None:
+        """A purchase's final answer (status 0: none): its server timing and its JSON body."""
+        finished = time.time()
+        timing = parse_server_timing(headers.get("Server-Timing") if headers else None)
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
+        self.answered += 1
+        self.last_answered_at = finished
+        self.latencies_ms.append(round((finished - started) * 1000, 2))
+        self.sent_times.append(round(started, 4))
+        self.answer_times.append(round(finished, 4))
+        self.status_counts[str(status)] += 1
+        self.transport_errors += status == 0
+        self.busy += busy
+        if status == 201:
+            self.last_confirmed_at = finished
+        for name, value in timing.items():
+            if name in self.timing:
+                self.timing[name].append(value)
+        self.purchases_done.append(
+            [round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at, reset_at]
+        )
+        if isinstance(payload.get("outcome"), str):
+            self.outcomes[payload["outcome"]] += 1
+        for name in BODY_COUNTS:
+            value = payload.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.counts[name] += value
+
+    @property
+    def all_prepared(self) -> bool:
+        return self.planned.is_set() and self.prepared + self.page_failures >= self.limit
 
     @property
     def finished(self) -> bool:
-        return self.answered + self.page_failures >= self.limit
-
-    def quit_when_finished(self, environment) -> None:
-        if self.finished and not self.quitting:
-            self.quitting = True
-            gevent.spawn(environment.runner.quit)
+        return bool(self.errors) or (self.planned.is_set() and self.answered + self.page_failures >= self.limit)
 
     def progress(self) -> dict:
-        return {
-            "phase": self.phase,
-            "prepared": self.prepared,
-            "page_failures": self.page_failures,
-            "sent": self.sent,
-            "answered": self.answered,
-            "limit": self.limit,
-        }
+        return {"phase": self.phase, **{name: getattr(self, name) for name in TOTALS}}
 
-    def summary(self) -> dict:
-        return {
+    def report(self) -> dict:
+        """Totals so far and what the lists gained since the last report; ``finished`` once this
+        report carries the last purchase."""
+        finished = self.finished
+        data = {
             **self.progress(),
+            "finished": finished,
             **{name: self.counts[name] for name in BODY_COUNTS},
             "status_counts": dict(sorted(self.status_counts.items())),
             "outcomes": dict(sorted(self.outcomes.items())),
-            "busy": self.busy,
-            "client_retries": self.client_retries,
-            "transport_resends": self.transport_resends,
-            "transport_errors": self.transport_errors,
-            "errors": self.errors,
+            "errors": list(self.errors),
             "first_sent_at": self.first_sent_at,
             "last_sent_at": self.last_sent_at,
             "last_answered_at": self.last_answered_at,
             "last_confirmed_at": self.last_confirmed_at,
-            "latencies_ms": [round(value, 2) for value in self.latencies_ms],
-            "sent_times": [round(value, 4) for value in self.sent_times],
-            "answer_times": [round(value, 4) for value in self.answer_times],
-            "purchases": self.purchases,
-            "server_timing": self.timing,
         }
+        for name in SERIES:
+            data[name] = self._since_last(name, getattr(self, name if name != "purchases" else "purchases_done"))
+        data["server_timing"] = {key: self._since_last(f"timing:{key}", values) for key, values in self.timing.items()}
+        return data
+
+    def _since_last(self, name: str, values: list) -> list:
+        start = self._reported.get(name, 0)
+        self._reported[name] = len(values)
+        return values[start:]

@@ -8,6 +8,7 @@ from .report.sentences import ARTICLE_CLAIM
 
 COLUMNS = [
     ("backend", 11),
+    ("via", 7),
     ("requests", 8),
     ("2xx", 5),
     ("409", 5),
@@ -53,6 +54,7 @@ def run_cells(run: dict) -> list:
     timing = run.get("server_timing") or {}
     return [
         run["backend"] + (f" #{run['round']}" if run.get("round") else ""),
+        run.get("balancer", "none"),
         run["requests"],
         sum(n for status, n in counts.items() if status.startswith("2")),
         counts.get("409", 0),

@@ -1,4 +1,4 @@
-"""Child processes of the burst: gunicorn "pods" and Locust processes, each in its own process group.
+"""Child processes of the burst: gunicorn "pods", HAProxy and Locust, each in its own process group.
 
 Every child logs to a file, gets SIGTERM if the runner dies (Linux, even on SIGKILL), and is
 stopped group-wide (so gunicorn's workers go with their arbiter). A :class:`Child` follows the
@@ -59,10 +59,20 @@ class Child:
     startable = True
 
     def __init__(
-        self, name: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, nice: int = 0
+        self,
+        name: str,
+        args: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log_path: Path,
+        nice: int = 0,
+        append: bool = False,
     ) -> None:
-        """``nice`` > 0 lowers the child's CPU priority (any user may)."""
+        """``nice`` > 0 lowers the child's CPU priority (any user may); ``append`` keeps the log's
+        earlier lines (a process started again)."""
         self.name, self.args, self.cwd, self.env, self.nice = name, args, cwd, env, nice
+        self.append = append
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
 
@@ -74,7 +84,7 @@ class Child:
         if self.process is not None:
             raise ChildError(f"{self.name} was started already")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
+        self._log = open(self.log_path, "ab" if self.append else "wb")  # noqa: SIM115 (the child writes to it until stop() closes it)
         self.process = subprocess.Popen(
             self.args,
             cwd=self.cwd,

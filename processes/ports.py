@@ -6,6 +6,7 @@ and the test suite do not meet (one shared port is marked); the suite moves its 
 
 =========  ===========================================================================================
 7379-7383  the shop's five Redlock nodes (``REDLOCK_BASE_PORT``)
+7390       ``flashsale``'s Locust master (its workers connect here; ``--master-port`` moves it)
 7479-7481  the shop's etcd cluster, peers 10 above (``ETCD_ENDPOINTS``)
 7579-7912  the test suite, slot 0: the blocks named in tests/slots.py, between the commands' ports
            (7579-7583, 7679-7744, 7879-7912); slot k moves them all by k × 1000
@@ -22,6 +23,7 @@ and the test suite do not meet (one shared port is marked); the suite moves its 
 from __future__ import annotations
 
 REDLOCK_BASE_PORT = 7379
+LOCUST_MASTER_PORT = 7390
 ETCD_BASE_PORT = 7479
 TEST_SUITE_BASE_PORT = 7579
 LOCKBENCH_BASE_PORT = 7779

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
 from loadtests.report.sentences import sentence
+from tests.slots import LOCUST_MASTER_PORT
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,11 @@ RUN_KEYS = {
     "server_timing",
     "timeline",
     "latency_histogram_ms",
+    "balancer",
+    "locust_workers",
+    "transport_resends",
+    "balancer_answers",
+    "locust_report",
 }
 
 
@@ -61,7 +67,15 @@ def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
     out = StringIO()
     error = None
     try:
-        call_command("flashsale", sku=SKU, json_path=str(path), stdout=out, stderr=StringIO(), **options)
+        call_command(
+            "flashsale",
+            sku=SKU,
+            json_path=str(path),
+            master_port=LOCUST_MASTER_PORT,
+            stdout=out,
+            stderr=StringIO(),
+            **options,
+        )
     except CommandError as exc:
         error = exc
     return json.loads(path.read_text()), out.getvalue(), error
@@ -79,7 +93,7 @@ def assert_floor_row(floor: dict, *, requests: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
+def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     document, printed, error = burst(
         tmp_path,
         scenario="spike",
@@ -87,7 +101,7 @@ def test_spike_across_two_pods_and_two_locust_processes(tmp_path):
         requests=600,
         stock=20,
         pods=2,
-        locust_processes=2,
+        locust_workers=2,
     )
 
     assert error is None, f"{error}\n{printed}"
@@ -221,9 +235,12 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"users": 0}, "--users must be 1 or more"),
         ({"pods": 0}, "--pods must be 1 or more"),
         ({"repeat": 0}, "--repeat must be 1 or more"),
-        ({"locust_processes": 11}, "--locust-processes 11 is more than --requests 10"),
+        ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
+        ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
+        ({"balancer": "haproxy,haproxy"}, "each once"),
+        ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),
         ({"batch": "1,0"}, "--batch '1,0'"),
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
@@ -240,3 +257,27 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
     assert not path.exists()
     assert not Product.objects.filter(sku=SKU).exists()
     assert not BurstRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_through_haproxy_interleave_with_direct_ones_and_say_so(tmp_path):
+    document, printed, error = burst(
+        tmp_path, scenario="spike", backends="db", requests=400, stock=20, pods=2, balancer="none,haproxy"
+    )
+
+    assert error is None, f"{error}\n{printed}"
+    runs = document["runs"]
+    assert [(run["backend"], run["balancer"]) for run in runs] == [
+        ("floor", "none"),
+        ("floor", "haproxy"),
+        ("db", "none"),
+        ("db", "haproxy"),
+    ]
+    for run in runs:
+        assert run["locust_workers"] == 1 and run["invariants_ok"] is True, run["problems"]
+        assert run["requests"] == run["server_purchases"] == 400  # HAProxy resent no POST
+        assert run["arrival_window_s"] <= 1.0 and run["transport_errors"] == 0
+    via_haproxy = runs[3]
+    assert via_haproxy["status_counts"]["201"] == 20 and via_haproxy["oversold"] == 0
+    assert via_haproxy["floor_ratio"] == pytest.approx(via_haproxy["rps"] / runs[1]["rps"], rel=0.01)
+    assert Order.objects.filter(product__sku=SKU).count() == 20

@@ -14,6 +14,7 @@ from io import StringIO
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.db.models import Count
 
 from inventory.models import BurstRun, Order, Product
 from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
@@ -21,6 +22,7 @@ from loadtests.figures import fault_phases, longest_gap, resumed_after
 from loadtests.judge import GAP_LIMIT_S, judge
 from loadtests.plan import BurstPlan
 from processes.nodes import RedisNode
+from tests.slots import LOCUST_MASTER_PORT
 
 SKU = "flash-burst"
 REQUESTS = 600
@@ -106,6 +108,7 @@ def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str,
             scenario="deep",
             requests=requests,
             json_path=str(path),
+            master_port=LOCUST_MASTER_PORT,
             stdout=out,
             stderr=StringIO(),
             **options,
@@ -167,6 +170,26 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
     assert not private.ping()  # stopped at the end
     # The pods locked on the private node: the shop's own Redis never saw a lock key.
     assert not [key for key in redis_client.keys("*") if b"lock" in key]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("balancer", ["none", "haproxy"])
+def test_kill_pod_resends_in_flight_purchases_once_each(balancer, tmp_path):
+    document, printed, error = fault_run(tmp_path, backends="redis", fault="kill-pod", pods=2, balancer=balancer)
+
+    assert error is None, f"{error}\n{printed}"
+    [run] = document["runs"]
+    assert run["balancer"] == balancer and "whole pod" in run["fault_description"]
+    assert (run["oversold"], run["lost"], run["transport_errors"], run["errors_5xx"]) == (0, 0, 0, 0), run["problems"]
+    assert run["invariants_ok"] is True, run["problems"]
+    assert run["transport_resends"] >= 1  # the purchases in flight on the killed pod were resent
+    assert 0 <= run["resumed_after_s"] <= RESUME_LIMIT_S
+    # From the database: one order per Idempotency-Key, every confirmed purchase one order.
+    orders = Order.objects.filter(product__sku=SKU)
+    keys = orders.values("idempotency_key").annotate(n=Count("id"))
+    assert orders.count() == keys.count() == run["status_counts"]["201"] == REQUESTS
+    assert not orders.filter(idempotency_key="").exists()
 
 
 @pytest.mark.parametrize(

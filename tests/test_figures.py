@@ -1,4 +1,4 @@
-"""The burst's figures: merging Locust processes' summaries, percentiles, histogram, Server-Timing, medians."""
+"""The burst's figures: merging Locust workers' reports, percentiles, histogram, Server-Timing, medians."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from loadtests.figures import (
     percentile,
     timeline,
 )
-from loadtests.pods import shares
 
 
 def summary(**fields) -> dict:
@@ -121,12 +120,6 @@ def test_median_run_reports_median_and_range():
     row = median_run(runs)
     assert row["rps"] == 225.0 and row["rps_range"] == [100.0, 300.0] and row["repeats"] == 4
     assert row["n"] == 3  # the lower middle run's other figures
-
-
-@pytest.mark.parametrize("total, parts", [(5000, 2), (5001, 2), (7, 3), (3, 3)])
-def test_shares_add_up_exactly(total, parts):
-    split = shares(total, parts)
-    assert sum(split) == total and max(split) - min(split) <= 1 and len(split) == parts
 
 
 def test_timeline_counts_sends_and_answers_from_the_clients_own_times():

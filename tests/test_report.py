@@ -24,7 +24,7 @@ from loadtests.report import base as report_base
 from loadtests.report import machine as report_machine
 from loadtests.report import svg
 from loadtests.report.base import ReportError
-from loadtests.report.page import render_report, write_report
+from loadtests.report.page import place_locust_reports, render_report, write_report
 from loadtests.report.sentences import sentence, sentences
 
 FIXTURE = Path(__file__).with_name("burst_fixture.json")
@@ -330,3 +330,22 @@ class TestDashboard:
         assert client.get("/admin/dashboard/report/")["Location"].startswith("/admin/login/")
         client.force_login(django_user_model.objects.create_user("clerk", password="pw-12345678", is_staff=True))
         assert client.get("/admin/dashboard/report/").status_code == 403
+
+
+def test_locust_reports_are_copied_beside_the_report_and_linked(burst, tmp_path):
+    made = tmp_path / "run" / "db-20261201-120000"
+    made.parent.mkdir()
+    Path(f"{made}.html").write_text("<html>locust</html>")
+    Path(f"{made}_stats.csv").write_text("Type,Name\n")
+    runs = burst["runs"]
+    runs[1].update(locust_report=f"{made}.html", balancer="haproxy", locust_workers=2)
+    runs[2]["locust_report"] = str(tmp_path / "gone.html")
+
+    place_locust_reports(runs, tmp_path / "artifacts" / "report.html")
+
+    assert runs[1]["locust_report"] == "locust/db-20261201-120000.html" and runs[2]["locust_report"] is None
+    copied = tmp_path / "artifacts" / "locust"
+    assert sorted(p.name for p in copied.iterdir()) == ["db-20261201-120000.html", "db-20261201-120000_stats.csv"]
+    html = articles(render_report(burst))[1]
+    assert 'href="locust/db-20261201-120000.html"' in html and "Locust master + 2 workers" in html
+    assert "through haproxy" in html and 'href="locust/' not in articles(render_report(burst))[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -156,9 +157,12 @@ def _comparison(shown: list[View]) -> dict:
 def _strategy(v: View, machine: dict) -> dict:
     run = v.run
     pods, requests = figure(run, "pods"), figure(run, "requests")
+    balancer, workers = run.get("balancer"), figure(run, "locust_workers")
     facts = [
         str(run.get("scenario") or ""),
         plural(pods, "pod", "pods") if pods else "",
+        f"through {balancer}" if isinstance(balancer, str) and balancer != "none" else "",
+        f"Locust master + {plural(workers, 'worker', 'workers')}" if workers else "",
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",
     ]
@@ -172,6 +176,7 @@ def _strategy(v: View, machine: dict) -> dict:
         "share": floor_share(v),
         "figures": [f for f in figures if f],
         "phases": _phase_table(run),
+        "locust_report": run["locust_report"] if isinstance(run.get("locust_report"), str) else None,
     }
 
 
@@ -215,3 +220,19 @@ def write_report(data: dict, path: str | os.PathLike, *, command: str | None = N
     partial.write_text(html, encoding="utf-8")
     partial.replace(target)
     return target
+
+
+def place_locust_reports(runs: list[dict], beside: str | os.PathLike) -> None:
+    """Copy each run's Locust report (HTML and CSV files) into ``locust/`` next to ``beside`` and
+    point ``locust_report`` at the copy, relative to it; a missing report becomes None."""
+    folder = Path(beside).resolve().parent / "locust"
+    for run in runs:
+        source = Path(run.get("locust_report") or "")
+        if not source.name or not source.is_file():
+            run["locust_report"] = None
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = source.name.removesuffix(".html")
+        for part in source.parent.glob(f"{stem}*"):
+            shutil.copyfile(part, folder / part.name)
+        run["locust_report"] = f"locust/{source.name}"

@@ -38,7 +38,9 @@ def views(runs: list[dict]) -> list[View]:
     for i, run in enumerate(runs):
         label = batch_label(run)
         if seen[label] > 1:
-            detail = run.get("fault") or run.get("scenario")
+            via = run.get("balancer")
+            through = f"via {via}" if isinstance(via, str) and via != "none" else None
+            detail = run.get("fault") or through or run.get("scenario")
             label += f" ({detail if isinstance(detail, str) and detail else f'run {i + 1}'})"
         made.append(View(run, index=i, label=label))
     return made

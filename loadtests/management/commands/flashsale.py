@@ -10,19 +10,22 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED, FaultError
-from faults.registry import FAULT_NAMES
+from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.strategies import needs_of, strategy_class
+from loadtests.arguments import add_arguments
+from loadtests.balancer import BalancerError
 from loadtests.burst import run_row
 from loadtests.figures import median_run, with_floor_ratio
 from loadtests.options import (
     batch_sizes,
+    check_balancers,
     check_fault,
     check_numbers,
     check_paths,
@@ -30,10 +33,10 @@ from loadtests.options import (
     strategy_names,
     threads_for_batches,
 )
-from loadtests.plan import FLOOR, SCENARIOS, BurstError, BurstPlan, Progress
+from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
-from loadtests.report.page import write_report
+from loadtests.report.page import place_locust_reports, write_report
 from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
@@ -51,106 +54,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--scenario", default="spike", help=f"one of {', '.join(SCENARIOS)} (default spike)")
-        parser.add_argument(
-            "--strategies",
-            "--backends",  # the older name, still accepted
-            dest="strategies",
-            default="db,redis,redlock",
-            help="comma-separated strategies, or all (every strategy that is not a control); older name --backends",
-        )
-        parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
-        parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
-        parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
-        parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
-        parser.add_argument(
-            "--users",
-            type=int,
-            default=BurstPlan.users,
-            help=f"closed-loop concurrency for deep and flash (default {BurstPlan.users})",
-        )
-        parser.add_argument(
-            "--workers",
-            type=int,
-            default=BurstPlan.workers,
-            help=f"gunicorn worker processes per pod (default {BurstPlan.workers})",
-        )
-        parser.add_argument(
-            "--threads",
-            type=int,
-            default=BurstPlan.threads,
-            help=f"threads per gunicorn worker for the floor and BATCH=1 rows (default {BurstPlan.threads})",
-        )
-        parser.add_argument(
-            "--locust-processes",
-            type=int,
-            default=None,
-            help="Locust processes (default: one per 2,500 spike shoppers, 1 for closed loops)",
-        )
-        parser.add_argument(
-            "--repeat",
-            type=int,
-            default=1,
-            help="run every row N times; print the median and range, and keep every repeat in the JSON (repeats)",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=None,
-            help="give up on a row's burst this many seconds after the opening (default: 180, or 50 ms a request)",
-        )
-        parser.add_argument("--json", dest="json_path", default="", help="write the runs as JSON here")
-        parser.add_argument(
-            "--report",
-            dest="report_path",
-            default="",
-            help="write the self-contained HTML report here (e.g. artifacts/report.html)",
-        )
-        self.add_batch_arguments(parser)
-        self.add_fault_arguments(parser)
-
-    @staticmethod
-    def add_batch_arguments(parser) -> None:
-        """--batch-threads and --batch: purchases sharing sections."""
-        parser.add_argument(
-            "--batch-threads",
-            type=int,
-            default=None,
-            help="threads per gunicorn worker for rows with a --batch size above 1 (default: enough for every "
-            "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
-        )
-        parser.add_argument(
-            "--batch",
-            default="1",
-            help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
-            "in its own section); docs/batching.md",
-        )
-
-    @staticmethod
-    def add_fault_arguments(parser) -> None:
-        """--fault and --unfenced, after the others."""
-        parser.add_argument(
-            "--fault",
-            choices=FAULT_NAMES,
-            default=None,
-            metavar="NAME",
-            help="inject a fault into every row of the deep scenario and report before/during/after: "
-            + ", ".join(f"{name} ({'/'.join(sorted(FAULT_STRATEGIES[name]))})" for name in FAULT_NAMES),
-        )
-        parser.add_argument(
-            "--fault-hold",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help="how long the fault lasts before its recovery (default: the fault's own; 0.1 s for the "
-            "crash-and-restart faults restart-redis and kill-majority)",
-        )
-        parser.add_argument(
-            "--unfenced",
-            action="store_true",
-            help="run the pods with the storage check off (INVENTORY_FENCED=0): with "
-            f"{' and '.join(sorted(OVERSELL_UNFENCED))} the audit is expected to fail",
-        )
+        add_arguments(parser)
 
     def handle(
         self,
@@ -164,7 +68,9 @@ class Command(BaseCommand):
         users: int,
         workers: int,
         threads: int,
-        locust_processes: int | None,
+        locust_workers: int | None,
+        balancer: str,
+        master_port: int,
         repeat: int,
         timeout: float | None,
         json_path: str,
@@ -178,7 +84,7 @@ class Command(BaseCommand):
     ):
         names = strategy_names(scenario=scenario, strategies=strategies)
         keys = [(name, size) for name in names for size in batch_sizes(batch)]
-        timeout, locust_processes = check_numbers(
+        timeout, locust_workers = check_numbers(
             scenario=scenario,
             requests=requests,
             stock=stock,
@@ -186,11 +92,12 @@ class Command(BaseCommand):
             workers=workers,
             threads=threads,
             pods=pods,
-            locust_processes=locust_processes,
+            locust_workers=locust_workers,
             repeat=repeat,
             timeout=timeout,
         )
         check_paths(sku=sku, json_path=json_path, report_path=report_path)
+        balancers = check_balancers(balancer, master_port=master_port)
         self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
         check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
         plan = BurstPlan(
@@ -203,17 +110,17 @@ class Command(BaseCommand):
             workers=workers,
             threads=threads,
             pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
-            locust_processes=locust_processes,
+            locust_workers=locust_workers,
+            master_port=master_port,
+            balancer=balancers[0],
             timeout_s=timeout,
             fault=fault,
             fault_hold_s=fault_hold,
             fenced=not unfenced,
         )
         started_at = timezone.now()
-        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced)
-        for line in holder_note(runs):
-            self.stdout.write(line)
-        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys])
+        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
+        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys], balancers)
         document = self.document(rows, started_at)
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
@@ -221,7 +128,10 @@ class Command(BaseCommand):
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
-        """Say what --unfenced was expected to show; refuse (exit non-zero) when a run broke an invariant."""
+        """kill-holder's note; say what --unfenced was expected to show; refuse (exit non-zero) when a
+        run broke an invariant."""
+        for line in holder_note(runs):
+            self.stdout.write(line)
         broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if unfenced and fault in OVERSELL_UNFENCED:
             oversold = sum(run["oversold"] for run in runs)
@@ -236,9 +146,12 @@ class Command(BaseCommand):
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
-    def run_rows(self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool) -> list[dict]:
-        """Every row (the floor first, unless a fault runs), ``repeat`` times, with the services the
-        strategies need running; each row printed as it ends. A row is a strategy at a BATCH size."""
+    def run_rows(
+        self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
+    ) -> list[dict]:
+        """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
+        times, with the services the strategies need running; each row printed as it ends. A row is
+        a strategy at a BATCH size."""
         fault = plan.fault
         names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
@@ -259,7 +172,7 @@ class Command(BaseCommand):
                     f"× {plan.workers} workers × {plan.threads} threads"
                     + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
                     + f", pool {plan.pool_max_size} per worker at most, "
-                    f"{plan.locust_processes} Locust process(es)"
+                    f"Locust master + {plan.locust_workers} worker(s)"
                 )
                 if fault:
                     self.stdout.write(
@@ -268,17 +181,19 @@ class Command(BaseCommand):
                     )
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
-                    floor = None
+                    floors = {}
                     for name, size in keys if fault else [(FLOOR, 1), *keys]:
-                        run = self.run_one(name, row_plan(plan, size, self.batched), floor=floor)
-                        floor = run if name == FLOOR else floor
-                        if repeat > 1:
-                            run["round"] = round_number
-                        runs.append(run)
-                        self.stdout.write(table_row(run_cells(run)))
-                        for line in phase_lines(run):
-                            self.stdout.write(line)
-        except (ProcessUnavailable, NodeError, BurstError, FaultError) as exc:
+                        for balancer in balancers:
+                            planned = replace(row_plan(plan, size, self.batched), balancer=balancer)
+                            run = self.run_one(name, planned, floor=floors.get(balancer))
+                            floors[balancer] = run if name == FLOOR else floors.get(balancer)
+                            if repeat > 1:
+                                run["round"] = round_number
+                            runs.append(run)
+                            self.stdout.write(table_row(run_cells(run)))
+                            for line in phase_lines(run):
+                                self.stdout.write(line)
+        except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
@@ -286,7 +201,10 @@ class Command(BaseCommand):
         return runs
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
-        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given."""
+        """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given;
+        Locust's own reports copied beside the HTML report."""
+        if report_path:
+            place_locust_reports([*document.get("repeats", []), *document["runs"]], report_path)
         if json_path:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
             Path(json_path).write_text(json.dumps(document, indent=2) + "\n")
@@ -304,20 +222,28 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], keys: list[tuple[str, int]]) -> list[dict]:
-        """Per row: the median run (:func:`median_run`), every repeat's problems, its ratio to the floor's median."""
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]], balancers: list[str]) -> list[dict]:
+        """Per row and balancer: the median run (:func:`median_run`), every repeat's problems, its
+        ratio to the floor's median through the same balancer."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
-        rows, floor = [], None
+        rows, floors = [], {}
         for name, size in keys:
-            mine = [run for run in runs if run["backend"] == name and run["batch"] == size]
-            row = median_run(mine)
-            row.pop("round", None)
-            row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
-            row["invariants_ok"] = not row["problems"]
-            row["floor_ratio"] = None
-            floor = row if name == FLOOR else floor
-            rows.append(with_floor_ratio(row, floor))
-            self.stdout.write(table_row(run_cells(row)))
+            for balancer in balancers:
+                mine = [
+                    run for run in runs if (run["backend"], run["batch"], run["balancer"]) == (name, size, balancer)
+                ]
+                row = median_run(mine)
+                row.pop("round", None)
+                row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
+                row["invariants_ok"] = not row["problems"]
+                row["floor_ratio"] = None
+                floors[balancer] = row if name == FLOOR else floors.get(balancer)
+                rows.append(with_floor_ratio(row, floors[balancer]))
+                self.stdout.write(table_row(run_cells(row)))
+        if (FLOOR, 1) in keys and len(balancers) > 1 and floors[balancers[0]]["rps"]:
+            for balancer in balancers[1:]:
+                ratio = floors[balancer]["rps"] / floors[balancers[0]]["rps"]
+                self.stdout.write(f"median floor through {balancer}: {ratio:.2f}× the floor through {balancers[0]}")
         return rows
 
     @staticmethod

@@ -1,0 +1,113 @@
+"""HAProxy in front of a row's pods, as a Kubernetes Service stands in front of pods.
+
+:func:`haproxy_config` sizes it for a flash sale:
+
+- ``maxconn`` (HAProxy raises its own file-descriptor limit to match) covers every shopper's
+  connection at once, and the client and keep-alive timeouts cover preparing the shoppers and
+  the countdown, so no prepared connection is closed before the opening;
+- each pod takes at most ``workers × threads`` requests at a time (``maxconn`` per server), so a
+  spike queues in HAProxy (bounded by ``timeout queue``) rather than in the pods' accept queues;
+- a health check GETs the product's API page every half second; a pod that fails two in a row
+  gets no new requests until one succeeds;
+- with no pod up (or none it could connect to), HAProxy answers 503 with ``Retry-After`` itself
+  (the shop's own busy answer) and ``X-Answered-By: balancer``: no pod logs that POST;
+- HAProxy retries only a connection that failed to open, on another pod (``option
+  redispatch``): it never resends a request a pod may have received, so a purchase POST reaches
+  the pods once per client attempt and their access logs still add up.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from processes.children import Child
+
+#: Seconds a client is told to wait when no pod is up.
+NO_POD_RETRY_AFTER_S = 1
+HEALTH_INTERVAL_MS = 500
+BUSY_BODY = '{"outcome": "busy", "detail": "no pod is up"}'
+#: The header HAProxy's own answers carry (no pod saw the request), so clients can count them.
+ANSWERED_BY = "X-Answered-By"
+
+
+class BalancerError(RuntimeError):
+    """HAProxy is missing or refused its configuration."""
+
+
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy") or (Path("/usr/sbin/haproxy").exists() and "/usr/sbin/haproxy")
+    if not found:
+        raise BalancerError("haproxy is not installed: run `make system` (Debian: apt-get install haproxy)")
+    return found
+
+
+def haproxy_config(
+    *, port: int, pods: list[int], health_path: str, connections: int, per_pod: int, idle_s: float, answer_s: float
+) -> str:
+    """HAProxy's configuration: ``port`` in front of the pods on ``pods`` (127.0.0.1).
+
+    ``connections``: client connections at once; ``per_pod``: requests one pod serves at a time;
+    ``idle_s``: how long a client connection may stay idle (preparing, countdown); ``answer_s``:
+    how long a request may queue, and a pod may take to answer.
+    """
+    idle, answer = f"{int(idle_s * 1000)}ms", f"{int(answer_s * 1000)}ms"
+    busy = (
+        f"status 503 content-type application/json string '{BUSY_BODY}' "
+        f"hdr Retry-After {NO_POD_RETRY_AFTER_S} hdr {ANSWERED_BY} balancer"
+    )
+    servers = "\n".join(f"    server pod{i} 127.0.0.1:{pod}" for i, pod in enumerate(pods))
+    return f"""global
+    maxconn {connections + 64}
+
+defaults
+    mode http
+    option http-keep-alive
+    timeout connect 2s
+    timeout client {idle}
+    timeout http-request {idle}
+    timeout http-keep-alive {idle}
+    timeout queue {answer}
+    timeout server {answer}
+    retries 2
+    option redispatch 1
+    http-error {busy}
+
+frontend shop
+    bind 127.0.0.1:{port}
+    maxconn {connections + 64}
+    http-request return {busy} if {{ nbsrv(pods) lt 1 }}
+    default_backend pods
+
+backend pods
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri {health_path}
+    http-check expect status 200
+    default-server check inter {HEALTH_INTERVAL_MS}ms fall 2 rise 1 maxconn {per_pod}
+{servers}
+"""
+
+
+def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path) -> Child:
+    """Check ``config`` with ``haproxy -c`` and start HAProxy in the foreground with it."""
+    path = run_dir / f"{name}-haproxy.cfg"
+    path.write_text(config)
+    binary = haproxy_binary()
+    check = Child(
+        f"{name} haproxy -c",
+        [binary, "-c", "-q", "-f", str(path)],
+        cwd=cwd,
+        env={},
+        log_path=run_dir / f"{name}-haproxy-check.log",
+    )
+    check.start()
+    if check.process.wait(30) != 0:
+        check.stop()
+        raise BalancerError(f"haproxy refused {path}: {check.log_tail()}")
+    check.stop()
+    haproxy = Child(
+        "haproxy", [binary, "-db", "-f", str(path)], cwd=cwd, env={}, log_path=run_dir / f"{name}-haproxy.log"
+    )
+    haproxy.start()
+    return haproxy

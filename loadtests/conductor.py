@@ -1,0 +1,123 @@
+"""The Locust master's side of the flash sale: who buys what, when the gate opens, the figures.
+
+No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messages and events.
+
+1. Every worker tells how many users it runs (``users``, once its users are spawned). When the
+   counts add up to the users of the sale, :meth:`Conductor.plans` gives each worker, in worker
+   index order, the global index of its first user: together the workers send exactly the sale's
+   purchases (:meth:`loadtests.sale.Sale.plan`).
+2. Every planned worker prepares its shoppers and says ``ready``; once all are, the master waits
+   the countdown and opens the gate for all of them with one broadcast message.
+3. Every worker's report (Locust's ``report_to_master`` / ``worker_report``, every
+   ``REPORT_INTERVAL_S``) carries its totals and the purchases answered since its previous
+   report; :meth:`Conductor.absorb` keeps them, :meth:`Conductor.summary` merges them
+   (:func:`loadtests.figures.merge`). The sale is over when every planned worker's last report
+   says it has finished (or one reports an error in the locustfile).
+"""
+
+from __future__ import annotations
+
+from loadtests.figures import merge
+from loadtests.sale import SERIES, TOTALS
+
+#: Fields of a worker's report that are its totals so far (the latest report wins).
+LATEST = (
+    *TOTALS,
+    "phase",
+    "finished",
+    "conflicts",
+    "retries",
+    "constraint_hits",
+    "status_counts",
+    "outcomes",
+    "errors",
+    "first_sent_at",
+    "last_sent_at",
+    "last_answered_at",
+    "last_confirmed_at",
+)
+
+
+class Conductor:
+    """One sale as the master sees it; ``purchases`` = 0 means one purchase per user."""
+
+    def __init__(self, *, purchases: int) -> None:
+        self.purchases = purchases
+        self.users: dict[str, tuple[int, int]] = {}  # worker → (its index, its users)
+        self.planned: dict[str, dict] = {}  # worker → the plan it was sent
+        self.ready: set[str] = set()
+        self.figures: dict[str, dict] = {}  # worker → its report so far (lists accumulated)
+        self.phase = "preparing"
+        self.opens_at: float | None = None  # wall clock the opening is due (once every worker is ready)
+        self.opened_at: float | None = None  # wall clock of the opening message
+
+    def count_users(self, worker: str, *, index: int, users: int) -> None:
+        self.users[worker] = (index, users)
+
+    def plans(self, total_users: int) -> dict[str, dict]:
+        """Once the workers' user counts add up to ``total_users`` (and no plan was sent yet):
+        each worker's plan; otherwise nothing."""
+        if self.planned or sum(users for _, users in self.users.values()) != total_users or not total_users:
+            return {}
+        purchases = self.purchases or total_users
+        offset = 0
+        for worker, (_, users) in sorted(self.users.items(), key=lambda item: item[1][0]):
+            if users:
+                self.planned[worker] = {
+                    "offset": offset,
+                    "users": total_users,
+                    "purchases": purchases,
+                    "local_users": users,
+                }
+            offset += users
+        return dict(self.planned)
+
+    def mark_ready(self, worker: str, *, opens_at: float) -> bool:
+        """Note ``worker`` ready; True when this made every planned worker ready: the countdown to
+        ``opens_at`` starts."""
+        if worker not in self.planned or self.phase != "preparing":
+            return False
+        self.ready.add(worker)
+        if self.ready == set(self.planned):
+            self.phase, self.opens_at = "countdown", opens_at
+            return True
+        return False
+
+    def open(self, at: float) -> None:
+        self.phase, self.opened_at = "open", at
+
+    def absorb(self, worker: str, report: dict) -> None:
+        """Keep a worker's report: its totals replace the previous ones, its new items are added."""
+        mine = self.figures.setdefault(
+            worker, {**{name: [] for name in SERIES}, "server_timing": {}, "status_counts": {}, "outcomes": {}}
+        )
+        mine.update({name: report[name] for name in LATEST if name in report})
+        for name in SERIES:
+            mine[name].extend(report.get(name, []))
+        for key, values in report.get("server_timing", {}).items():
+            mine["server_timing"].setdefault(key, []).extend(values)
+
+    @property
+    def errors(self) -> list[str]:
+        return [error for figures in self.figures.values() for error in figures.get("errors", [])]
+
+    @property
+    def finished(self) -> bool:
+        if self.errors:
+            return True
+        return bool(self.planned) and all(self.figures.get(w, {}).get("finished") for w in self.planned)
+
+    def progress(self) -> dict:
+        reports = list(self.figures.values())
+        return {
+            "phase": "done" if self.finished else self.phase,
+            "opens_at": self.opens_at,
+            "opened_at": self.opened_at,
+            "workers": len(self.users),
+            "planned_workers": len(self.planned),
+            **{name: sum(r.get(name, 0) for r in reports) for name in ("prepared", "sent", "answered", "limit")},
+        }
+
+    def summary(self) -> dict:
+        """The whole sale's figures (:func:`loadtests.figures.merge` of the workers' reports)."""
+        return {**merge(list(self.figures.values())), **self.progress()}

@@ -1,0 +1,101 @@
+"""HAProxy in front of the pods (loadtests/balancer.py): a real haproxy process, real sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from loadtests.balancer import BalancerError, haproxy_config, start_haproxy
+from processes.children import free_port
+
+HEALTH = "/api/products/x"
+
+
+def config(port: int, pods: list[int]) -> str:
+    return haproxy_config(port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=2, idle_s=30, answer_s=5)
+
+
+def get(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read()
+
+
+class Pod(BaseHTTPRequestHandler):
+    """A stand-in pod: answers every GET 200 and counts the POSTs it receives."""
+
+    posts = 0
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def do_POST(self):  # noqa: N802
+        type(self).posts += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def balancer(tmp_path):
+    started = []
+
+    def start(pods: list[int]):
+        port = free_port()
+        child = start_haproxy(config=config(port, pods), run_dir=tmp_path, name="t", cwd=tmp_path)
+        started.append(child)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"http://127.0.0.1:{port}"
+            time.sleep(0.05)
+        pytest.fail(f"haproxy did not listen: {child.log_tail()}")
+
+    yield start
+    for child in started:
+        child.stop()
+
+
+def test_no_pod_up_is_a_503_with_retry_after(balancer):
+    url = balancer([free_port()])  # nothing listens there
+    time.sleep(1.5)  # the health check marks the pod down
+    status, headers, body = get(url + HEALTH)
+    assert status == 503 and headers["Retry-After"] == "1" and b"no pod is up" in body
+    assert headers["X-Answered-By"] == "balancer"  # no pod saw it: the access-log count leaves it out
+
+
+def test_a_dead_pod_is_routed_around_and_a_post_reaches_a_pod_once(balancer):
+    Pod.posts = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pod)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = balancer([free_port(), server.server_address[1]])  # the first pod is down
+        time.sleep(1.5)
+        for _ in range(6):
+            request = urllib.request.Request(url + "/api/products/x/purchase", data=b"{}", method="POST")
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert response.status == 201
+        assert Pod.posts == 6
+    finally:
+        server.shutdown()
+
+
+def test_a_configuration_haproxy_refuses_is_a_clear_error(tmp_path):
+    with pytest.raises(BalancerError, match="haproxy refused"):
+        start_haproxy(config="frontend x\n    bind 127.0.0.1:notaport\n", run_dir=tmp_path, name="t", cwd=tmp_path)

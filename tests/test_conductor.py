@@ -1,0 +1,91 @@
+"""The Locust master's plan and merge (loadtests/conductor.py) with the workers' shares (loadtests/sale.py):
+pure logic, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.conductor import Conductor
+from loadtests.sale import Sale
+
+
+def planned_sales(conductor: Conductor, users: dict[str, tuple[int, int]], total: int) -> dict[str, Sale]:
+    for worker, (index, count) in users.items():
+        conductor.count_users(worker, index=index, users=count)
+    sales = {}
+    for worker, plan in conductor.plans(total).items():
+        sales[worker] = Sale()
+        sales[worker].plan(**plan)
+    return sales
+
+
+@pytest.mark.parametrize(
+    "purchases, users",
+    [
+        (0, {"a": (0, 2500), "b": (1, 2500)}),  # the spike: one purchase per user
+        (5001, {"a": (0, 2501), "b": (1, 2500)}),
+        (300, {"a": (1, 40), "b": (0, 60), "c": (2, 0)}),  # closed loop; c got no users
+        (7, {"a": (0, 5), "b": (1, 5)}),  # more users than purchases
+    ],
+)
+def test_the_shares_add_up_to_exactly_the_purchases(purchases, users):
+    total = sum(count for _, count in users.values())
+    sales = planned_sales(Conductor(purchases=purchases), users, total)
+    assert set(sales) == {worker for worker, (_, count) in users.items() if count}
+    assert sum(sale.limit for sale in sales.values()) == (purchases or total)
+    for worker, sale in sales.items():
+        per_user = [sale.shoppers_of(i) for i in range(users[worker][1])]
+        assert sum(per_user) == sale.limit and max(per_user) - min(per_user) <= 1
+
+
+def test_no_plan_until_the_counts_add_up_and_only_one():
+    conductor = Conductor(purchases=0)
+    conductor.count_users("a", index=0, users=10)
+    conductor.count_users("b", index=1, users=5)  # b is still spawning towards 10
+    assert conductor.plans(20) == {}
+    conductor.count_users("b", index=1, users=10)
+    first = conductor.plans(20)
+    assert [plan["offset"] for plan in first.values()] == [0, 10]
+    assert conductor.plans(20) == {}  # sent once
+
+
+def test_the_gate_opens_once_every_planned_worker_is_ready():
+    conductor = Conductor(purchases=0)
+    planned_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)
+    assert not conductor.mark_ready("stranger", opens_at=1.0)
+    assert not conductor.mark_ready("a", opens_at=1.0)
+    assert conductor.mark_ready("b", opens_at=2.0) and conductor.progress()["opens_at"] == 2.0
+    assert not conductor.mark_ready("b", opens_at=3.0)  # the countdown started once
+
+
+def test_reports_carry_each_purchase_once_and_finish_with_the_last():
+    conductor = Conductor(purchases=0)
+    sale = planned_sales(conductor, {"a": (0, 3)}, 3)["a"]
+    for n in range(3):
+        sale.prepared += 1
+        sale.sent += 1
+        sale.answered += 1
+        sale.status_counts["201"] += 1
+        sale.latencies_ms.append(10.0 * (n + 1))
+        sale.sent_times.append(100.0 + n)
+        sale.answer_times.append(100.5 + n)
+        sale.purchases_done.append([100.0 + n, 100.5 + n, 201, None, []])
+        sale.first_sent_at = sale.first_sent_at or 100.0
+        sale.last_sent_at = sale.last_answered_at = 100.0 + n
+        report = sale.report()
+        assert report["finished"] is (n == 2) and len(report["purchases"]) == 1
+        conductor.absorb("a", report)
+    conductor.absorb("a", sale.report())  # an empty report after the end changes nothing
+    summary = conductor.summary()
+    assert conductor.finished and summary["phase"] == "done"
+    assert (summary["sent"], summary["answered"], summary["status_counts"]) == (3, 3, {"201": 3})
+    assert len(summary["purchases"]) == sum(n for _, n in summary["latency_histogram_ms"]) == 3
+    assert summary["p50_ms"] == 20.0
+
+
+def test_an_error_in_a_worker_ends_the_sale():
+    conductor = Conductor(purchases=0)
+    sale = planned_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)["a"]
+    sale.errors.append("KeyError: 'x'")
+    conductor.absorb("a", sale.report())
+    assert conductor.finished and conductor.summary()["errors"] == ["KeyError: 'x'"]

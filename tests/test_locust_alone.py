@@ -1,0 +1,50 @@
+"""The locustfile as one headless Locust process (no master, no workers) against the live server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from inventory.models import Order
+from loadtests.burst import prepare_product
+from loadtests.pods import LOCUSTFILE
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SKU = "alone-sale"
+
+
+def locust(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary", *args],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "PYTHONPATH": str(settings.BASE_DIR)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("scenario, users, purchases", [("spike", 12, 0), ("closed", 4, 15)])
+def test_one_process_sells_exactly_its_purchases(live_server, tmp_path, scenario, users, purchases):
+    prepare_product(sku=SKU, stock=5)
+    summary = tmp_path / "summary.json"
+    done = locust(
+        *("-u", str(users), "-r", str(users), "-t", "90s", "--host", live_server.url, "--sku", SKU),
+        *("--scenario", scenario, "--purchases", str(purchases), "--summary-json", str(summary)),
+    )
+    sale = json.loads(summary.read_text())
+    expected = purchases or users
+    assert (sale["sent"], sale["answered"], sale["limit"]) == (expected, expected, expected), done.stderr[-2000:]
+    assert sale["status_counts"] == {"201": 5, "409": expected - 5} and sale["phase"] == "done"
+    assert Order.objects.filter(product__sku=SKU).count() == 5
+
+
+def test_a_negative_purchase_count_is_refused_in_one_line(tmp_path):
+    done = locust("-u", "1", "--host", "http://127.0.0.1:9", "--purchases", "-1")
+    assert done.returncode != 0 and "--purchases must be 0 or more, not -1" in done.stderr

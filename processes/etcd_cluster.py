@@ -96,12 +96,8 @@ class EtcdMember(PidfileProcess):
         return self.run_dir / f"{self.name}.etcd"
 
     @property
-    def pidfile(self) -> Path:
-        return self.run_dir / f"{self.name}.pid"
-
-    @property
-    def logfile(self) -> Path:
-        return self.run_dir / f"{self.name}.log"
+    def stem(self) -> str:
+        return self.name
 
     def answers(self, timeout_s: float = 0.3) -> bool:
         """The process serves HTTP (``/version``); says nothing about quorum."""

@@ -69,12 +69,8 @@ class RedisNode(PidfileProcess):
         return f"redis://{self.host}:{self.port}/0"
 
     @property
-    def pidfile(self) -> Path:
-        return self.run_dir / f"redis-{self.port}.pid"
-
-    @property
-    def logfile(self) -> Path:
-        return self.run_dir / f"redis-{self.port}.log"
+    def stem(self) -> str:
+        return f"redis-{self.port}"
 
     def client(self, **kwargs) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 0.5)

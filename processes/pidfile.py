@@ -47,9 +47,20 @@ class PidfileProcess:
     #: How long a graceful stop, and then a kill, may take.
     stop_wait_s = 5.0
 
+    #: Where its files live; a subclass sets it, and :attr:`stem` names them.
+    run_dir: Path
+
+    @property
+    def stem(self) -> str:
+        raise NotImplementedError("subclasses of PidfileProcess must provide stem")
+
     @property
     def pidfile(self) -> Path:
-        raise NotImplementedError("subclasses of PidfileProcess must provide pidfile")
+        return self.run_dir / f"{self.stem}.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.run_dir / f"{self.stem}.log"
 
     def not_running(self) -> Exception:
         """The error :meth:`pause` raises when there is no process to pause."""

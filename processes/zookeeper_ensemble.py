@@ -106,12 +106,8 @@ class ZooKeeperMember(PidfileProcess):
         return self.run_dir / f"{self.name}.cfg"
 
     @property
-    def pidfile(self) -> Path:
-        return self.run_dir / f"{self.name}.pid"
-
-    @property
-    def logfile(self) -> Path:
-        return self.run_dir / f"{self.name}.log"
+    def stem(self) -> str:
+        return self.name
 
     def mode(self, timeout_s: float = 0.5) -> str | None:
         """``leader`` or ``follower`` while the member serves (it has a quorum), else None."""

@@ -94,6 +94,12 @@ def add_batch_arguments(parser) -> None:
         "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
     )
     parser.add_argument(
+        "--yardstick",
+        action="store_true",
+        help="after each row's Locust run, the plain client (loadtests/yardstick.py) on the floor endpoint of "
+        "the same pods: the Locust floor round is read against it (column 'yard s')",
+    )
+    parser.add_argument(
         "--batch",
         default="1",
         help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "

@@ -2,15 +2,18 @@
 
 :func:`run_row` resets the sale, starts ``plan.pods`` independent gunicorn instances ("pods",
 each on its own free 127.0.0.1 port with its own workers and connection pools), HAProxy in front
-of them with ``plan.balancer`` = ``"haproxy"``, one Locust master and ``plan.locust_workers``
-workers that each prepare their share of the shoppers (``loadtests/locustfile.py``; the master
-opens the sale for all of them with one message), samples stock, progress and PostgreSQL
-connections while it runs, stops every process it started (also on error or Ctrl-C), reads the
-master's summary of the purchases, audits the database and stores a
+of them with ``plan.balancer`` = ``"haproxy"``, warms every pod up (uncounted), starts one Locust
+master and ``plan.locust_workers`` workers that each prepare their share of the shoppers
+(``loadtests/locustfile.py``; the master opens the sale for all of them with one message), samples
+stock, progress and PostgreSQL connections while it runs, stops every process it started (also on
+error or Ctrl-C), reads the master's summary of the purchases, audits the database and stores a
 :class:`~inventory.models.BurstRun`.
 
-The floor row (``backend="floor"``) runs the same shoppers against ``/api/products/<sku>/floor``,
-the purchase request path without storage: it sells nothing and is not audited.
+The floor is measured on every row's own pods: the row's shoppers first post to
+``/api/products/<sku>/floor`` (the purchase request path without storage: it sells nothing), then,
+on the same connections, buy. The row's ``floor_ratio`` is against that floor round, so a row is
+never read against other pods, a colder start or a busier minute; :func:`floor_row` makes the
+table's floor row from the best floor round of a command. A fault run has no floor round.
 
 gunicorn gets the database, Redis and lock settings of *this* process explicitly in its
 environment, so the burst hits the same database whether the command runs from a shell or
@@ -74,27 +77,106 @@ def run_row(
     floor: dict | None = None,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> dict:
-    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys);
-    ``floor`` is this round's floor row, if one ran, for ``floor_ratio``.
+    """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys).
 
-    With ``plan.fault`` (not for the floor), the fault is injected into the row once a third of
-    its purchases have been answered and recovered after its hold (:mod:`loadtests.faultrun`).
+    A strategy's row runs two rounds on the same pods, shoppers and connections: the floor
+    endpoint first (its ``floor`` figures, after an uncounted warm-up), then the purchase; its
+    ``floor_ratio`` is against that floor round, or against ``floor`` (an earlier floor row) when
+    the row has none. With ``plan.fault`` the row runs the purchase round only, and the fault is
+    injected once a third of its purchases have been answered and recovered after its hold
+    (:mod:`loadtests.faultrun`).
     """
     prepare_product(sku=plan.sku, stock=plan.sale_stock)
     started_at = timezone.now()
+    progress = Progress(backend=backend, requests=plan.requests)
+    faulted = fault_run(backend, plan)
+    figures, peak_connections = run_processes(backend, plan, progress, faulted, on_progress)
+    own_floor = figures.pop("floor_round", None)
+    row = record(
+        backend=backend,
+        plan=plan,
+        figures=figures,
+        started_at=started_at,
+        peak_db_connections=peak_connections,
+        floor=own_floor or floor,
+    )
+    row["floor"] = own_floor
+    # Combining (BATCH): the size asked for, the sections run and the sizes they had.
+    row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
+    return row
+
+
+def floor_row(runs: list[dict]) -> dict | None:
+    """The table's floor row: the best floor round among ``runs`` (each row measured its own, on
+    its own pods, right before its purchases), or None when no row ran one."""
+    measured = [run for run in runs if run.get("floor") and run["floor"].get("rps")]
+    if not measured:
+        return None
+    best = max(measured, key=lambda run: run["floor"]["rps"])
+    floor = best["floor"]
+    counts = floor["status_counts"] or {}
+    errors_5xx = sum(n for status, n in counts.items() if int(status) >= 500)
+    ok = floor["sent"] == floor["answered"] and not errors_5xx
+    plan_keys = ("scenario", "fault", "fault_description", "fenced", "pods", "balancer", "locust_workers", "sizing")
+    return {
+        **{key: best[key] for key in plan_keys},
+        **{key: floor[key] for key in ("rps", "drain_s", "arrival_window_s", "p50_ms", "p95_ms", "p99_ms")},
+        "backend": FLOOR,
+        "floor_of": best["backend"],
+        "yardstick": floor.get("yardstick"),
+        "requests": floor["sent"],
+        "status_counts": counts,
+        "errors_5xx": errors_5xx,
+        "transport_errors": counts.get("0", 0),
+        "server_purchases": floor["server_posts"],
+        "duration_s": floor["drain_s"],
+        "sold_out_after_s": None,
+        "floor_ratio": None,
+        "invariants_ok": ok,
+        "problems": [] if ok else [f"{best['backend']}'s floor round: {floor['answered']} of {floor['sent']} answered"],
+        **{key: 0 for key in ("orders", "oversold", "undersold", "lost", "busy", "conflicts", "retries")},
+        **{key: 0 for key in ("constraint_hits", "client_retries", "transport_resends", "balancer_answers")},
+        "locust_report": best["locust_report"],
+        "stock_initial": best["stock_initial"],
+        "stock_final": best["stock_initial"],
+        **{key: floor[key] for key in ("server_timing", "timeline", "latency_histogram_ms")},
+        "phases": [],
+        "peak_db_connections": best["peak_db_connections"],  # the row's: its pods, both rounds
+        "batch": 1,
+    }
+
+
+def row_rounds(backend: str, plan: BurstPlan) -> list[str]:
+    """The endpoints a row's shoppers post to, one round each: the floor alone, the purchase alone
+    under a fault, else the floor then the purchase."""
+    if backend == FLOOR:
+        return ["floor"]
+    return ["purchase"] if plan.fault else ["floor", "purchase"]
+
+
+def fault_run(backend: str, plan: BurstPlan) -> FaultRun | None:
+    if not plan.fault or backend == FLOOR:
+        return None
+    return FaultRun(
+        plan.fault,
+        backend=backend,
+        fenced=plan.fenced,
+        requests=plan.requests,
+        database_url=database_url(),
+        hold_s=plan.fault_hold_s,
+    )
+
+
+def run_processes(
+    backend: str,
+    plan: BurstPlan,
+    progress: Progress,
+    faulted: FaultRun | None,
+    on_progress: Callable[[Progress], None] | None,
+) -> tuple[dict, int | None]:
+    """Start the row's pods and Locust, drive the sale, stop them all: (figures, peak connections)."""
     run_dir = Path(settings.RUN_DIR) / "burst"
     run_dir.mkdir(parents=True, exist_ok=True)
-    progress = Progress(backend=backend, requests=plan.requests)
-    faulted = None
-    if plan.fault and backend != FLOOR:
-        faulted = FaultRun(
-            plan.fault,
-            backend=backend,
-            fenced=plan.fenced,
-            requests=plan.requests,
-            database_url=database_url(),
-            hold_s=plan.fault_hold_s,
-        )
     env = {} if plan.fenced or backend == FLOOR else {"INVENTORY_FENCED": "0"}
     with tempfile.TemporaryDirectory(dir=run_dir) as scratch, faulted or nullcontext():
         row = Row(
@@ -103,6 +185,7 @@ def run_row(
             run_dir=run_dir,
             scratch=Path(scratch),
             env={**env, **(faulted.env if faulted else {})},
+            rounds=row_rounds(backend, plan),
         )
         sampler = ConnectionSampler(database_url())
         sampler.start()
@@ -110,6 +193,7 @@ def run_row(
             if on_progress:
                 on_progress(progress)
             row.start_pods()
+            row.warm_up()
             row.start_locusts()
             if faulted:
                 faulted.start(pod_pid=row.first_pod_pid, answered=row.answered, pod=RestartablePod(row, 0))
@@ -117,34 +201,29 @@ def run_row(
             if faulted:
                 faulted.finish()
             summary = read_json(row.summary_path)
+            yardstick = row.yardstick() if plan.yardstick and not faulted else None
         except ChildError as exc:
             raise BurstError(str(exc)) from exc
         finally:
             row.stop()
             peak_connections = sampler.stop()
         figures = row_figures(row, summary, progress, faulted)
-    row = record(
-        backend=backend,
-        plan=plan,
-        figures=figures,
-        started_at=started_at,
-        peak_db_connections=peak_connections,
-        floor=floor,
-    )
-    # Combining (BATCH): the size asked for, the sections run and the sizes they had.
-    row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
-    return row
+        if yardstick is not None and figures.get("floor_round"):
+            figures["floor_round"]["yardstick"] = yardstick
+        return figures, peak_connections
 
 
 def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: FaultRun | None) -> dict:
-    """The Locust master's summary, with the server's count, the timeline and a fault's figures."""
+    """The Locust master's summary of the row's last round, with the server's count, the
+    timeline, a fault's figures and the floor round's figures (``floor_round``) if one ran first."""
     if summary is None:
         raise BurstError(
             f"the Locust master exited with code {row.master.process.returncode} and no summary: "
             f"{row.master.log_tail()}; workers: {' | '.join(worker.log_tail(2) for worker in row.workers)}"
         )
     figures = dict(summary)
-    figures["server_purchases"] = row.server_purchases()
+    rounds = figures.pop("rounds", [summary])
+    figures["server_purchases"] = row.server_purchases(row.rounds[-1])
     figures["timeline"] = timeline(
         progress.samples,
         opened_at=progress.opened_at or 0.0,
@@ -152,45 +231,83 @@ def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: Fau
         answer_times=figures["answer_times"],
     )
     figures["locust_report"] = f"{row.locust_report}.html"
+    if len(row.rounds) > 1 and len(rounds) == len(row.rounds):
+        figures["floor_round"] = floor_figures(rounds[0], server_posts=row.server_purchases("floor"))
     if faulted:
         figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return figures
 
 
+def floor_figures(summary: dict, *, server_posts: int) -> dict:
+    """What a row keeps of its floor round: enough to read the row against it (and to build the
+    floor row of the table from the best one)."""
+    kept = ("sent", "answered", "rps", "drain_s", "arrival_window_s", "p50_ms", "p95_ms", "p99_ms", "status_counts")
+    opened_at = summary.get("opened_at") or 0.0
+    last = max(summary.get("answer_times") or [opened_at])
+    steps = int((last - opened_at) / SAMPLE_INTERVAL_S) + 2
+    samples = [(opened_at + k * SAMPLE_INTERVAL_S, k * SAMPLE_INTERVAL_S, None) for k in range(steps)]
+    return {
+        **{key: summary.get(key) for key in kept},
+        "server_posts": server_posts,
+        "server_timing": summary.get("server_timing") or {},
+        "latency_histogram_ms": summary.get("latency_histogram_ms") or [],
+        "timeline": timeline(
+            samples, opened_at=opened_at, sent_times=summary["sent_times"], answer_times=summary["answer_times"]
+        ),
+    }
+
+
 def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
-    """Follow the Locust master: preparation, the opening it announces, the burst, its exit."""
-    plan = row.plan
+    """Follow the Locust master: preparation, the floor round, the opening of the last round, the burst, its exit."""
     began = time.monotonic()
     while True:
         report = row.progress_report()
         progress.finished = not row.master.running()
         progress.prepared = report.get("prepared", 0)
         progress.sent, progress.answered = report.get("sent", 0), report.get("answered", 0)
-        progress.opened_at = report.get("opened_at")
-        if progress.opened_at is None:
-            if progress.finished or any(not worker.running() for worker in row.workers):
-                return  # a process gave up while preparing; the summary (or its absence) says why
-            if time.monotonic() - began > plan.prepare_timeout_s:
-                raise BurstError(
-                    f"preparing {plan.requests} shoppers took over {plan.prepare_timeout_s:.0f}s "
-                    f"({progress.prepared} ready); see {row.master.log_path}"
-                )
-            opens_at = report.get("opens_at")
-            progress.phase = "countdown" if opens_at else "preparing"
-            progress.opens_in_s = max(0.0, opens_at - time.time()) if opens_at else 0.0
+        last_round = report.get("round", 0) + 1 >= report.get("rounds", 1)
+        opened_at = report.get("opened_at")
+        if not last_round and report.get("phase") in ("open", "done"):
+            progress.phase = "floor"
+        elif opened_at is None or not last_round:
+            if waiting_gave_up(row, progress, report, began):
+                return
         else:
-            now = time.time()
-            progress.phase = "burst"
-            progress.elapsed_s = now - progress.opened_at
-            progress.stock = Product.objects.filter(sku=plan.sku).values_list("stock", flat=True).first()
-            progress.samples.append((now, progress.elapsed_s, progress.stock))
-            if progress.elapsed_s > plan.timeout_s + 30:
-                raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {row.master.log_path}")
+            sample_burst(row, progress, opened_at)
         if on_progress:
             on_progress(progress)
         if progress.finished:
             return
         time.sleep(SAMPLE_INTERVAL_S)
+
+
+def waiting_gave_up(row: Row, progress: Progress, report: dict, began: float) -> bool:
+    """Before the last round opens: True when a process gave up (its summary says why); a
+    preparation over its time limit is an error."""
+    plan = row.plan
+    if progress.finished or any(not worker.running() for worker in row.workers):
+        return True
+    if time.monotonic() - began > plan.prepare_timeout_s + (plan.timeout_s if len(row.rounds) > 1 else 0):
+        raise BurstError(
+            f"preparing {plan.requests} shoppers took over {plan.prepare_timeout_s:.0f}s "
+            f"({progress.prepared} ready); see {row.master.log_path}"
+        )
+    opens_at = report.get("opens_at")
+    progress.phase = "countdown" if opens_at else "preparing"
+    progress.opens_in_s = max(0.0, opens_at - time.time()) if opens_at else 0.0
+    return False
+
+
+def sample_burst(row: Row, progress: Progress, opened_at: float) -> None:
+    """The last round is open: a sample of the stock (the timeline), and the time limit."""
+    now = time.time()
+    progress.opened_at = opened_at
+    progress.phase = "burst"
+    progress.elapsed_s = now - opened_at
+    progress.stock = Product.objects.filter(sku=row.plan.sku).values_list("stock", flat=True).first()
+    progress.samples.append((now, progress.elapsed_s, progress.stock))
+    if progress.elapsed_s > row.plan.timeout_s + 30:
+        raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {row.master.log_path}")
 
 
 def record(
@@ -203,7 +320,6 @@ def record(
     busy = figures["busy"]
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
     problems = judge(backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx)
-    counts = figures["status_counts"]
     row = {
         "backend": backend,
         "scenario": plan.scenario,
@@ -213,49 +329,65 @@ def record(
         "pods": plan.pods,
         "balancer": plan.balancer,
         "locust_workers": plan.locust_workers,
-        "requests": figures["sent"],
-        "stock_initial": report.initial if report else plan.sale_stock,
-        "stock_final": report.stock if report else plan.sale_stock,
-        "orders": report.orders if report else 0,
-        "oversold": report.oversold if report else 0,
-        "undersold": report.undersold if report else 0,
-        "lost": report.lost if report else 0,
-        "status_counts": counts,
+        **audited(report, plan),
         "errors_5xx": errors_5xx,
-        "rps": figures["rps"],
-        "p50_ms": figures["p50_ms"],
-        "p95_ms": figures["p95_ms"],
-        "p99_ms": figures["p99_ms"],
-        "duration_s": figures["duration_s"],
         "invariants_ok": not problems,
         "problems": problems,
-        "server_purchases": figures["server_purchases"],
-        "conflicts": figures["conflicts"],
-        "retries": figures["retries"],
-        "constraint_hits": figures["constraint_hits"],
-        "client_retries": figures["client_retries"],
-        "transport_resends": figures["transport_resends"],
-        "balancer_answers": figures["balancer_answers"],
-        "busy": busy,
-        "arrival_window_s": figures["arrival_window_s"],
-        "drain_s": figures["drain_s"],
-        "sold_out_after_s": figures["sold_out_after_s"] if backend != FLOOR else None,
-        "transport_errors": figures["transport_errors"],
         "peak_db_connections": peak_db_connections,
         "floor_ratio": None,
-        "server_timing": figures["server_timing"],
-        "max_lock_wait_ms": figures["max_lock_wait_ms"],
+        "sold_out_after_s": figures["sold_out_after_s"] if backend != FLOOR else None,
+        **{key: figures.get(key) for key in ROW_FIGURES},
+        "requests": figures["sent"],
         "phases": figures.get("phases", []),
-        **{key: figures.get(key) for key in ("resumed_after_s", "longest_gap_s", "kills", "lock_timeout_ms")},
-        "locust_report": figures["locust_report"],
-        "timeline": figures["timeline"],
-        "latency_histogram_ms": figures["latency_histogram_ms"],
         "sizing": sizing(plan),
     }
     with_floor_ratio(row, floor)
     if report is not None:
         store(row, plan=plan, figures=figures, started_at=started_at)
     return row
+
+
+#: The Locust master's figures a row carries as they are (None when a run has no such figure).
+ROW_FIGURES = (
+    "status_counts",
+    "rps",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "duration_s",
+    "server_purchases",
+    "conflicts",
+    "retries",
+    "constraint_hits",
+    "client_retries",
+    "transport_resends",
+    "balancer_answers",
+    "busy",
+    "arrival_window_s",
+    "drain_s",
+    "transport_errors",
+    "server_timing",
+    "max_lock_wait_ms",
+    "resumed_after_s",
+    "longest_gap_s",
+    "kills",
+    "lock_timeout_ms",
+    "locust_report",
+    "timeline",
+    "latency_histogram_ms",
+)
+
+
+def audited(report, plan: BurstPlan) -> dict:
+    """The database's audit of the row (the floor's: its stock untouched, nothing sold)."""
+    return {
+        "stock_initial": report.initial if report else plan.sale_stock,
+        "stock_final": report.stock if report else plan.sale_stock,
+        "orders": report.orders if report else 0,
+        "oversold": report.oversold if report else 0,
+        "undersold": report.undersold if report else 0,
+        "lost": report.lost if report else 0,
+    }
 
 
 def sizing(plan: BurstPlan) -> dict:

@@ -7,12 +7,16 @@ No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messa
    index order, the global index of its first user: together the workers send exactly the sale's
    purchases (:meth:`loadtests.sale.Sale.plan`).
 2. Every planned worker prepares its shoppers and says ``ready``; once all are, the master waits
-   the countdown and opens the gate for all of them with one broadcast message.
+   the countdown and opens the gate for all of them with one broadcast message. A sale may have
+   several rounds (e.g. the floor endpoint, then the purchase, on the same pods): the same
+   prepared shoppers buy once per round, and each round opens once every worker has answered
+   the previous one and is ready again.
 3. Every worker's report (Locust's ``report_to_master`` / ``worker_report``, every
    ``REPORT_INTERVAL_S``) carries its totals and the purchases answered since its previous
    report; :meth:`Conductor.absorb` keeps them, :meth:`Conductor.summary` merges them
-   (:func:`loadtests.figures.merge`). The sale is over when every planned worker's last report
-   says it has finished (or one reports an error in the locustfile).
+   (:func:`loadtests.figures.merge`). A round is over when every planned worker's last report for
+   it says it has finished; the sale is over after the last round (or once a worker reports an
+   error in the locustfile). Each report names its round; a late one for another round is dropped.
 """
 
 from __future__ import annotations
@@ -35,21 +39,25 @@ LATEST = (
     "last_sent_at",
     "last_answered_at",
     "last_confirmed_at",
+    "whole",
 )
 
 
 class Conductor:
     """One sale as the master sees it; ``purchases`` = 0 means one purchase per user."""
 
-    def __init__(self, *, purchases: int) -> None:
+    def __init__(self, *, purchases: int, rounds: int = 1) -> None:
         self.purchases = purchases
+        self.rounds = rounds
+        self.round = 0  # the round being prepared or run
+        self.done: list[dict] = []  # the summary of every finished round
         self.users: dict[str, tuple[int, int]] = {}  # worker → (its index, its users)
         self.planned: dict[str, dict] = {}  # worker → the plan it was sent
-        self.ready: set[str] = set()
-        self.figures: dict[str, dict] = {}  # worker → its report so far (lists accumulated)
+        self.ready: dict[int, set[str]] = {}  # round → the workers ready for it
+        self.figures: dict[str, dict] = {}  # worker → its report of this round so far (lists accumulated)
         self.phase = "preparing"
         self.opens_at: float | None = None  # wall clock the opening is due (once every worker is ready)
-        self.opened_at: float | None = None  # wall clock of the opening message
+        self.opened_at: float | None = None  # wall clock of this round's opening message
 
     def count_users(self, worker: str, *, index: int, users: int) -> None:
         self.users[worker] = (index, users)
@@ -72,13 +80,17 @@ class Conductor:
             offset += users
         return dict(self.planned)
 
-    def mark_ready(self, worker: str, *, opens_at: float) -> bool:
-        """Note ``worker`` ready; True when this made every planned worker ready: the countdown to
-        ``opens_at`` starts."""
-        if worker not in self.planned or self.phase != "preparing":
+    def mark_ready(self, worker: str, *, opens_at: float, round: int = 0) -> bool:
+        """Note ``worker`` ready for ``round``; True when this made every planned worker ready for
+        the round being prepared: the countdown to ``opens_at`` starts."""
+        if worker not in self.planned or round < self.round:
             return False
-        self.ready.add(worker)
-        if self.ready == set(self.planned):
+        self.ready.setdefault(round, set()).add(worker)
+        return self.count_down(opens_at)
+
+    def count_down(self, opens_at: float) -> bool:
+        """True (once) when every planned worker is ready for the round being prepared."""
+        if self.phase == "preparing" and self.ready.get(self.round, set()) == set(self.planned):
             self.phase, self.opens_at = "countdown", opens_at
             return True
         return False
@@ -86,8 +98,25 @@ class Conductor:
     def open(self, at: float) -> None:
         self.phase, self.opened_at = "open", at
 
+    def next_round(self) -> None:
+        """The round is answered: keep its summary, and prepare the next one (or end)."""
+        self.done.append(self.summary())
+        if self.round + 1 >= self.rounds:
+            self.phase = "ended"  # the last round's figures and opening stay for the progress file
+            return
+        self.figures = {}
+        self.round += 1
+        self.opens_at = self.opened_at = None
+        self.phase = "preparing"
+
     def absorb(self, worker: str, report: dict) -> None:
-        """Keep a worker's report: its totals replace the previous ones, its new items are added."""
+        """Keep a worker's report of this round: its totals replace the previous ones, its new
+        items are added. A report of another round (one sent before its round ended, or a ready
+        note of the next) adds nothing."""
+        if report.get("round", 0) != self.round or self.figures.get(worker, {}).get("whole"):
+            return
+        if report.get("whole"):
+            self.figures.pop(worker, None)
         mine = self.figures.setdefault(
             worker, {**{name: [] for name in SERIES}, "server_timing": {}, "status_counts": {}, "outcomes": {}}
         )
@@ -110,7 +139,9 @@ class Conductor:
     def progress(self) -> dict:
         reports = list(self.figures.values())
         return {
-            "phase": "done" if self.finished else self.phase,
+            "phase": "done" if self.finished and self.round + 1 >= self.rounds else self.phase,
+            "round": self.round,
+            "rounds": self.rounds,
             "opens_at": self.opens_at,
             "opened_at": self.opened_at,
             "workers": len(self.users),
@@ -119,5 +150,10 @@ class Conductor:
         }
 
     def summary(self) -> dict:
-        """The whole sale's figures (:func:`loadtests.figures.merge` of the workers' reports)."""
+        """This round's figures (:func:`loadtests.figures.merge` of the workers' reports)."""
         return {**merge(list(self.figures.values())), **self.progress()}
+
+    def sale_summary(self) -> dict:
+        """What the sale leaves behind: the last round's figures, with every round's under ``rounds``."""
+        rounds = self.done if self.phase == "ended" else [*self.done, self.summary()]
+        return {**rounds[-1], "rounds": rounds}

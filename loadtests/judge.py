@@ -35,7 +35,7 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     if figures["transport_errors"]:
         problems.append(f"{figures['transport_errors']} purchases got no HTTP answer (refused, reset or timed out)")
     if figures["page_failures"]:
-        problems.append(f"{figures['page_failures']} shoppers could not load the product page")
+        problems.append(f"{figures['page_failures']} shoppers could not be prepared (GET /api/session)")
     if figures["sent"] != plan.requests or figures["answered"] != plan.requests:
         problems.append(f"sent {figures['sent']} purchases, {figures['answered']} answered, not {plan.requests}")
     problems += reset_problems(figures)

@@ -5,10 +5,15 @@ workers on other machines or with Locust's web UI: docs/distributed.md.
 1. Each worker spawns its users and tells the master how many (a custom message); the master
    gives each worker its share (``loadtests/conductor.py``): exactly ``--purchases`` in all
    (0, the default: one per user, so the user count typed into the web UI is the sale's size).
-2. Every shopper is prepared: a product page load over the user's connection sets the
-   ``csrftoken`` cookie and the signed session cookie, and its purchase request is built. A
-   worker whose shoppers are all prepared tells the master; once every worker has, the master
-   waits ``--countdown`` seconds and opens the gate with one message to all workers.
+2. Every shopper is prepared: one ``GET /api/session`` over the user's connection sets the
+   ``csrftoken`` cookie and the signed session cookie (the product page would set them too, but
+   renders its whole HTML each time), and its purchase request is built. A worker whose shoppers
+   are all prepared tells the master; once every worker has, the master waits ``--countdown``
+   seconds and opens the gate with one message to all workers.
+   ``--path`` may name several endpoints (comma-separated): the sale then runs one round per
+   path, in order, with the same prepared shoppers and connections (``flashsale`` runs the floor
+   endpoint, then the purchase, on the same pods); each round opens once the previous one is
+   answered, with new Idempotency-Keys, and the summary keeps every round's figures.
 3. ``--scenario spike``: at the opening each worker writes the first purchase of every user at
    once, each to its own connection that stayed open through the countdown; ``closed``: users
    post back to back (fixed concurrency).
@@ -49,7 +54,7 @@ from loadtests.conductor import Conductor  # noqa: E402
 from loadtests.connection import Connection, retry_after_s  # noqa: E402
 from loadtests.sale import Sale  # noqa: E402
 
-PAGE_NAME = "product page"
+PAGE_NAME = "session"
 PURCHASE_NAME = "purchase"
 PROGRESS_INTERVAL_S = 0.1
 PAGE_ATTEMPTS = 3
@@ -57,6 +62,8 @@ PAGE_ATTEMPTS = 3
 MAX_RETRY_WAIT_S = 5.0
 #: Wait before resending a purchase that got no answer, times the attempt.
 RESEND_WAIT_S = 0.2
+#: Between two rounds: the pods finish writing the previous round's access log lines.
+ROUND_PAUSE_S = 0.3
 #: A balancer's answer when the pod it sent the request to failed (the request may have run).
 BAD_GATEWAY = 502
 #: Locust has no option for these. A worker busy preparing thousands of shoppers on a starved
@@ -78,7 +85,12 @@ def add_arguments(parser) -> None:
     group.add_argument("--scenario", choices=["spike", "closed"], default="spike")
     group.add_argument("--hosts", default="", help="comma-separated base URLs (pods); default --host")
     group.add_argument("--sku", default="flash-burst", help="the product on sale")
-    group.add_argument("--path", default="/api/products/{sku}/purchase", help="where purchases are posted")
+    group.add_argument(
+        "--path",
+        default="/api/products/{sku}/purchase",
+        help="where purchases are posted; several, comma-separated: one round each, in order",
+    )
+    group.add_argument("--prepare-path", default="/api/session", help="the GET that sets a shopper's cookies")
     group.add_argument("--quantity", type=int, default=1, help="units per purchase")
     group.add_argument("--max-retries", type=int, default=3, help="resends of one purchase (busy, no answer)")
     group.add_argument("--countdown", type=float, default=1.0, help="seconds from every shopper ready to the opening")
@@ -112,10 +124,13 @@ def on_init(environment, **kwargs) -> None:
         for flag, value, least in (("--purchases", options.purchases, 0), ("--countdown", options.countdown, 0)):
             if value < least:
                 raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
+        if not round_paths(options):
+            raise SystemExit("--path must name at least one endpoint")
     runner = environment.runner
     if isinstance(runner, MasterRunner):
         runner.register_message("flashsale_users", on_users)
         runner.register_message("flashsale_ready", on_ready)
+        runner.register_message("flashsale_report", on_report)
     elif isinstance(runner, WorkerRunner):
         runner.register_message("flashsale_plan", on_plan)
         runner.register_message("flashsale_open", on_open)
@@ -124,11 +139,17 @@ def on_init(environment, **kwargs) -> None:
 @events.test_start.add_listener
 def on_test_start(environment, **kwargs) -> None:
     global sale, conductor
+    rounds = len(round_paths(environment.parsed_options))
     if is_worker(environment):
-        sale = Sale()
+        sale = Sale(rounds=rounds)
+        sale.on_round_end = lambda ended: end_round(environment, ended)
     if is_master(environment):
-        conductor = Conductor(purchases=environment.parsed_options.purchases)
+        conductor = Conductor(purchases=environment.parsed_options.purchases, rounds=rounds)
         gevent.spawn(follow, environment, conductor)
+
+
+def round_paths(options) -> list[str]:
+    return [path.strip() for path in options.path.split(",") if path.strip()]
 
 
 def follow(environment, mine: Conductor) -> None:
@@ -147,7 +168,7 @@ def tell_master(environment, kind: str, data: dict) -> None:
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.send_message(kind, data)
     else:
-        handler = {"flashsale_users": on_users, "flashsale_ready": on_ready}[kind]
+        handler = {"flashsale_users": on_users, "flashsale_ready": on_ready, "flashsale_report": on_report}[kind]
         handler(environment, SimpleNamespace(data=data, node_id=LOCAL))
 
 
@@ -170,17 +191,27 @@ def on_users(environment, msg) -> None:
 
 
 def on_ready(environment, msg) -> None:
-    """Master: a worker has prepared its shoppers; the last one starts the countdown."""
+    """Master: a worker has built its shoppers' requests for a round; the last one starts the countdown."""
     conductor.absorb(msg.node_id, msg.data)
-    countdown = environment.parsed_options.countdown
-    if conductor.mark_ready(msg.node_id, opens_at=time.time() + countdown):
-        gevent.spawn_later(countdown, open_sale, environment, conductor)
+    if conductor.mark_ready(msg.node_id, opens_at=time.time() + countdown_s(environment), round=msg.data["round"]):
+        gevent.spawn_later(countdown_s(environment), open_sale, environment, conductor)
+
+
+def countdown_s(environment) -> float:
+    """The first round waits the countdown; later ones open as soon as all are ready (and a moment
+    for the pods to finish logging the previous round)."""
+    return environment.parsed_options.countdown if conductor.round == 0 else ROUND_PAUSE_S
+
+
+def on_report(environment, msg) -> None:
+    """Master: a worker's last report of a round (sent before it starts the next)."""
+    absorb(environment, msg.node_id, msg.data)
 
 
 def open_sale(environment, mine: Conductor) -> None:
     if mine is conductor:
         conductor.open(time.time())
-        tell_workers(environment, "flashsale_open", {})
+        tell_workers(environment, "flashsale_open", {"round": conductor.round})
 
 
 @events.worker_report.add_listener
@@ -190,17 +221,27 @@ def on_worker_report(client_id: str, data: dict) -> None:
 
 
 def absorb(environment, worker: str, report: dict) -> None:
-    """Master: keep a worker's report; once every worker has finished, write the summary and stop."""
+    """Master: keep a worker's report; once every worker has finished the round, the next round
+    (its countdown starts if every worker is ready for it already), or the summary and the end."""
     conductor.absorb(worker, report)
-    if conductor.finished and conductor.phase != "ended":
+    if not conductor.finished or conductor.phase == "ended":
+        return
+    if conductor.errors:
         end_sale(environment)
+        return
+    conductor.next_round()
+    if conductor.phase == "ended":
+        end_sale(environment)
+    elif conductor.count_down(time.time() + ROUND_PAUSE_S):
+        gevent.spawn_later(ROUND_PAUSE_S, open_sale, environment, conductor)
 
 
 def end_sale(environment) -> None:
     options = environment.parsed_options
+    summary = conductor.sale_summary()
     conductor.phase = "ended"
     if options.summary_json:
-        write_json(options.summary_json, conductor.summary())
+        write_json(options.summary_json, summary)
     if options.progress_file:
         write_json(options.progress_file, conductor.progress())
     gevent.spawn(environment.runner.quit if options.headless else environment.runner.stop)
@@ -210,9 +251,10 @@ def end_sale(environment) -> None:
 def on_test_stop(environment, **kwargs) -> None:
     """Master: the run ended before the sale did (``-t``, Ctrl-C, stop in the UI): say what was seen."""
     if is_master(environment) and conductor is not None and conductor.phase != "ended":
+        summary = conductor.sale_summary()
         conductor.phase = "ended"
         if environment.parsed_options.summary_json:
-            write_json(environment.parsed_options.summary_json, conductor.summary())
+            write_json(environment.parsed_options.summary_json, summary)
 
 
 @events.report_to_master.add_listener
@@ -224,29 +266,37 @@ def on_report_to_master(client_id: str, data: dict) -> None:
 def on_plan(environment, msg) -> None:
     """Worker: the master's share for this worker's users."""
     sale.plan(**msg.data)
-    tell_ready(environment)
+    tell_ready(environment, 0)
 
 
-def tell_ready(environment) -> None:
-    if sale.all_prepared and not sale.ready_told:
-        sale.ready_told = True
+def tell_ready(environment, number: int) -> None:
+    if sale.ready_for(number) and number not in sale.ready_told:
+        sale.ready_told.add(number)
         sale.phase = "ready"
-        tell_master(environment, "flashsale_ready", sale.report())
+        tell_master(environment, "flashsale_ready", {**sale.report(), "round": number})
+
+
+def end_round(environment, ended: Sale) -> None:
+    """Worker: every purchase of this round is answered: its last report, then the next round's figures."""
+    tell_master(environment, "flashsale_report", ended.report(whole=True))
+    if ended.round + 1 < ended.rounds:
+        ended.start_round(ended.round + 1)
 
 
 def on_open(environment, msg) -> None:
-    """Worker: the gate opens.
+    """Worker: the gate of a round opens.
 
     The spike's purchases are written here, one after the other without yielding to gevent's
     hub (a small write to an idle connection does not block), so no answer that comes back
     meanwhile is parsed between two sends. Each shopper then reads its own answer.
     """
-    if sale is None or not sale.planned.is_set() or sale.gate.is_set():
+    number = msg.data.get("round", 0)
+    if sale is None or not sale.planned.is_set() or number >= sale.rounds or sale.gates[number].is_set():
         return
     sale.phase = "open"
-    for shopper, request in sale.opening:
+    for shopper, request in sale.opening[number]:
         shopper.first_send = shopper.send_now(request)
-    sale.gate.set()
+    sale.gates[number].set()
 
 
 @events.user_error.add_listener
@@ -282,13 +332,16 @@ class Shopper(User):
         hosts = [host for host in options.hosts.split(",") if host] or [self.environment.host]
         self.connection = Connection(hosts, sale.offset + self.index)
         shoppers = [self.prepare(options) for _ in range(sale.shoppers_of(self.index))]
-        if options.scenario == "spike" and shoppers and shoppers[0] is not None:
-            sale.opening.append((self, shoppers[0]))
-        tell_ready(self.environment)
-        sale.gate.wait()
-        for purchase in shoppers:
-            if purchase is not None:
-                self.purchase(options, purchase, sent=self.first_send)
+        shoppers = [cookies for cookies in shoppers if cookies is not None]
+        for number, path in enumerate(round_paths(options)):
+            requests = [self.purchase_request(options, path, cookies) for cookies in shoppers]
+            if options.scenario == "spike" and requests:
+                sale.opening[number].append((self, requests[0]))
+            sale.arm(number, len(requests))
+            tell_ready(self.environment, number)
+            sale.gates[number].wait()
+            for request in requests:
+                self.purchase(options, request, sent=self.first_send)
                 self.first_send = None
         raise StopUser()
 
@@ -329,29 +382,33 @@ class Shopper(User):
         )
         return status, headers, body, sent_at if sent_at is not None else time.time()
 
-    def prepare(self, options) -> bytes | None:
-        """A new shopper: its purchase request, cookies and CSRF token included, or None if its page kept failing."""
-        page = self.connection.request("GET", f"/products/{options.sku}/", {"Accept": "text/html"})
+    def prepare(self, options) -> dict[str, str] | None:
+        """A new shopper: its cookies (session and CSRF), or None if preparing it kept failing."""
+        page = self.connection.request("GET", options.prepare_path.format(sku=options.sku), {"Accept": "*/*"})
         for attempt in range(PAGE_ATTEMPTS):
             status, headers, _, _ = self.exchange(PAGE_NAME, "GET", page)
             pairs = (cookie.split(";", 1)[0].strip() for cookie in (headers.getlist("set-cookie") if headers else []))
             cookies = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
             if status == 200 and "csrftoken" in cookies:
                 sale.prepared += 1
-                return self.connection.request(
-                    "POST",
-                    options.path.format(sku=options.sku),
-                    {
-                        "Content-Type": "application/json",
-                        "X-CSRFToken": cookies["csrftoken"],
-                        "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items()),
-                        "Idempotency-Key": secrets.token_urlsafe(16),
-                    },
-                    json.dumps({"quantity": options.quantity}).encode(),
-                )
+                return cookies
             gevent.sleep(0.1 * (attempt + 1))
         sale.page_failures += 1
         return None
+
+    def purchase_request(self, options, path: str, cookies: dict[str, str]) -> bytes:
+        """A prepared shopper's purchase for one round, under a new Idempotency-Key."""
+        return self.connection.request(
+            "POST",
+            path.format(sku=options.sku),
+            {
+                "Content-Type": "application/json",
+                "X-CSRFToken": cookies["csrftoken"],
+                "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items()),
+                "Idempotency-Key": secrets.token_urlsafe(16),
+            },
+            json.dumps({"quantity": options.quantity}).encode(),
+        )
 
     def purchase(self, options, request: bytes, *, sent: float | BaseException | None = None) -> None:
         """Send one purchase (or read the answer to one ``sent`` at the opening); resend it with
@@ -365,8 +422,7 @@ class Shopper(User):
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
             if started is None:
                 started = sent_at
-                sale.first_sent_at = sale.first_sent_at or sent_at
-                sale.last_sent_at = max(sale.last_sent_at or sent_at, sent_at)
+                sale.note_sent(sent_at)
             if headers and headers.get(ANSWERED_BY) == "balancer":
                 sale.balancer_answers += 1
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None

@@ -44,6 +44,7 @@ class BurstPlan:
     fault_hold_s: float | None = None  # how long the fault lasts; None: the fault's own default
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
+    yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
 
     @property
     def sale_stock(self) -> int:

@@ -4,6 +4,7 @@ master reports through, and the PostgreSQL connection sampler."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import psycopg
 from django.conf import settings
@@ -153,9 +155,17 @@ class Row:
     """The processes and files of one row while it runs: pods, the balancer, the Locust master and workers."""
 
     def __init__(
-        self, *, backend: str, plan: BurstPlan, run_dir: Path, scratch: Path, env: dict[str, str] | None = None
+        self,
+        *,
+        backend: str,
+        plan: BurstPlan,
+        run_dir: Path,
+        scratch: Path,
+        env: dict[str, str] | None = None,
+        rounds: list[str] | None = None,
     ) -> None:
         self.backend = backend
+        self.rounds = rounds or ["floor" if backend == FLOOR else "purchase"]  # endpoints, one round each
         self.env = env or {}
         self.plan = plan
         self.run_dir = run_dir
@@ -254,7 +264,7 @@ class Row:
                 *("-u", str(users), "-r", str(users), "-t", f"{int(keepalive_s(plan))}s"),
                 *("--scenario", "closed" if closed else "spike", "--purchases", str(plan.requests)),
                 *("--sku", plan.sku, "--max-retries", str(plan.max_retries), "--countdown", str(plan.countdown_s)),
-                *("--path", "/api/products/{sku}/" + ("floor" if self.backend == FLOOR else "purchase")),
+                *("--path", ",".join(f"/api/products/{{sku}}/{endpoint}" for endpoint in self.rounds)),
                 *("--summary-json", str(self.summary_path), "--progress-file", str(self.progress_path)),
                 *("--csv", str(self.locust_report), "--html", f"{self.locust_report}.html"),
             ],
@@ -275,6 +285,27 @@ class Row:
             )
             self.workers[-1].start()
 
+    def warm_up(self) -> None:
+        """Before anything is measured: every pod answers a few hundred session and floor
+        requests over a few dozen connections, so no worker serves its first request (imports,
+        URL resolver, template and connection set-up) inside a measured round."""
+        warm_up(self.hosts, sku=self.plan.sku, connections=WARM_UP_CONNECTIONS * self.plan.pods)
+
+    def yardstick(self) -> dict:
+        """The plain client (:mod:`loadtests.yardstick`) on the floor endpoint of these pods, as
+        many shoppers as the row had: the figure the Locust floor round is read against."""
+        result = subprocess.run(
+            [sys.executable, "-m", "loadtests.yardstick", "--json", "--host", ",".join(self.hosts)]
+            + ["--requests", str(self.plan.requests), "--path", f"/api/products/{self.plan.sku}/floor"],
+            cwd=settings.BASE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=self.plan.timeout_s + 60,
+        )
+        if result.returncode != 0:
+            raise BurstError(f"the yardstick failed: {(result.stderr or result.stdout).strip()[-300:]}")
+        return json.loads(result.stdout)
+
     def progress_report(self) -> dict:
         """The master's progress file: phase, opened_at, prepared, sent, answered, limit."""
         return read_json(self.progress_path) or {}
@@ -288,9 +319,9 @@ class Row:
     def stop(self) -> None:
         stop_all([self.master, *self.workers, self.balancer, *self.pods])
 
-    def server_purchases(self) -> int:
-        """Purchase POSTs that reached the pods, from their access logs (complete once they stopped)."""
-        endpoint = "floor" if self.backend == FLOOR else "purchase"
+    def server_purchases(self, endpoint: str) -> int:
+        """POSTs to ``endpoint`` (``purchase``, ``floor``) that reached the pods, from their access
+        logs (complete once they stopped)."""
         needle = f'"POST /api/products/{self.plan.sku}/{endpoint} '
         total = 0
         for pod in range(len(self.pods)):
@@ -315,6 +346,36 @@ class RestartablePod:
     def start(self) -> None:
         self.row.pods[self.index] = self.row.start_pod(self.index)
         self.row.wait_for_pod(self.index)
+
+
+WARM_UP_CONNECTIONS, WARM_UP_REQUESTS = 16, 8
+
+
+def warm_up(hosts: list[str], *, sku: str, connections: int) -> None:
+    """``connections`` threads, each on its own keep-alive connection to one of ``hosts`` (round
+    robin): a session, then ``WARM_UP_REQUESTS`` floor purchases. Errors are left to the measured rounds."""
+
+    def one(index: int) -> None:
+        url = urlsplit(hosts[index % len(hosts)])
+        client = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+        try:
+            client.request("GET", "/api/session")
+            answer = client.getresponse()
+            answer.read()
+            cookies = [c.split(";", 1)[0] for c in answer.headers.get_all("Set-Cookie") or []]
+            token = next((c.split("=", 1)[1] for c in cookies if c.startswith("csrftoken=")), "")
+            headers = {"Content-Type": "application/json", "X-CSRFToken": token, "Cookie": "; ".join(cookies)}
+            for _ in range(WARM_UP_REQUESTS):
+                # The query string keeps these out of the rounds' access-log counts.
+                client.request("POST", f"/api/products/{sku}/floor?warm-up", body=b'{"quantity": 1}', headers=headers)
+                client.getresponse().read()
+        except OSError:
+            pass
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=connections) as pool:
+        list(pool.map(one, range(connections)))
 
 
 def keepalive_s(plan: BurstPlan) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gevent.event import Event
 
@@ -45,19 +45,29 @@ SERIES = ("latencies_ms", "sent_times", "answer_times", "purchases")
 class Sale:
     """This worker's share of the sale: its shoppers, the gate, and what came back."""
 
-    def __init__(self) -> None:
+    def __init__(self, rounds: int = 1) -> None:
         self.next_user = 0  # Shopper instances take their local index from here
         self.users_announced = 0  # the user count last told to the master
         self.offset = 0  # global index of this worker's first user
         self.total_users = 1  # users in the whole sale
         self.purchases = 0  # purchases in the whole sale
-        self.limit = 0  # this worker's purchases
+        self.limit = 0  # this worker's purchases (per round)
+        self.rounds = rounds  # sales run one after the other by the same prepared shoppers
         self.planned = Event()  # the master has told the share
-        self.gate = Event()  # the sale is open
-        self.ready_told = False
+        self.gates = [Event() for _ in range(rounds)]  # round r is open
+        self.armed: Counter[int] = Counter()  # round → shoppers whose request for it is built
+        self.ready_told: set[int] = set()  # rounds this worker has said it is ready for
         self.phase = "preparing"
         self.prepared = 0
-        self.page_failures = 0  # shoppers whose product page failed every attempt
+        self.page_failures = 0  # shoppers whose preparation failed every attempt
+        self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
+        self.opening: list[list[tuple[Shopper, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
+        self.on_round_end: Callable[[Sale], None] | None = None  # told once this worker's round is answered
+        self.start_round(0)
+
+    def start_round(self, number: int) -> None:
+        """Fresh figures for round ``number``: every counter, list and report position starts over."""
+        self.round = number
         self.sent = 0  # purchases sent (a resent purchase counts once)
         self.answered = 0  # purchases with a final answer (or a transport error)
         self.status_counts: Counter[str] = Counter()  # final answers; "0" = no HTTP answer
@@ -76,13 +86,24 @@ class Sale:
         # and was resent]
         self.purchases_done: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
-        self.first_sent_at: float | None = None
+        self.first_sent_at: float | None = None  # the earliest send of the round, whichever answer came first
         self.last_sent_at: float | None = None
         self.last_answered_at: float | None = None
         self.last_confirmed_at: float | None = None
-        self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
-        self.opening: list[tuple[Shopper, bytes]] = []  # spike: the purchases to write at the opening
         self._reported: dict[str, int] = {}  # how much of each list earlier reports carried
+
+    def note_sent(self, at: float) -> None:
+        """A purchase's first send: the round's first and last send times include it."""
+        self.first_sent_at = at if self.first_sent_at is None else min(self.first_sent_at, at)
+        self.last_sent_at = at if self.last_sent_at is None else max(self.last_sent_at, at)
+
+    def arm(self, number: int, shoppers: int) -> None:
+        """``shoppers`` more of this worker's shoppers have their request for round ``number`` built."""
+        self.armed[number] += shoppers
+
+    def ready_for(self, number: int) -> bool:
+        """Every shopper of this worker has its request for round ``number`` built (or failed to prepare)."""
+        return self.planned.is_set() and self.armed[number] + self.page_failures >= self.limit
 
     def plan(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
         """The master's share: global user ``offset`` onward, of ``users`` buying ``purchases``."""
@@ -135,24 +156,27 @@ class Sale:
             value = payload.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
                 self.counts[name] += value
-
-    @property
-    def all_prepared(self) -> bool:
-        return self.planned.is_set() and self.prepared + self.page_failures >= self.limit
+        if self.finished and self.on_round_end is not None:
+            self.on_round_end(self)
 
     @property
     def finished(self) -> bool:
         return bool(self.errors) or (self.planned.is_set() and self.answered + self.page_failures >= self.limit)
 
     def progress(self) -> dict:
-        return {"phase": self.phase, **{name: getattr(self, name) for name in TOTALS}}
+        return {"phase": self.phase, "round": self.round, **{name: getattr(self, name) for name in TOTALS}}
 
-    def report(self) -> dict:
-        """Totals so far and what the lists gained since the last report; ``finished`` once this
+    def report(self, *, whole: bool = False) -> dict:
+        """Totals so far and what the lists gained since the last report (``whole``: everything of
+        the round, marked ``whole``, which replaces what the master kept of this worker's round:
+        a periodic report built before it may reach the master after it); ``finished`` once this
         report carries the last purchase."""
+        if whole:
+            self._reported = {}
         finished = self.finished
         data = {
             **self.progress(),
+            "whole": whole,
             "finished": finished,
             **{name: self.counts[name] for name in BODY_COUNTS},
             "status_counts": dict(sorted(self.status_counts.items())),

@@ -12,6 +12,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("products/<slug:sku>/", views.product_page, name="product"),
     path("products/<slug:sku>/buy", views.buy, name="buy"),
+    path("api/session", views.api_session, name="api-session"),
     path("api/products/<slug:sku>", views.api_product, name="api-product"),
     path("api/products/<slug:sku>/purchase", views.api_purchase, name="api-purchase"),
     # The burst's floor row: the purchase request path without storage (shop/floor.py).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -252,6 +253,18 @@ def api_product(request: HttpRequest, sku: str) -> JsonResponse:
     if product is None:
         return json_error(404, f"no product with sku {sku!r}")
     response = JsonResponse(product_payload(product))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@ensure_csrf_cookie
+def api_session(request: HttpRequest) -> JsonResponse:
+    """``GET``: the shopper's session and CSRF cookies for an API client that loaded no page (the
+    burst's shoppers prepare with it: the product page sets the same cookies but renders its HTML)."""
+    if request.method != "GET":
+        return json_error(405, "use GET", allowed=["GET"])
+    shopper_id(request)
+    response = JsonResponse({"csrf_cookie": settings.CSRF_COOKIE_NAME, "csrf_header": "X-CSRFToken"})
     response["Cache-Control"] = "no-store"
     return response
 

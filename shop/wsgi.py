@@ -6,3 +6,11 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
 application = get_wsgi_application()
+
+# Import the configured strategy's module now, not inside a shopper's first purchase: a worker is
+# warm before it answers (and a strategy that cannot be imported stops the worker at start).
+from django.conf import settings  # noqa: E402
+
+from inventory.strategies import configured_name, strategy_class  # noqa: E402
+
+strategy_class(configured_name(settings.INVENTORY))

@@ -89,3 +89,60 @@ def test_an_error_in_a_worker_ends_the_sale():
     sale.errors.append("KeyError: 'x'")
     conductor.absorb("a", sale.report())
     assert conductor.finished and conductor.summary()["errors"] == ["KeyError: 'x'"]
+
+
+def answer(sale: Sale, *, sent: float, answered: float, status: int = 200) -> None:
+    """One purchase's final answer, as the locustfile records it (its first send noted first)."""
+    sale.sent += 1
+    sale.note_sent(sent)
+    sale.answered += 1
+    sale.status_counts[str(status)] += 1
+    sale.sent_times.append(sent)
+    sale.answer_times.append(answered)
+    sale.latencies_ms.append((answered - sent) * 1000)
+    sale.purchases_done.append([sent, answered, status, None, []])
+    sale.last_answered_at = answered
+
+
+def test_the_first_send_is_the_earliest_send_not_the_first_answers():
+    conductor = Conductor(purchases=0)
+    sale = planned_sales(conductor, {"a": (0, 2)}, 2)["a"]
+    answer(sale, sent=100.4, answered=100.5)  # sent last, answered first
+    answer(sale, sent=100.0, answered=103.0)
+    conductor.absorb("a", sale.report())
+    summary = conductor.summary()
+    assert summary["first_sent_at"] == 100.0 and summary["arrival_window_s"] == 0.4
+    assert summary["drain_s"] == 3.0
+
+
+def test_rounds_open_one_after_the_other_and_keep_their_own_figures():
+    conductor = Conductor(purchases=0, rounds=2)
+    sales = planned_sales(conductor, {"a": (0, 1), "b": (1, 1)}, 2)
+    for sale in sales.values():
+        sale.rounds, sale.gates = 2, [object(), object()]
+        sale.on_round_end = lambda ended: conductor.absorb(ended.node, ended.report(whole=True))
+    sales["a"].node, sales["b"].node = "a", "b"
+    assert conductor.mark_ready("a", opens_at=1.0) is False and conductor.mark_ready("b", opens_at=1.0)
+    conductor.open(1.0)
+    answer(sales["a"], sent=1.0, answered=1.1)
+    stale = sales["a"].report()  # a periodic report built before the round's last one...
+    sales["a"].on_round_end(sales["a"])
+    conductor.absorb("a", stale)  # ...and delivered after it: nothing counted twice
+    assert not conductor.finished
+    assert not conductor.mark_ready("a", opens_at=2.0, round=1)  # b has not answered round 0 yet
+    answer(sales["b"], sent=1.0, answered=1.3)
+    sales["b"].on_round_end(sales["b"])
+    assert conductor.finished
+    conductor.next_round()
+    assert (conductor.round, conductor.phase, conductor.progress()["round"]) == (1, "preparing", 1)
+    assert conductor.mark_ready("b", opens_at=2.0, round=1)  # a was ready for round 1 already
+    conductor.open(2.0)
+    for name in ("a", "b"):
+        sales[name].start_round(1)
+        answer(sales[name], sent=2.0, answered=2.2, status=201)
+        sales[name].on_round_end(sales[name])
+    conductor.next_round()
+    whole = conductor.sale_summary()
+    assert conductor.phase == "ended" and [r["status_counts"] for r in whole["rounds"]] == [{"200": 2}, {"201": 2}]
+    assert whole["status_counts"] == {"201": 2} and whole["answered"] == 2 and whole["drain_s"] == 0.2
+    assert whole["rounds"][0]["answered"] == 2 and whole["rounds"][0]["drain_s"] == 0.3

@@ -68,3 +68,17 @@ def test_bad_input_is_the_purchase_endpoints_4xx(client, make_product, body, con
 def test_other_methods_are_405(client, db):
     response = client.get(URL)
     assert response.status_code == 405 and response["Allow"] == "POST"
+
+
+def test_a_session_gives_an_api_client_its_cookies_without_a_query(strict, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = strict.get("/api/session")
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    assert {"csrftoken", "sessionid"} <= set(response.cookies)
+    token = response.cookies["csrftoken"].value
+    assert post(strict, {"quantity": 1}, HTTP_X_CSRFTOKEN=token).status_code == 200  # the cookies buy
+
+
+def test_a_session_is_only_a_get():
+    response = Client().post("/api/session")
+    assert response.status_code == 405 and response.json()["error"] == "use GET"

@@ -7,6 +7,7 @@ import os
 import platform
 import shlex
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -21,8 +22,8 @@ from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.strategies import needs_of, strategy_class
 from loadtests.arguments import add_arguments
 from loadtests.balancer import BalancerError
-from loadtests.burst import run_row
-from loadtests.figures import median_run, with_floor_ratio
+from loadtests.burst import floor_row, run_row
+from loadtests.figures import median_run
 from loadtests.options import (
     batch_sizes,
     check_balancers,
@@ -80,6 +81,7 @@ class Command(BaseCommand):
         unfenced: bool = False,
         batch: str = "1",
         batch_threads: int | None = None,
+        yardstick: bool = False,
         **options,
     ):
         names = strategy_names(scenario=scenario, strategies=strategies)
@@ -117,6 +119,7 @@ class Command(BaseCommand):
             fault=fault,
             fault_hold_s=fault_hold,
             fenced=not unfenced,
+            yardstick=yardstick,
         )
         started_at = timezone.now()
         runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
@@ -181,24 +184,35 @@ class Command(BaseCommand):
                     )
                 self.stdout.write(table_row([title for title, _ in COLUMNS]))
                 for round_number in range(1, repeat + 1):
-                    floors = {}
-                    for name, size in keys if fault else [(FLOOR, 1), *keys]:
-                        for balancer in balancers:
-                            planned = replace(row_plan(plan, size, self.batched), balancer=balancer)
-                            run = self.run_one(name, planned, floor=floors.get(balancer))
-                            floors[balancer] = run if name == FLOOR else floors.get(balancer)
-                            if repeat > 1:
-                                run["round"] = round_number
-                            runs.append(run)
-                            self.stdout.write(table_row(run_cells(run)))
-                            for line in phase_lines(run):
-                                self.stdout.write(line)
+                    runs += self.run_round(keys, plan, balancers, round_number=round_number if repeat > 1 else None)
         except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         return runs
+
+    def run_round(
+        self, keys: list[tuple[str, int]], plan: BurstPlan, balancers: list[str], *, round_number: int | None
+    ) -> list[dict]:
+        """Every row once through each balancer, each printed as it ends; then the floor row of
+        each balancer (the best of its rows' floor rounds), placed first."""
+        runs: list[dict] = []
+        for name, size in keys:
+            for balancer in balancers:
+                run = self.run_one(name, replace(row_plan(plan, size, self.batched), balancer=balancer), floor=None)
+                if round_number:
+                    run["round"] = round_number
+                runs.append(run)
+                self.stdout.write(table_row(run_cells(run)))
+                for line in phase_lines(run):
+                    self.stdout.write(line)
+        floors = [floor_row([run for run in runs if run["balancer"] == balancer]) for balancer in balancers]
+        for floor in (floor for floor in floors if floor):
+            if round_number:
+                floor["round"] = round_number
+            self.stdout.write(table_row(run_cells(floor)) + f"   (best floor round: {floor['floor_of']}'s pods)")
+        return [floor for floor in floors if floor] + runs
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
         """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given;
@@ -236,9 +250,11 @@ class Command(BaseCommand):
                 row.pop("round", None)
                 row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
                 row["invariants_ok"] = not row["problems"]
-                row["floor_ratio"] = None
+                # Each run was read against its own pods' floor round: the median of those ratios.
+                ratios = [run["floor_ratio"] for run in mine if run.get("floor_ratio") is not None]
+                row["floor_ratio"] = round(statistics.median(ratios), 3) if ratios else None
                 floors[balancer] = row if name == FLOOR else floors.get(balancer)
-                rows.append(with_floor_ratio(row, floors[balancer]))
+                rows.append(row)
                 self.stdout.write(table_row(run_cells(row)))
         if (FLOOR, 1) in keys and len(balancers) > 1 and floors[balancers[0]]["rps"]:
             for balancer in balancers[1:]:
@@ -301,6 +317,8 @@ class Command(BaseCommand):
                     "starting": "starting the pods",
                     "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",
                     "countdown": f"{progress.prepared} shoppers ready, the sale opens in {progress.opens_in_s:.1f}s",
+                    "floor": f"floor round on the same pods: {progress.sent}/{progress.requests} sent, "
+                    f"{progress.answered} answered",
                     "burst": (
                         f"{progress.sent}/{progress.requests} purchases sent, {progress.answered} answered, "
                         f"stock left {'?' if progress.stock is None else progress.stock}, {progress.elapsed_s:.1f}s"

@@ -77,7 +77,7 @@ class ProductAdmin(admin.ModelAdmin):
     search_fields = ["sku", "name"]
     actions = ["restock_selected", "reset_sale_selected"]
     fieldsets = [
-        (None, {"fields": ["sku", "name", "price", "per_customer_limit"]}),
+        (None, {"fields": ["sku", "name", "price", "per_customer_limit", "listed"]}),
         ("Sale window", {"fields": ["sale_starts_at", "sale_ends_at"], "description": "Blank means open-ended."}),
         ("Stock", {"fields": ["initial_stock", "stock", "fence", "version"]}),
     ]

@@ -45,6 +45,9 @@ class Product(models.Model):
     version = models.BigIntegerField(default=0)
     sale_starts_at = models.DateTimeField(null=True, blank=True)
     sale_ends_at = models.DateTimeField(null=True, blank=True)
+    listed = models.BooleanField(
+        default=True, help_text="Shown on the storefront's home page (a burst's own product is not)."
+    )
 
     objects = ProductQuerySet.as_manager()
 

@@ -66,7 +66,8 @@ def prepare_product(*, sku: str, stock: int) -> Product:
         sku=sku,
         defaults={"name": "Flash-burst phone", "price": Decimal("1.00"), "initial_stock": stock, "stock": stock},
     )
-    Product.objects.filter(sku=sku).update(sale_starts_at=None, sale_ends_at=None, per_customer_limit=1)
+    # The instrument stays out of the shop window: a shopper's home page does not list it.
+    Product.objects.filter(sku=sku).update(sale_starts_at=None, sale_ends_at=None, per_customer_limit=1, listed=False)
     return reset_sale(sku=sku, stock=stock)
 
 

@@ -171,7 +171,8 @@ def product_context(product: Product) -> dict:
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "shop/home.html", {"products": [product_context(p) for p in Product.objects.all()]})
+    listed = Product.objects.filter(listed=True)
+    return render(request, "shop/home.html", {"products": [product_context(p) for p in listed]})
 
 
 @require_GET

@@ -25,6 +25,15 @@ def buy(client: Client, quantity="1", sku: str = "phone-x", **extra):
 
 
 class TestHome:
+    def test_a_bursts_own_product_is_not_in_the_shop_window(self, client, make_product):
+        from loadtests.burst import prepare_product
+
+        make_product("phone-x", stock=10, name="Phone X")
+        prepare_product(sku="flash-burst", stock=30)
+        html = client.get("/").content.decode()
+        assert "Phone X" in html and "Flash-burst phone" not in html
+        assert client.get("/products/flash-burst/").status_code == 200  # still there for its shoppers
+
     def test_lists_products_with_price_stock_bar_and_state(self, client, make_product):
         now = timezone.now()
         make_product("phone-x", stock=10, name="Phone X")

@@ -165,8 +165,8 @@ def _remember(
     """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
     if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
         soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
-    elif result.confirmed and key:
-        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id)
+    elif result.confirmed and key and mark is not None and mark.era is not None:
+        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id, era=mark.era)
     return result
 
 
@@ -255,13 +255,23 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     The sold-out mark's generation is raised before the commit, so if Redis does not answer
     the change is refused and nothing changes; ``inventory.receivers`` raises it again after
     the commit (a mark left meanwhile stops counting) and drops the ``redis-stock`` counter. A
-    reset also drops the customers' units there: its orders are gone.
+    reset also starts a new era, before and after the commit, so the idempotency notes of the
+    orders it deletes stop counting (a note written meanwhile carries the older era), and drops
+    the customers' units there: its orders are gone.
     """
     try:
-        soldout.raise_generation(sku)
+        soldout.raise_generation(sku, new_era=reset)
     except redis.RedisError as exc:
         raise InventoryError(
             f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"
         ) from exc
     if reset:
-        transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
+        transaction.on_commit(lambda: _after_reset(sku))
+
+
+def _after_reset(sku: str) -> None:
+    soldout.sale_changed(sku, new_era=True)
+    try:
+        forget_sale(soldout.client(), sku, units_too=True)
+    except redis.RedisError:
+        logger.exception("could not drop the redis-stock counter of %s; run manage.py reconcile", sku)

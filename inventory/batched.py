@@ -25,13 +25,14 @@ import threading
 import time
 import weakref
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, OperationalError, connection
 
 from .combining import Combiner, Ticket
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
 from .strategies.contract import Grant, LockUnavailable, Outcome
+from .strategies.section import lock_timed_out
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ def run_batch(
                 raise
             careful = True
             continue
+        except OperationalError as exc:
+            if not lock_timed_out(exc):
+                raise
+            break  # a row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, the batch is busy
         finally:
             timings.db_ms += _ms(started)
         if batch.conflict is None:

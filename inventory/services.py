@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import redis
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from . import soldout
@@ -28,7 +28,7 @@ from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import decide, find_order, shelf_for_sku
+from .strategies.section import decide, find_order, lock_timed_out, shelf_for_sku
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +182,11 @@ def run_section(
             attempt = strategy.attempt(
                 product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
             )
+        except OperationalError as exc:
+            if not lock_timed_out(exc):
+                raise
+            # A row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, nothing written.
+            return PurchaseResult(Outcome.BUSY, strategy.name, conflicts=conflicts, retries=retries, timings=timings)
         except IntegrityError as exc:
             return constraint_hit(
                 strategy,

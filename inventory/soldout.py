@@ -15,6 +15,11 @@ lives as long as its order: it carries the sale's *era*, which only ``reset_sale
 the orders) and a deleted product raise, before and after they commit, and it counts only in its
 own era; a restock keeps the orders and so keeps the notes.
 
+A mark lives :data:`~inventory.soldout_local.MARK_TTL_S` (2 s), here and in each process: the
+generation clears it at once when the restock's raise arrives, the lifetime bounds how long it can
+say "sold out" when that raise failed (logged, after the commit) or Redis came back from an older
+RDB with an older generation. A sold-out SKU then costs one shelf read per 2 s per process.
+
 Each process also keeps the marks it has seen (:mod:`inventory.soldout_local`), dropped when a
 restock's message arrives or the listener's connection breaks: from then on "sold out" costs
 no round trip at all. Raising the generation publishes the SKU in the same MULTI.
@@ -31,7 +36,7 @@ import redis
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from .soldout_local import CHANNEL, MARKS, Entry
+from .soldout_local import CHANNEL, MARK_TTL_S, MARKS, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -143,10 +148,11 @@ def final_orders(sku: str) -> dict[tuple[str, str], int]:
 
 
 def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:
-    """The shelf held 0 units at a read made after ``generation`` was current: mark it sold out."""
+    """The shelf held 0 units at a read made after ``generation`` was current: mark it sold out,
+    for :data:`MARK_TTL_S` (then a purchase reads the shelf again and marks it again)."""
     value = f"{generation}:{limit}:{ends_at.timestamp() if ends_at else ''}"
     try:
-        client().set(_keys(sku)[1], value)
+        client().set(_keys(sku)[1], value, px=int(MARK_TTL_S * 1000))
     except redis.RedisError as exc:
         logger.warning("could not mark %s sold out: %s", sku, exc)
 
@@ -178,5 +184,5 @@ def sale_changed(sku: str, *, new_era: bool = False) -> None:
     try:
         raise_generation(sku, new_era=new_era)
     except redis.RedisError:
-        # The mark may now say "sold out" for up to as long as Redis stays unreachable from here.
+        # The mark may now say "sold out" until it runs out (MARK_TTL_S, in Redis and in each process).
         logger.exception("could not clear the sold-out mark of %s", sku)

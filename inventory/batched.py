@@ -9,23 +9,32 @@ the batch's write) re-runs the whole batch as the strategy allows one purchase t
 ``IntegrityError`` (which aborts the whole PostgreSQL transaction) re-runs the batch with each
 purchase in its own savepoint, so one bad purchase never fails the others.
 
+Once the batch has committed, every purchase gets its true answer: one whose answer cannot be
+built (a constraint no outcome is mapped for) is told busy, as nothing was written for it, and
+the others keep theirs. The combiner's "a failing leader answers its batch busy" covers only a
+failure before the commit, when nothing of the batch was written.
+
 A waiter still queued when ``ACQUIRE_TIMEOUT_MS`` has passed leaves the queue and is told busy
 (503); one its leader has taken waits for the leader's answer (docs/batching.md).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, OperationalError, connection
 
 from .combining import Combiner, Ticket
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
 from .strategies.contract import Grant, LockUnavailable, Outcome
+from .strategies.section import lock_timed_out
+
+logger = logging.getLogger(__name__)
 
 _combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()
@@ -73,6 +82,7 @@ def purchase_in_batch(
 def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id: int) -> None:
     """Hold the guard once for a batch; answer every purchase taken after the release."""
     waiting = time.perf_counter()
+    results = None
     try:
         with strategy.guard(sku) as grant:
             granted = time.perf_counter()
@@ -80,7 +90,12 @@ def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id:
             db = Timings()
             results = run_batch(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
     except LockUnavailable:
-        return  # nothing taken: the combiner answers this leader busy, the queue moves on
+        if results is None:
+            return  # nothing taken: the combiner answers this leader busy, the queue moves on
+    except Exception:
+        if results is None:
+            raise  # before the commit: the combiner answers the batch busy
+        logger.exception("%s: releasing the guard of %s failed after its batch committed", strategy.name, sku)
     released = time.perf_counter()
     for ticket, result in zip(tickets, results, strict=True):
         timings = result.timings
@@ -106,6 +121,10 @@ def run_batch(
                 raise
             careful = True
             continue
+        except OperationalError as exc:
+            if not lock_timed_out(exc):
+                raise
+            break  # a row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, the batch is busy
         finally:
             timings.db_ms += _ms(started)
         if batch.conflict is None:
@@ -139,13 +158,29 @@ def _results(
     conflicts: int,
     retries: int,
 ) -> list[PurchaseResult]:
+    """Each purchase's answer, after the batch committed: one that cannot be built never fails the others."""
     results = []
     for ask, attempt in zip(asks, batch.attempts, strict=True):
         common = {"conflicts": conflicts, "retries": retries, "timings": Timings()}
-        if isinstance(attempt, IntegrityError):
-            results.append(
-                constraint_hit(strategy, attempt, product_id=product_id, customer=ask.customer, key=ask.key, **common)
-            )
-        else:
-            results.append(result_of(strategy, attempt, grant=grant, **common))
+        try:
+            if isinstance(attempt, IntegrityError):
+                result = constraint_hit(
+                    strategy, attempt, product_id=product_id, customer=ask.customer, key=ask.key, **common
+                )
+            else:
+                result = result_of(strategy, attempt, grant=grant, **common)
+        except Exception:
+            # Alone, this purchase would raise (a 500); here the batch has committed, so the others
+            # keep their true answers and this one is told what was written for it.
+            logger.exception("%s: a committed batch could not answer %s; answered from its rows", strategy.name, ask)
+            result = _committed_answer(strategy, attempt, **common)
+        results.append(result)
     return results
+
+
+def _committed_answer(strategy: Strategy, attempt, **common) -> PurchaseResult:
+    """Its order if one was written, else busy: a refused purchase's savepoint wrote nothing."""
+    order = getattr(attempt, "order", None)
+    if order is not None:
+        return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=order.pk, fence=order.fence, **common)
+    return PurchaseResult(Outcome.BUSY, strategy.name, **common)

@@ -38,10 +38,10 @@ def check_inventory_strategy(app_configs=None, **kwargs) -> list[checks.CheckMes
                     id="inventory.W003",
                 )
             )
-    if config["LOCK_TTL_MS"] <= 0 or config["ACQUIRE_TIMEOUT_MS"] < 0:
+    if config["LOCK_TTL_MS"] <= 0 or config["ACQUIRE_TIMEOUT_MS"] < 0 or config.get("ROW_LOCK_TIMEOUT_MS", 1) <= 0:
         messages.append(
             checks.Error(
-                "LOCK_TTL_MS must be positive and ACQUIRE_TIMEOUT_MS 0 or more",
+                "LOCK_TTL_MS and ROW_LOCK_TIMEOUT_MS must be positive and ACQUIRE_TIMEOUT_MS 0 or more",
                 id="inventory.E003",
             )
         )

@@ -14,7 +14,8 @@ What is guaranteed:
   (under the combiner's mutex); a leader cannot take a ticket that has withdrawn, and a waiter
   cannot withdraw a ticket a leader has taken.
 * A taken ticket waits for its leader, which answers it in a ``finally`` (``busy`` when ``serve``
-  raised). The leader is a thread of the same process: if the process dies, so do its waiters,
+  raised: ``serve`` must answer for itself whatever it has committed, so this is for failures
+  before a commit). The leader is a thread of the same process: if the process dies, so do its waiters,
   and their clients' keyed retries find whatever was committed.
 
 No Django and no I/O here; the purchase path that uses it is :mod:`inventory.batched`.

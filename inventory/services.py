@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import redis
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from . import soldout
@@ -28,7 +28,7 @@ from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import decide, find_order, shelf_for_sku
+from .strategies.section import decide, find_order, lock_timed_out, shelf_for_sku
 
 logger = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ def _remember(
     """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
     if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
         soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
-    elif result.confirmed and key:
-        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id)
+    elif result.confirmed and key and mark is not None and mark.era is not None:
+        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id, era=mark.era)
     return result
 
 
@@ -182,6 +182,11 @@ def run_section(
             attempt = strategy.attempt(
                 product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
             )
+        except OperationalError as exc:
+            if not lock_timed_out(exc):
+                raise
+            # A row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, nothing written.
+            return PurchaseResult(Outcome.BUSY, strategy.name, conflicts=conflicts, retries=retries, timings=timings)
         except IntegrityError as exc:
             return constraint_hit(
                 strategy,
@@ -255,13 +260,23 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     The sold-out mark's generation is raised before the commit, so if Redis does not answer
     the change is refused and nothing changes; ``inventory.receivers`` raises it again after
     the commit (a mark left meanwhile stops counting) and drops the ``redis-stock`` counter. A
-    reset also drops the customers' units there: its orders are gone.
+    reset also starts a new era, before and after the commit, so the idempotency notes of the
+    orders it deletes stop counting (a note written meanwhile carries the older era), and drops
+    the customers' units there: its orders are gone.
     """
     try:
-        soldout.raise_generation(sku)
+        soldout.raise_generation(sku, new_era=reset)
     except redis.RedisError as exc:
         raise InventoryError(
             f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"
         ) from exc
     if reset:
-        transaction.on_commit(lambda: forget_sale(soldout.client(), sku, units_too=True))
+        transaction.on_commit(lambda: _after_reset(sku))
+
+
+def _after_reset(sku: str) -> None:
+    soldout.sale_changed(sku, new_era=True)
+    try:
+        forget_sale(soldout.client(), sku, units_too=True)
+    except redis.RedisError:
+        logger.exception("could not drop the redis-stock counter of %s; run manage.py reconcile", sku)

@@ -10,7 +10,15 @@ invalidates the mark it leaves.
 Idempotency survives the shortcut: a confirmed order with an ``Idempotency-Key`` is noted next
 to the mark, so a retry of it gets its order back rather than "sold out". The database stays
 the record: if Redis forgets the note, the retry is told "sold out" but never gets a second
-order. If Redis does not answer, purchases take the ordinary path through the database.
+order. If Redis does not answer, purchases take the ordinary path through the database. A note
+lives as long as its order: it carries the sale's *era*, which only ``reset_sale`` (which deletes
+the orders) and a deleted product raise, before and after they commit, and it counts only in its
+own era; a restock keeps the orders and so keeps the notes.
+
+A mark lives :data:`~inventory.soldout_local.MARK_TTL_S` (2 s), here and in each process: the
+generation clears it at once when the restock's raise arrives, the lifetime bounds how long it can
+say "sold out" when that raise failed (logged, after the commit) or Redis came back from an older
+RDB with an older generation. A sold-out SKU then costs one shelf read per 2 s per process.
 
 Each process also keeps the marks it has seen (:mod:`inventory.soldout_local`), dropped when a
 restock's message arrives or the listener's connection breaks: from then on "sold out" costs
@@ -28,7 +36,7 @@ import redis
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from .soldout_local import CHANNEL, MARKS, Entry
+from .soldout_local import CHANNEL, MARK_TTL_S, MARKS, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +76,18 @@ def _keys(sku: str) -> tuple[str, str]:
     return generation_key(sku), f"flashsale:soldout:{{{sku}}}"
 
 
+def era_key(sku: str) -> str:
+    return f"flashsale:era:{{{sku}}}"
+
+
 def _note_key(sku: str, customer: str, key: str) -> str:
     return f"flashsale:idem:{{{sku}}}:{customer}:{key}"
+
+
+def _noted_order(value: bytes | None, era: int) -> int | None:
+    """The order a note names, if it was written in ``era`` (a note of an earlier sale names a deleted order)."""
+    noted_era, _, order_id = (value or b"").decode().partition(":")
+    return int(order_id) if order_id and int(noted_era) == era else None
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,7 @@ class Look:
     ends_at: float | None = None  # the sale's end (epoch seconds): after it, "not on sale", so no shortcut
     order_id: int | None = None  # the order this idempotency key already has
     local: bool = False  # answered from this process's memory (inventory.soldout_local), no round trip
+    era: int | None = None  # the sale's era at this read (None: answered from memory), for notes
 
 
 def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
@@ -96,16 +115,16 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
         return Look(kept.generation, True, kept.limit, kept.ends_at, order_id=order_id, local=True)
     epoch = MARKS.epoch(sku, url=url)
     gen_key, mark_key = _keys(sku)
-    keys = [gen_key, mark_key] + ([_note_key(sku, customer, key)] if key else [])
+    keys = [gen_key, mark_key, era_key(sku)] + ([_note_key(sku, customer, key)] if key else [])
     try:
         values = client().mget(keys)
     except redis.RedisError as exc:
         logger.warning("sold-out mark unavailable: %s", exc)
         return None
-    generation = int(values[0] or 0)
-    order_id = int(values[2]) if key and values[2] else None
+    generation, era = int(values[0] or 0), int(values[2] or 0)
+    order_id = _noted_order(values[3], era) if key else None
     if not values[1]:
-        return Look(generation, False, order_id=order_id)
+        return Look(generation, False, order_id=order_id, era=era)
     mark_generation, limit, ends_at = values[1].decode().split(":")
     found = Look(
         generation,
@@ -113,6 +132,7 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
         int(limit),
         float(ends_at) if ends_at else None,
         order_id=order_id,
+        era=era,
     )
     if found.sold_out and epoch is not None:
         MARKS.keep(sku, Entry(generation, found.limit, found.ends_at), epoch=epoch)
@@ -128,34 +148,41 @@ def final_orders(sku: str) -> dict[tuple[str, str], int]:
 
 
 def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:
-    """The shelf held 0 units at a read made after ``generation`` was current: mark it sold out."""
+    """The shelf held 0 units at a read made after ``generation`` was current: mark it sold out,
+    for :data:`MARK_TTL_S` (then a purchase reads the shelf again and marks it again)."""
     value = f"{generation}:{limit}:{ends_at.timestamp() if ends_at else ''}"
     try:
-        client().set(_keys(sku)[1], value)
+        client().set(_keys(sku)[1], value, px=int(MARK_TTL_S * 1000))
     except redis.RedisError as exc:
         logger.warning("could not mark %s sold out: %s", sku, exc)
 
 
-def note_order(sku: str, *, customer: str, key: str, order_id: int) -> None:
+def note_order(sku: str, *, customer: str, key: str, order_id: int, era: int) -> None:
+    """Note a keyed order for its retries, in the era read before the purchase: if a reset has
+    deleted the order since, the era has moved on and the note never counts."""
     if key:
         try:
-            client().set(_note_key(sku, customer, key), order_id, ex=IDEMPOTENCY_TTL_S)
+            client().set(_note_key(sku, customer, key), f"{era}:{order_id}", ex=IDEMPOTENCY_TTL_S)
         except redis.RedisError as exc:
             logger.warning("could not note idempotency key for %s: %s", sku, exc)
 
 
-def raise_generation(sku: str) -> None:
-    """Raise the sale's generation and tell every process's listener, in one MULTI."""
+def raise_generation(sku: str, *, new_era: bool = False) -> None:
+    """Raise the sale's generation (and with ``new_era`` its era: the orders are gone, so are their
+    notes) and tell every process's listener, in one MULTI."""
     with client().pipeline() as pipe:
         pipe.incr(generation_key(sku))
+        if new_era:
+            pipe.incr(era_key(sku))
         pipe.publish(CHANNEL, sku)
         pipe.execute()
 
 
-def sale_changed(sku: str) -> None:
-    """After a restock or reset has committed: every mark of ``sku`` stops counting."""
+def sale_changed(sku: str, *, new_era: bool = False) -> None:
+    """After a restock, reset or deletion has committed: every mark of ``sku`` stops counting
+    (and with ``new_era``, every idempotency note)."""
     try:
-        raise_generation(sku)
+        raise_generation(sku, new_era=new_era)
     except redis.RedisError:
-        # The mark may now say "sold out" for up to as long as Redis stays unreachable from here.
+        # The mark may now say "sold out" until it runs out (MARK_TTL_S, in Redis and in each process).
         logger.exception("could not clear the sold-out mark of %s", sku)

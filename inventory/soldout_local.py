@@ -8,10 +8,13 @@ later keyed retry is answered from memory too. redis-py's own client-side cache 
 (restock, reset, an edit of the product) publishes the SKU on :data:`CHANNEL` in the same MULTI,
 and a listener thread per process drops that SKU's mark when told.
 
-Never stale: a process keeps marks only while its listener is subscribed. When the listener's
-connection breaks, it drops every mark at once and keeps none until it has subscribed again (a
-restock in between would be missed). A mark is kept only if no message for its SKU arrived
-between the read that found it and the keeping (an *epoch* per SKU, raised by every message).
+Never stale for long: a process keeps marks only while its listener is subscribed. When the
+listener's connection breaks, it drops every mark at once and keeps none until it has subscribed
+again (a restock in between would be missed). And a kept mark lives :data:`MARK_TTL_S` at most, as
+the mark in Redis does: a restock whose message was never sent (its after-commit raise failed) or
+a generation that went back (Redis restored from an older RDB) ends "sold out" within seconds.
+A mark is kept only if no message for its SKU arrived between the read that found it and the
+keeping (an *epoch* per SKU, raised by every message).
 After a fork the child starts empty, with a listener of its own.
 """
 
@@ -21,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -32,6 +35,9 @@ CHANNEL = "flashsale:sale-changed"
 LISTENER_NAME = "soldout-listener"
 #: How long the listener waits before it subscribes again after its connection broke.
 RECONNECT_S = 0.5
+#: How long a mark lives, in Redis and in each process: a restock whose message never arrived
+#: (its after-commit raise failed, or Redis came back from an older RDB) ends "sold out" by then.
+MARK_TTL_S = 2.0
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Entry:
     limit: int
     ends_at: float | None
     orders: dict[tuple[str, str], int] | None = None  # read on the first keyed request, then kept
+    kept_until: float = field(default_factory=lambda: time.monotonic() + MARK_TTL_S)
 
 
 class LocalMarks:
@@ -58,7 +65,11 @@ class LocalMarks:
     def get(self, sku: str, *, url: str) -> Entry | None:
         with self._lock:
             mine = self._owner == os.getpid() and self._url == url
-            return self._entries.get(sku) if mine and self._subscribed.is_set() else None
+            entry = self._entries.get(sku) if mine and self._subscribed.is_set() else None
+            if entry is not None and time.monotonic() >= entry.kept_until:
+                del self._entries[sku]  # ran out: ask Redis (and then the database) again
+                return None
+            return entry
 
     def epoch(self, sku: str, *, url: str) -> tuple[int, int] | None:
         """Taken before reading Redis; None while marks cannot be kept (no listener subscribed)."""

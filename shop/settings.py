@@ -192,6 +192,9 @@ INVENTORY = {
     ],
     "LOCK_TTL_MS": env_int("LOCK_TTL_MS", 10_000),
     "ACQUIRE_TIMEOUT_MS": env_int("ACQUIRE_TIMEOUT_MS", 5_000),
+    # How long a section's statement waits for a row lock held elsewhere (PostgreSQL's lock_timeout,
+    # set for the section's transaction only) before the shopper is told busy.
+    "ROW_LOCK_TIMEOUT_MS": env_int("ROW_LOCK_TIMEOUT_MS", 5_000),
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_STRATEGY", env_bool("ALLOW_UNSAFE_BACKEND", False)),
     "ETCD_ENDPOINTS": [
         u.strip()

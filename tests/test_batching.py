@@ -185,6 +185,30 @@ def test_one_bad_purchase_never_fails_the_others(make_product):
     assert state(product.pk) == (2, {"ann": 1, "cat": 2}, [("ann", 1, ""), ("cat", 2, "")])
 
 
+REFUSE_BOB_UNKNOWN = REFUSE_BOB.replace("allocation_within_limit", "a_rule_nobody_mapped")
+
+
+@pytest.mark.django_db
+def test_a_committed_batch_answers_every_purchase_truly(make_product):
+    """A constraint no outcome is mapped for refuses bob in careful mode, after ann's and cat's
+    orders are written: the batch commits, so ann and cat are confirmed with their orders and only
+    bob, of whom nothing was written, is told busy. Building the answers must not fail the batch."""
+    product = make_product("bad", stock=5, limit=2)
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_BOB_UNKNOWN)
+    results = run_batch(
+        load_strategy("db"),
+        NO_GRANT,
+        product_id=product.pk,
+        asks=[Ask("ann", 1), Ask("bob", 1), Ask("cat", 2)],
+        timings=Timings(),
+    )
+    assert [r.outcome for r in results] == [Outcome.CONFIRMED, Outcome.BUSY, Outcome.CONFIRMED]
+    orders = dict(Order.objects.filter(product=product).values_list("customer", "pk"))
+    assert [results[0].order_id, results[2].order_id] == [orders["ann"], orders["cat"]]
+    assert state(product.pk) == (2, {"ann": 1, "cat": 2}, [("ann", 1, ""), ("cat", 2, "")])
+
+
 BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock"]
 
 

@@ -90,7 +90,9 @@ def test_waiters_behind_a_stalled_leader_are_answered_busy_within_their_timeout(
     assert combiner.submit("after", serve=serve, timeout_s=1, busy=busy).answer == "served"
 
 
-def test_a_failing_leader_answers_its_batch_busy_and_passes_the_lead_on():
+def test_a_leader_failing_before_its_commit_answers_its_batch_busy_and_passes_the_lead_on():
+    """True only before a commit (nothing of the batch written): after one, inventory.batched
+    answers each purchase itself (tests/test_batching.py: a committed batch answers truly)."""
     combiner = Combiner(limit=4)
     failing = [True]
 

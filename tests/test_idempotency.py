@@ -10,7 +10,7 @@ from django.db import connection
 
 from inventory.errors import InventoryError
 from inventory.models import Order, Product
-from inventory.services import purchase
+from inventory.services import purchase, reset_sale, restock
 from tests.helpers import snapshot
 
 
@@ -75,3 +75,30 @@ class TestIdempotencyKey:
         bad = post("no spaces allowed")
         assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]
         assert snapshot() == before
+
+
+@pytest.mark.django_db(transaction=True)
+class TestNotesFollowTheSale:
+    """The Redis note of a keyed order (``flashsale:idem:*``) lives as long as the order does."""
+
+    def test_a_reset_forgets_the_notes_with_the_orders(self, use_strategy, make_product):
+        use_strategy("db")
+        make_product(stock=1, limit=1)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        assert first.confirmed
+        reset_sale(sku="phone-x", stock=1)
+        again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        assert again.confirmed
+        assert Order.objects.filter(pk=again.order_id).exists(), (
+            f"the retry after the reset was told CONFIRMED with order {again.order_id}, which the reset deleted"
+        )
+        assert Order.objects.count() == 1 and Product.objects.get(sku="phone-x").stock == 0
+
+    def test_a_restock_keeps_the_notes_with_the_orders(self, use_strategy, make_product):
+        use_strategy("db")
+        make_product(stock=1, limit=1)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        restock(sku="phone-x", quantity=1)
+        again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        assert again.confirmed and again.order_id == first.order_id
+        assert Order.objects.count() == 1 and Product.objects.get(sku="phone-x").stock == 1

@@ -4,10 +4,14 @@ Redis does not answer."""
 
 from __future__ import annotations
 
-import pytest
+import time
 
+import pytest
+from django.db.models import F
+
+from inventory import soldout
 from inventory.errors import InvalidQuantity, InventoryError
-from inventory.models import Order
+from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
 from inventory.strategies.contract import Outcome
 from tests.helpers import snapshot
@@ -58,3 +62,46 @@ class TestSoldOutMark:
         with pytest.raises(InventoryError, match="does not answer"):
             restock(sku="phone-x", quantity=3)
         assert snapshot() == before
+
+
+def buy_until_confirmed(*, customer: str, within_s: float) -> tuple[Outcome, float]:
+    """Buy until confirmed or ``within_s`` has passed: the last outcome and when it came."""
+    started = time.monotonic()
+    while True:
+        outcome = purchase(sku="phone-x", customer=customer, quantity=1).outcome
+        took = time.monotonic() - started
+        if outcome is Outcome.CONFIRMED or took > within_s:
+            return outcome, took
+        time.sleep(0.1)
+
+
+class TestMarksDoNotOutliveARestock:
+    """A mark lives about 2 s (``soldout.MARK_TTL_S``), in Redis and in each process, so a restock
+    whose invalidation never arrived still ends "sold out" within a few seconds."""
+
+    def test_a_mark_restored_from_an_older_rdb_runs_out(self, use_strategy, make_product, redis_client):
+        use_strategy("db")
+        make_product(stock=1)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT  # marks it
+        keys = [soldout.generation_key("phone-x"), "flashsale:soldout:{phone-x}"]
+        saved = {key: (redis_client.dump(key), redis_client.pttl(key)) for key in keys}  # an RDB taken now
+        restock(sku="phone-x", quantity=1)
+        for key, (value, pttl) in saved.items():  # Redis restarts from that RDB: keys and their expiry
+            redis_client.restore(key, max(pttl, 0), value, replace=True)
+        outcome, took = buy_until_confirmed(customer="b", within_s=6.0)
+        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {took:.1f} s after the restock"
+        assert took < 4.5
+        assert Product.objects.get(sku="phone-x").stock == 0 and Order.objects.count() == 2
+
+    def test_a_restock_whose_invalidation_failed_ends_sold_out_soon(self, use_strategy, make_product):
+        use_strategy("db")
+        make_product(stock=1)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT
+        # Units back on the shelf with no message (what a restock whose after-commit raise failed leaves).
+        Product.objects.filter(sku="phone-x").update(stock=F("stock") + 1, initial_stock=F("initial_stock") + 1)
+        outcome, took = buy_until_confirmed(customer="b", within_s=6.0)
+        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {took:.1f} s after the restock"
+        assert took < 4.5
+        assert Product.objects.get(sku="phone-x").stock == 0 and Order.objects.count() == 2

@@ -10,8 +10,10 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connections
+from django.db.models import F
 
 from inventory import soldout
+from inventory.models import Product
 from inventory.services import purchase, restock
 from inventory.soldout_local import LISTENER_NAME, MARKS
 from inventory.strategies import reset_strategy
@@ -65,6 +67,31 @@ def test_a_broken_listener_connection_drops_every_mark(use_strategy, make_produc
         soldout.look("phone-x")  # kept again once the listener has subscribed again
         time.sleep(0.05)
     assert MARKS.get("phone-x", url=url) is not None
+
+
+@pytest.mark.django_db
+def test_a_kept_mark_runs_out_without_a_message(use_strategy, make_product, redis_client):
+    """The process's copy lives about 2 s too: units back on the shelf, Redis's mark gone, and no
+    message (a publish that failed): the copy stops answering "sold out" soon. (A SKU of its own:
+    the channel is shared by every Redis database, so another checkout's restock of "phone-x"
+    would drop the copy and hide the defect.)"""
+    use_strategy("db")
+    sku, url = f"lonely-{os.getpid()}", settings.INVENTORY["REDIS_URL"]
+    make_product(sku, stock=1)
+    assert purchase(sku=sku, customer="a", quantity=1).confirmed
+    assert purchase(sku=sku, customer="b", quantity=1).outcome is Outcome.SOLD_OUT
+    assert purchase(sku=sku, customer="c", quantity=1).outcome is Outcome.SOLD_OUT
+    assert MARKS.get(sku, url=url) is not None, "the mark was not kept"
+    Product.objects.filter(sku=sku).update(stock=F("stock") + 1, initial_stock=F("initial_stock") + 1)
+    redis_client.delete(f"flashsale:soldout:{{{sku}}}")
+    started = time.monotonic()
+    while MARKS.get(sku, url=url) is not None and time.monotonic() - started < 6.0:
+        time.sleep(0.1)
+    took = time.monotonic() - started
+    assert MARKS.get(sku, url=url) is None, f"the process's mark still says sold out {took:.1f} s later"
+    assert took < 2.5
+    assert purchase(sku=sku, customer="d", quantity=1).confirmed
+    assert Product.objects.get(sku=sku).stock == 0
 
 
 def restock_elsewhere(sku: str, queue) -> None:

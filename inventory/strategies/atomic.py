@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..models import Product
 from .base import Strategy
 from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
-from .section import allocate, create_order, decide, find_order, held_units, read_shelf
+from .section import allocate, create_order, decide, find_order, held_units, read_shelf, section_transaction
 
 
 def on_sale(now) -> Q:
@@ -36,7 +36,7 @@ def take_in_one_statement(
 ) -> SectionResult:
     """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
     now = timezone.now()
-    with transaction.atomic():
+    with section_transaction(strategy):
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:
             return SectionResult(order=replay, replayed=True)

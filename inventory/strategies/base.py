@@ -63,6 +63,8 @@ class Strategy:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ImproperlyConfigured(f"INVENTORY_BATCH={batch!r}: use a whole number, 1 or more (1: no combining)")
         self.batch: int = batch
+        #: PostgreSQL's ``lock_timeout`` for the section's transaction (0 would mean "wait forever").
+        self.row_lock_timeout_ms = max(1, int(config.get("ROW_LOCK_TIMEOUT_MS", 5_000)))
 
     # The section's parts ---------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionResult, Shelf
-from .section import decide
+from .section import decide, section_transaction
 
 if TYPE_CHECKING:
     from .base import Strategy
@@ -134,7 +134,7 @@ def batch_section(
     strategy: Strategy, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
-    with transaction.atomic():
+    with section_transaction(strategy):
         shelf = strategy.read(product_id)
         verdicts = decide_batch(
             shelf,

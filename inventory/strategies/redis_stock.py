@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 import redis
-from django.db import IntegrityError
+from django.db import IntegrityError, OperationalError
 from django.utils import timezone
 
 from ..models import Allocation, Product
@@ -27,7 +27,7 @@ from .atomic import take_in_one_statement, take_units
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section, keyed_orders
 from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
-from .section import find_order, read_shelf
+from .section import find_order, lock_timed_out, read_shelf
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +266,10 @@ class RedisStockStrategy(Strategy):
             )
         except IntegrityError as exc:
             return exc
+        except OperationalError as exc:
+            if not lock_timed_out(exc):
+                raise
+            return SectionResult(refusal=Refusal(Outcome.BUSY))  # its units went back to Redis
 
     def _compensate_many(self, keys: list[str], asks: list[Ask]) -> None:
         for ask in asks:

@@ -19,10 +19,11 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -31,6 +32,31 @@ from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
 
 if TYPE_CHECKING:
     from .base import Strategy
+
+#: PostgreSQL's SQLSTATE for "lock_timeout passed while waiting for a lock" (lock_not_available).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+@contextmanager
+def section_transaction(strategy: Strategy) -> Iterator[None]:
+    """The section's transaction, whose first statement bounds every wait for a row lock.
+
+    A row lock held elsewhere (an open admin transaction, a stuck pod, ``psql``) would otherwise
+    hold the section, its guard and its batch's followers for as long as it is held. ``SET LOCAL``
+    ends with the transaction, so pooled connections, ``reset_sale``, ``restock`` and migrations
+    keep their own behaviour. A wait past it raises :class:`OperationalError` (55P03, see
+    :func:`lock_timed_out`), which the purchase path answers busy.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
+        yield
+
+
+def lock_timed_out(exc: OperationalError) -> bool:
+    """True when ``exc`` is a row-lock wait that ran past the section's ``lock_timeout``."""
+    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
 
 SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
 
@@ -127,7 +153,7 @@ def attempt_section(
     strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
     """One run of read → decide → write → record, in one transaction."""
-    with transaction.atomic():
+    with section_transaction(strategy):
         shelf = strategy.read(product_id)
         replay = find_order(product_id=product_id, customer=customer, key=key)
         if replay is not None:

@@ -20,7 +20,9 @@ reconnecting (a majority down), a request waits in kazoo's queue until a member 
 answers, so ``acquire(timeout=2)`` was measured to hang for as long as the majority stayed down;
 the shop must answer busy within ``ACQUIRE_TIMEOUT_MS``. Here every call waits at most the
 time left, and a create whose outcome is unknown (it may still be sent later, and its znode
-would then block the lock as long as this session lives) retires the session.
+would then block the lock as long as this session lives) retires the session it was sent on; the
+``<uuid>`` is new for each try, so a try's znodes are known by name: the lowest is kept, the
+others (a retried create that landed twice) deleted.
 
 The fence: the sequence ZooKeeper appends, from the parent's child version, plus one (a first
 grant's sequence is 0, and rows start at fence 0). It is per lock path,

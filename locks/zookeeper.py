@@ -20,7 +20,9 @@ reconnecting (a majority down), a request waits in kazoo's queue until a member 
 answers, so ``acquire(timeout=2)`` was measured to hang for as long as the majority stayed down;
 the shop must answer busy within ``ACQUIRE_TIMEOUT_MS``. Here every call waits at most the
 time left, and a create whose outcome is unknown (it may still be sent later, and its znode
-would then block the lock as long as this session lives) retires the session.
+would then block the lock as long as this session lives) retires the session it was sent on; the
+``<uuid>`` is new for each try, so a try's znodes are known by name: the lowest is kept, the
+others (a retried create that landed twice) deleted.
 
 The fence: the sequence ZooKeeper appends, from the parent's child version, plus one (a first
 grant's sequence is 0, and rows start at fence 0). It is per lock path,
@@ -62,7 +64,7 @@ import uuid
 from typing import Callable, Sequence, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
@@ -78,6 +80,8 @@ NODE_MARK = "__lock__"
 MIN_CALL_S = 1.0
 #: A waiter also looks again this often, in case a watch event is lost with its member.
 WATCH_RECHECK_S = 1.0
+#: A call pending on a session looks this often whether another thread retired that session meanwhile.
+RETIRED_CHECK_S = 0.1
 
 
 def sequence_of(node: str) -> int:
@@ -101,17 +105,30 @@ class ZooKeeperClient:
         self.session_ms = session_ms
         self.troubles = 0
         self._kazoo: KazooClient | None = None
-        self._live = threading.Event()
         self._orphans: list[tuple[str, str, float]] = []  # (lock path, znode prefix, sweep until)
         self._pid = 0
         self._guard = threading.Lock()
+        self._changed = threading.Condition()  # notified when a client connects or is retired
 
     def _on_state(self, state: str) -> None:
         if state != KazooState.CONNECTED:
             self.troubles += 1
+        with self._changed:
+            self._changed.notify_all()
 
     def kazoo(self, deadline: float) -> KazooClient:
-        """The connected kazoo client, connecting first if needed; :class:`TimeoutError` past ``deadline``."""
+        """The connected kazoo client, connecting first if needed; :class:`TimeoutError` past ``deadline``.
+
+        A client retired while this waits for it to connect is replaced by a new one at once.
+        """
+        while True:
+            client = self._current_or_new()
+            if self.wait_connected(client, deadline):
+                return client
+            if self.current(client) or time.monotonic() >= deadline:
+                raise TimeoutError(f"no ZooKeeper member of {', '.join(self.hosts)} connected in time")
+
+    def _current_or_new(self) -> KazooClient:
         with self._guard:
             if self._kazoo is None or self._pid != os.getpid():
                 self._kazoo = KazooClient(
@@ -123,41 +140,50 @@ class ZooKeeperClient:
                 )
                 self._kazoo.add_listener(self._on_state)
                 self._pid = os.getpid()
-                # Set while connected; kazoo reconnects on its own (calling start_async again would restart it).
-                self._live = self._kazoo.start_async()
-            client, live = self._kazoo, self._live
-        if not live.wait(max(0.0, deadline - time.monotonic())):
-            raise TimeoutError(f"no ZooKeeper member of {', '.join(self.hosts)} connected in time")
-        return client
+                # kazoo reconnects on its own (calling start_async again would restart it).
+                self._kazoo.start_async()
+            return self._kazoo
 
-    def wait_connected(self, deadline: float) -> bool:
-        """Wait until kazoo has (re)connected, at most until ``deadline``."""
-        live = self._live if self._kazoo is not None else None
-        return live is not None and live.wait(max(0.0, deadline - time.monotonic()))
+    def current(self, client: KazooClient | None) -> bool:
+        """``client`` is this process's session still: not retired, closed or inherited from a parent."""
+        return client is not None and client is self._kazoo and self._pid == os.getpid()
+
+    def wait_connected(self, client: KazooClient, deadline: float) -> bool:
+        """Wait until ``client`` has (re)connected, at most until ``deadline``; False at once if it is retired."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: not self.current(client) or client.connected, max(0.0, deadline - time.monotonic())
+            )
+        return self.current(client) and client.connected
 
     def connected(self) -> bool:
         return self._kazoo is not None and self._kazoo.state == KazooState.CONNECTED
 
     def session_id(self) -> int | None:
-        return self._kazoo.client_id[0] if self._kazoo is not None and self._kazoo.client_id else None
+        return session_of(self._kazoo)
 
-    def retire(self, path: str, prefix: str) -> None:
-        """End this session and start a new one on next use; sweep the znodes ``prefix`` under ``path``.
+    def retire(self, client: KazooClient | None, path: str, prefix: str) -> None:
+        """End the session of ``client``, if it is still the current one, and start a new one on
+        next use; in any case sweep the znodes ``prefix`` under ``path``.
 
         For a znode this process no longer wants and could not delete (a create whose outcome is
         unknown, a release not confirmed): with the session kept, it would block the lock as long
-        as the session lives. Every grant under the old session is void. Closing the old session
-        reaches the ensemble only if a member answers; if none does, the old session and its
-        znode outlive the outage by a whole session timeout, so the next acquisitions, on the new
-        session, delete what matches ``prefix`` (any client may delete any znode) for two
-        session timeouts.
+        as the session lives. Every grant under the old session is void. Only the session the
+        failed call ran on is retired: a call pending on a session another thread retired fails
+        too, and says nothing about the new one. Closing the old session reaches the ensemble
+        only if a member answers; if none does, the old session and its znode outlive the outage
+        by a whole session timeout, so the next acquisitions, on the new session, delete what
+        matches ``prefix`` (any client may delete any znode) for two session timeouts.
         """
         with self._guard:
-            old, self._kazoo = self._kazoo, None
-            self.troubles += 1
             self._orphans.append((path, prefix, time.monotonic() + 2 * self.session_ms / 1000.0))
-        if old is not None:
-            threading.Thread(target=_stop_quietly, args=(old,), daemon=True).start()
+            if not self.current(client):
+                return
+            self._kazoo = None
+            self.troubles += 1
+        with self._changed:
+            self._changed.notify_all()
+        threading.Thread(target=_stop_quietly, args=(client,), daemon=True).start()
 
     def sweep(self, zk: KazooClient, timeout_s: float) -> None:
         """Delete the znodes of retired sessions (see :meth:`retire`) while their sweep lasts."""
@@ -178,8 +204,19 @@ class ZooKeeperClient:
         """End the session at once: its znodes are deleted now, not after the session timeout."""
         with self._guard:
             old, self._kazoo = self._kazoo, None
+        with self._changed:
+            self._changed.notify_all()
         if old is not None and self._pid == os.getpid():
             _stop_quietly(old)
+
+
+def session_of(client: KazooClient | None) -> int | None:
+    """The session id of ``client`` while it is connected; None while it reconnects (kazoo's ``client_id``)."""
+    return client.client_id[0] if client is not None and client.client_id else None
+
+
+class _SessionRetired(Exception):
+    """A call failed because another thread retired the session it ran on: try again on the new one."""
 
 
 def _stop_quietly(client: KazooClient) -> None:
@@ -199,6 +236,7 @@ class ZooKeeperLock:
 
     _lease: Lease | None = None
     _node: str | None = None
+    _zk: KazooClient | None = None
     _troubles = 0
     _session_id: int | None = None
     _started = 0.0
@@ -210,7 +248,7 @@ class ZooKeeperLock:
         self.client = client
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"
-        self.prefix = f"{uuid.uuid4().hex}{NODE_MARK}"
+        self.prefix = ""
         self.timeout_ms = timeout_ms
 
     @property
@@ -229,101 +267,147 @@ class ZooKeeperLock:
 
         A suspended session makes the holder stop and look before it writes: the ensemble may
         have expired it meanwhile. It waits for the reconnection at most a third of the session
-        timeout; a lost session (expired, or retired) is never back.
+        timeout (kazoo knows no session id while it reconnects); a lost session (expired, or
+        retired) is never back.
         """
         if self._lease is None:
             return False
-        if self.client.troubles == self._troubles and self.client.connected():
+        zk = self._zk
+        if self.client.troubles == self._troubles and self.client.current(zk) and zk.connected:
             return True
         deadline = time.monotonic() + self.client.session_ms / 3000.0
-        if self.client.session_id() != self._session_id or not self.client.wait_connected(deadline):
+        if not self.client.wait_connected(zk, deadline) or session_of(zk) != self._session_id:
             return False
         try:
-            zk = self.client.kazoo(deadline)
             stat = zk.exists_async(self._lease.token).get(timeout=max(0.001, deadline - time.monotonic()))
-        except (KazooException, KazooTimeoutError, TimeoutError):
+        except (KazooException, KazooTimeoutError):
             return False
-        if stat is None or stat.ephemeralOwner != self._session_id or self.client.session_id() != self._session_id:
+        if stat is None or stat.ephemeralOwner != self._session_id or session_of(zk) != self._session_id:
             return False
         self._troubles = self.client.troubles  # looked at anew: good until the next trouble
         return True
 
     def acquire(self) -> Lease:
-        """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = sequence + 1)."""
+        """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = sequence + 1).
+
+        If another thread retires the session meanwhile, the acquisition starts again on the new
+        session, as long as time is left.
+        """
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         self._started = time.monotonic()
         deadline = self._started + self.timeout_ms / 1000.0
-        try:
-            zk = self.client.kazoo(max(deadline, self._started + MIN_CALL_S))
-        except TimeoutError as exc:
-            raise self._error(QuorumUnavailable, str(exc)) from exc
-        troubles = self.client.troubles
-        self.client.sweep(zk, MIN_CALL_S)
-        node = None
-        try:
-            node = self._create(zk, deadline)
-            self._wait_turn(zk, node, deadline)
-        except NotAcquired:
-            if node is not None:
-                self._abandon(zk, node)
-            raise
-        self._node, self._troubles, self._session_id = node, troubles, self.client.session_id()
+        while True:
+            try:
+                zk = self.client.kazoo(max(deadline, self._started + MIN_CALL_S))
+            except TimeoutError as exc:
+                raise self._error(QuorumUnavailable, str(exc)) from exc
+            troubles = self.client.troubles
+            try:
+                node = self._attempt(zk, deadline)
+                break
+            except _SessionRetired as exc:
+                if time.monotonic() >= deadline:
+                    raise self._error(NotAcquired, "the session was retired while waiting") from exc
+        self._zk, self._troubles, self._session_id = zk, troubles, session_of(zk)
         valid_until = time.monotonic() + self.client.session_ms / 1000.0
         token = f"{self.path}/{node}"
         self._lease = Lease(name=self.name, token=token, fence=sequence_of(node) + 1, valid_until=valid_until)
         return self._lease
 
-    def _call(self, result, deadline: float):
-        """Wait for an asynchronous kazoo call, at most until ``deadline``."""
+    def _attempt(self, zk: KazooClient, deadline: float) -> str:
+        """One try on the session ``zk``, under a new znode prefix: the znodes of a try whose session
+        was retired are the old session's, deleted with it or swept by their prefix."""
+        self.prefix = f"{uuid.uuid4().hex}{NODE_MARK}"
+        self.client.sweep(zk, MIN_CALL_S)
+        self._node = None
         try:
-            return result.get(timeout=max(0.001, max(deadline, self._started + MIN_CALL_S) - time.monotonic()))
-        except KazooTimeoutError as exc:
-            raise self._error(NotAcquired, f"ZooKeeper did not answer within {self.timeout_ms} ms") from exc
+            self._node = self._create(zk, deadline)
+            return self._wait_turn(zk, deadline)
+        except NotAcquired:
+            if self._node is not None:
+                self._abandon(zk, self._node)
+            self._node = None
+            raise
+        except _SessionRetired:
+            self.client.retire(zk, self.path, self.prefix)  # retired already: only the sweep is added
+            self._node = None
+            raise
 
-    def _retrying(self, op: Callable[[], T], deadline: float) -> T:
+    def _call(self, zk: KazooClient, result, deadline: float):
+        """Wait for an asynchronous kazoo call, at most until ``deadline``; :class:`_SessionRetired`
+        as soon as another thread retires ``zk``."""
+        end = max(deadline, self._started + MIN_CALL_S)
+        while True:
+            try:
+                return result.get(timeout=max(0.001, min(end - time.monotonic(), RETIRED_CHECK_S)))
+            except KazooTimeoutError as exc:
+                if not self.client.current(zk):
+                    raise _SessionRetired() from exc
+                if time.monotonic() >= end:
+                    raise self._error(NotAcquired, f"ZooKeeper did not answer within {self.timeout_ms} ms") from exc
+
+    def _retrying(self, zk: KazooClient, op: Callable[[], T], deadline: float) -> T:
         """``op`` again after each lost connection, once kazoo has reconnected (to any member)."""
         while True:
             try:
                 return op()
             except ConnectionLoss as exc:
-                if not self.client.wait_connected(deadline):
-                    raise self._error(NotAcquired, f"no ZooKeeper member answered within {self.timeout_ms} ms") from exc
+                if self.client.wait_connected(zk, deadline):
+                    continue
+                if not self.client.current(zk):
+                    raise _SessionRetired() from exc
+                raise self._error(NotAcquired, f"no ZooKeeper member answered within {self.timeout_ms} ms") from exc
             except KazooException as exc:
+                if not self.client.current(zk):
+                    raise _SessionRetired() from exc  # ConnectionClosedError: says nothing of the new session
                 raise self._error(NotAcquired, f"ZooKeeper refused the request: {exc!r}") from exc
 
+    def _own(self, children: list[str]) -> list[str]:
+        """This try's znodes among ``children``, lowest first."""
+        return sorted((c for c in children if c.startswith(self.prefix)), key=sequence_of)
+
     def _create(self, zk: KazooClient, deadline: float) -> str:
-        """Create this acquisition's znode, or find the one a create with a lost reply made."""
+        """Create this try's znode, or find the one a create with a lost reply made."""
         tried = False
 
         def create() -> str:
             nonlocal tried
             if tried:
-                mine = [c for c in self._call(zk.get_children_async(self.path), deadline) if c.startswith(self.prefix)]
+                mine = self._own(self._call(zk, zk.get_children_async(self.path), deadline))
                 if mine:
                     return f"{self.path}/{mine[0]}"
-            tried = True
-            self._call(zk.ensure_path_async(self.path), deadline)
-            return self._call(zk.create_async(f"{self.path}/{self.prefix}", ephemeral=True, sequence=True), deadline)
+            self._call(zk, zk.ensure_path_async(self.path), deadline)
+            tried = True  # from here on, the create may be applied whatever its reply says
+            request = zk.create_async(f"{self.path}/{self.prefix}", ephemeral=True, sequence=True)
+            return self._call(zk, request, deadline)
 
         try:
-            created = self._retrying(create, deadline)
+            created = self._retrying(zk, create, deadline)
         except NotAcquired:
             if tried:
-                self.client.retire(self.path, self.prefix)  # the create may still be applied
+                self.client.retire(zk, self.path, self.prefix)  # the create may still be applied
             raise
         return created.rsplit("/", 1)[1]
 
-    def _wait_turn(self, zk: KazooClient, node: str, deadline: float) -> None:
-        """Wait until no contender has a lower sequence than ``node``."""
-        mine = sequence_of(node)
+    def _wait_turn(self, zk: KazooClient, deadline: float) -> str:
+        """Wait until no contender has a lower sequence than this try's lowest znode; return that znode.
+
+        A create retried after a lost reply may have landed twice (the first one through a member
+        that the reconnected session's member had not caught up with): the lower one is kept, the
+        others are deleted, so the try never waits on itself nor leaves a znode behind.
+        """
         while True:
-            children = self._retrying(lambda: self._call(zk.get_children_async(self.path), deadline), deadline)
-            if node not in children:
+            children = self._retrying(zk, lambda: self._call(zk, zk.get_children_async(self.path), deadline), deadline)
+            mine = self._own(children)
+            if not mine:
                 raise self._error(NotAcquired, "the session ended while waiting: its znode is gone")
-            before = [c for c in children if NODE_MARK in c and sequence_of(c) < mine]
+            self._node = mine[0]
+            for extra in mine[1:]:
+                self._abandon(zk, extra)
+            before = [c for c in children if NODE_MARK in c and sequence_of(c) < sequence_of(self._node)]
             if not before:
-                return
+                return self._node
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -336,42 +420,46 @@ class ZooKeeperLock:
     def _watch_gone(self, zk: KazooClient, path: str, deadline: float, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for ``path`` to be deleted; False when it was gone already."""
         gone = threading.Event()
-        stat = self._retrying(lambda: self._call(zk.exists_async(path, watch=lambda _: gone.set()), deadline), deadline)
+        stat = self._retrying(
+            zk, lambda: self._call(zk, zk.exists_async(path, watch=lambda _: gone.set()), deadline), deadline
+        )
         if stat is None:
             return False
         gone.wait(wait_s)
         return True
 
     def _abandon(self, zk: KazooClient, node: str) -> None:
-        """Delete a znode this acquisition no longer wants; if that cannot be confirmed, retire the session."""
+        """Delete a znode this acquisition no longer wants; if that cannot be confirmed, retire its session."""
         try:
             zk.delete_async(f"{self.path}/{node}").get(timeout=self.client.session_ms / 3000.0)
         except NoNodeError:
             pass
         except (KazooException, KazooTimeoutError):  # unknown outcome: the session takes the znode with it
-            self.client.retire(self.path, self.prefix)
+            self.client.retire(zk, self.path, self.prefix)
 
     def release(self) -> None:
         """Delete the grant's znode; :class:`NotOwned` if the session ended and took it."""
-        lease, node = self._lease, self._node
+        lease, node, granted_on = self._lease, self._node, self._zk
         if lease is None or node is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
-        self._lease = self._node = None
+        self._lease = self._node = self._zk = None
         # Bounded like an acquire, and at least MIN_CALL_S: a reconnecting client may be back by then.
         deadline = time.monotonic() + max(self.timeout_ms / 1000.0, MIN_CALL_S)
         try:
             while True:
-                zk = self.client.kazoo(deadline)
+                zk = self.client.kazoo(deadline)  # the grant's session, or the one after it (any may delete)
                 try:
                     zk.delete_async(lease.token).get(timeout=max(0.001, deadline - time.monotonic()))
                     return
-                except ConnectionLoss:
-                    if time.monotonic() >= deadline or not self.client.wait_connected(deadline):
+                except (ConnectionLoss, ConnectionClosedError):
+                    if time.monotonic() >= deadline or (
+                        self.client.current(zk) and not self.client.wait_connected(zk, deadline)
+                    ):
                         raise
         except NoNodeError as exc:
             raise self._error(NotOwned, "release refused: the session ended and its znode is gone") from exc
         except (KazooException, KazooTimeoutError, TimeoutError) as exc:
-            self.client.retire(self.path, self.prefix)  # the znode goes with the session, or is swept
+            self.client.retire(granted_on, self.path, self.prefix)  # the znode goes with its session, or is swept
             raise self._error(LockError, f"release not confirmed ({exc!r}); the session is retired") from exc
 
     def __enter__(self) -> Lease:

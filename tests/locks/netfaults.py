@@ -1,15 +1,21 @@
-"""Network faults in front of real redis-server processes, for the lock tests.
+"""Network faults in front of real servers (redis-server, ZooKeeper members), for the lock tests.
 
 * :class:`Unreachable`: a listening socket whose accept queue is full and never drained, so
   the kernel drops further SYNs: a connect to it hangs until the caller's timeout, like a host
   behind a firewall that drops packets.
+
+* :class:`Proxy`: a TCP proxy to one server that can drop every connection (``cut``) and can
+  stall one connection for good from the first request that contains ``stall_on``, while new
+  connections pass: a member that took a request and went silent on that connection only.
 
 A node that stops answering at the first ``EVAL`` is :class:`processes.relay.Relay` with ``stall_on``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 
 
@@ -41,3 +47,70 @@ class Unreachable:
         for sock in self._fill:
             sock.close()
         self.server.close()
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 (a free port) to ``127.0.0.1:target_port``, run by daemon threads."""
+
+    def __init__(self, target_port: int, *, stall_on: bytes | None = None) -> None:
+        self.target_port = target_port
+        self.stall_on = stall_on
+        self.stalled = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # the listener was closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=1.0)
+            except OSError:
+                client.close()  # the member is down: the client sees its connection closed
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        stalled = False
+        try:
+            while data := source.recv(65536):
+                if from_client and self.stall_on is not None and (stalled or self.stall_on in data):
+                    stalled = True  # this connection's requests go nowhere from now on; it stays open
+                    self.stalled.set()
+                    continue
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(source, sink)
+
+    def _close(self, *socks: socket.socket) -> None:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def cut(self) -> None:
+        """Close every connection now; new ones are accepted."""
+        with self._lock:
+            socks, self._sockets = self._sockets, []
+        self._close(*socks)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread; close() alone would not
+        self._listener.close()
+        self.cut()

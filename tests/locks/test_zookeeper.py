@@ -16,12 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.protocol.states import KazooState
 
 from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
 from tests import slots
 
+from .netfaults import Proxy
 from .test_etcd import FencedRegister
 
 CLIENT_PORTS = [slots.LOCK_ZOOKEEPER_BASE_PORT + i for i in range(3)]
@@ -53,6 +58,21 @@ def client(ensemble):
     client = ZooKeeperClient(ensemble.hosts, session_ms=SESSION_MS)
     yield client
     client.close()
+
+
+@pytest.fixture
+def proxies(ensemble):
+    """``make(stall_on=None)``: a :class:`Proxy` in front of each member; all closed after the test."""
+    made: list[Proxy] = []
+
+    def make(stall_on: bytes | None = None) -> list[Proxy]:
+        group = [Proxy(port, stall_on=stall_on) for port in CLIENT_PORTS]
+        made.extend(group)
+        return group
+
+    yield make
+    for proxy in made:
+        proxy.close()
 
 
 def znodes(client: ZooKeeperClient, name: str) -> list[str]:
@@ -234,3 +254,114 @@ def test_a_killed_holder_frees_the_lock_after_its_session_timeout_a_closed_one_a
         assert 1.0 < waited < 2.0 + 2 * SLACK_S, f"a killed holder's znode lives until its 2 s session ends: {waited}"
     else:
         assert waited < SLACK_S, waited
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "the condition never came true"
+        time.sleep(0.02)
+
+
+def test_a_call_pending_on_a_retired_session_neither_retires_the_next_one_nor_gives_up(client, proxies, name):
+    stalled = f"{name}-stalled"
+    members = proxies(stall_on=f"{stalled}/".encode())  # only a create under the lock ``stalled`` contains it
+    through = ZooKeeperClient([proxy.host for proxy in members], session_ms=6_000)
+    holder = ZooKeeperLock(client, name, timeout_ms=1_000)
+    first = holder.acquire()
+    waiter = ZooKeeperLock(through, name, timeout_ms=20_000)
+    granted = {}
+    thread = threading.Thread(target=lambda: granted.update(lease=waiter.acquire()))
+    thread.start()
+    wait_for(lambda: len(znodes(client, name)) == 2)
+    with pytest.raises(NotAcquired):  # its create went nowhere: the outcome is unknown, the session is retired
+        ZooKeeperLock(through, stalled, timeout_ms=300).acquire()
+    newcomer = ZooKeeperLock(through, f"{name}-new", timeout_ms=3_000)
+    lease = newcomer.acquire()  # on a new session
+    for proxy in members:
+        proxy.cut()  # the hiccup's end: the waiter's call on the retired session fails
+    holder.release()
+    thread.join(20)
+    assert newcomer.held(), "a failed call on the retired session retired the newcomer's session"
+    assert znodes(client, f"{name}-new") == [lease.token]
+    assert granted.get("lease") is not None, "the waiter gave up instead of going on with the new session"
+    assert granted["lease"].fence > first.fence
+    waiter.release()
+    newcomer.release()
+    through.close()
+
+
+def test_an_acquisition_that_never_sent_its_create_keeps_the_session(proxies, name):
+    stalled = f"{name}-stalled"
+    members = proxies(stall_on=stalled.encode())  # from the first request about ``stalled``: its ensure_path
+    through = ZooKeeperClient([proxy.host for proxy in members], session_ms=6_000)
+    lock = ZooKeeperLock(through, name, timeout_ms=1_000)
+    lock.acquire()
+    session = through.session_id()
+    with pytest.raises(NotAcquired):
+        ZooKeeperLock(through, stalled, timeout_ms=300).acquire()
+    assert through.session_id() == session, "a lock that created nothing retired the session"
+    assert lock.held()
+    for proxy in members:
+        proxy.cut()  # the stalled connection goes; the same session comes back on a new one
+    lock.release()
+    through.close()
+
+
+def test_held_waits_for_the_same_session_to_come_back(proxies, name):
+    members = proxies()
+    through = ZooKeeperClient([proxy.host for proxy in members], session_ms=6_000)
+    lock = ZooKeeperLock(through, name, timeout_ms=1_000)
+    lock.acquire()
+    suspended, asking = threading.Event(), threading.Event()
+
+    def hold_back(state: str) -> None:
+        """Runs on kazoo's connection thread, which reconnects only after it returns: held() is
+        asked while the session is suspended."""
+        if state == KazooState.SUSPENDED and not suspended.is_set():
+            suspended.set()
+            asking.wait(5)
+            time.sleep(0.2)
+
+    through.kazoo(time.monotonic() + 5).add_listener(hold_back)
+    for proxy in members:
+        proxy.cut()
+    assert suspended.wait(5)
+    asking.set()
+    assert lock.held(), "the holder answered lost while its session was only reconnecting"
+    lock.release()
+    through.close()
+
+
+class FirstCreateLate(KazooClient):
+    """The first sequential create's reply is lost (ConnectionLoss), and the request itself reaches
+    the leader only just before the retry's own create: as when it went through a member that
+    lagged behind the one the client reconnected to and listed the children on."""
+
+    _late: tuple | None = None
+    _lost_one = False
+
+    def create_async(self, path, *args, **kwargs):
+        if not kwargs.get("sequence"):
+            return super().create_async(path, *args, **kwargs)
+        if not self._lost_one:
+            self._lost_one, self._late = True, (path, args, kwargs)
+            lost = self.handler.async_result()
+            lost.set_exception(ConnectionLoss())
+            return lost
+        if self._late is not None:
+            late, self._late = self._late, None
+            super().create_async(late[0], *late[1], **late[2])
+        return super().create_async(path, *args, **kwargs)
+
+
+def test_a_create_retried_after_a_lost_reply_keeps_only_its_lowest_znode(client, name, monkeypatch):
+    client.kazoo(time.monotonic() + 5)
+    monkeypatch.setattr(zookeeper_module, "KazooClient", FirstCreateLate)
+    late = ZooKeeperClient(client.hosts, session_ms=SESSION_MS)
+    lock = ZooKeeperLock(late, name, timeout_ms=3_000)
+    lease = lock.acquire()
+    assert znodes(client, name) == [lease.token], "a second znode of this acquisition is left"
+    lock.release()
+    assert znodes(client, name) == []
+    late.close()

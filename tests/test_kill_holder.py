@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+import time
 
+import psycopg
 import pytest
 
 from faults.base import FaultError
@@ -15,8 +17,9 @@ from faults.crash import FREED_BY, KillHolder
 from faults.registry import make_fault
 from inventory.audit import audit
 from inventory.models import Order, Product
-from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
+from loadtests.faultrun import KILL_HOLDER_TTL_MS, SectionProbe, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
+from loadtests.pods import database_url
 from loadtests.report.page import render_report
 from loadtests.report.sentences import ARTICLE_CLAIM, kill_stalls
 from loadtests.table import holder_note
@@ -149,3 +152,43 @@ def test_the_audit_finds_an_idempotency_key_with_two_orders(make_product):
     report = audit(sku=product.sku)
     assert (report.repeated_keys, report.oversold, report.lost) == (1, 0, 0)
     assert report.problems == ["1 Idempotency-Keys have more than one order"]
+
+
+#: A worker's section in a child process: psycopg 3 opens the transaction with a BEGIN of its own,
+#: then locks the product's row (the holder gets it, the waiter blocks on it) and stays there.
+LOCK_ROW = """
+import sys, psycopg
+with psycopg.connect(sys.argv[1]) as conn:
+    print("begun", flush=True)
+    conn.execute("SELECT stock FROM inventory_product WHERE id = %s FOR UPDATE", [int(sys.argv[2])])
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+WAITING = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_section_probe_names_the_row_locks_holder_not_a_worker_waiting_on_it(make_product):
+    product = make_product(stock=5)
+    url = database_url()
+    args = [sys.executable, "-c", LOCK_ROW, url, str(product.pk)]
+    holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waiter = None
+    probe = SectionProbe(url)
+    try:
+        assert holder.stdout.readline() == "begun\n" and holder.stdout.readline() == "locked\n"
+        waiter = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert waiter.stdout.readline() == "begun\n"
+        with psycopg.connect(url, autocommit=True) as conn:
+            deadline = time.monotonic() + 10
+            while not conn.execute(WAITING).fetchone():
+                assert time.monotonic() < deadline, "the waiter never blocked on the row"
+                time.sleep(0.02)
+
+        assert probe.inside([holder.pid, waiter.pid]) == {holder.pid}, "the waiter is not inside its section"
+    finally:
+        probe.close()
+        for child in (holder, waiter):
+            if child is not None:
+                child.kill()
+                child.wait()

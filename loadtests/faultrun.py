@@ -260,16 +260,24 @@ class SectionProbe:
     """Which gunicorn workers are inside the purchase section now, from PostgreSQL and /proc.
 
     The section (read, decide, write, order) is one transaction of several statements, run under
-    the lock, so a worker inside it holds the lock. A backend's ``client_port`` is the local port
-    of the worker's socket: /proc/net/tcp gives its inode, one of the worker's file descriptors.
-    One connection, opened on first use.
+    the lock, so a worker inside it holds the lock. ``db``'s lock is the row lock itself: its
+    waiters are inside a transaction too (psycopg 3 sends BEGIN alone, then ``SELECT ... FOR
+    UPDATE`` blocks), so a backend waiting on a lock is never the holder, and while any backend
+    waits, only those ``pg_blocking_pids()`` names hold what the others wait on. A backend's
+    ``client_port`` is the local port of the worker's socket: /proc/net/tcp gives its inode, one
+    of the worker's file descriptors. One connection, opened on first use.
     """
 
     QUERY = (
-        "SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND client_port IS NOT NULL AND xact_start IS NOT NULL "
+        "WITH open AS (SELECT pid, client_port, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND client_port IS NOT NULL AND xact_start IS NOT NULL "
         # More than one statement: a lone autocommit statement starts its transaction as it starts.
-        "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)"
+        "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)), "
+        "blocking AS (SELECT DISTINCT unnest(pg_blocking_pids(pid)) AS pid FROM pg_stat_activity "
+        "WHERE datname = current_database()) "
+        "SELECT client_port FROM open WHERE cardinality(blockers) = 0 "
+        "AND (pid IN (SELECT pid FROM blocking) OR NOT EXISTS (SELECT FROM blocking))"
     )
 
     def __init__(self, database_url: str) -> None:

@@ -8,6 +8,7 @@ import itertools
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -17,7 +18,7 @@ from faults.crash import FREED_BY, KillHolder
 from faults.registry import make_fault
 from inventory.audit import audit
 from inventory.models import Order, Product
-from loadtests.faultrun import KILL_HOLDER_TTL_MS, SectionProbe, holder_kills
+from loadtests.faultrun import KILL_HOLDER_TTL_MS, FaultRun, FaultTimer, SectionProbe, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
 from loadtests.pods import database_url
 from loadtests.report.page import render_report
@@ -192,3 +193,25 @@ def test_the_section_probe_names_the_row_locks_holder_not_a_worker_waiting_on_it
             if child is not None:
                 child.kill()
                 child.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_replayed_answer(make_product):
+    product = make_product(stock=5)
+    with FaultRun("kill-holder", backend="redis", fenced=True, requests=30, database_url=database_url()) as run:
+        run.timer = FaultTimer(run.fault, answered=int, trigger=1)  # never started: the instants are set here
+        killed_at = time.monotonic() - 10
+        kill = run.timer.to_wall(killed_at)
+        run.timer.injected_wall, run.timer.recovered_wall = kill, kill + 3.5
+        run.fault.kills = [{"at": killed_at, "pid": 1, "holder": True}]
+        # An order before the kill; the dead holder's lock is free 3 s after it and the next order is committed.
+        for customer, created in (("a", kill - 1.0), ("b", kill + 3.0)):
+            order = Order.objects.create(product=product, customer=customer, quantity=1, backend="redis")
+            Order.objects.filter(pk=order.pk).update(created_at=datetime.fromtimestamp(created, tz=UTC))
+        # [sent, answered, status, lock ms, 503s, resets]: a's resend (its connection was reset) is
+        # answered 201 from its order at once, without the lock; b's purchase waits out the lock.
+        purchases = [[kill - 1.1, kill + 0.05, 201, 0, [], [kill - 0.2]], [kill + 0.1, kill + 3.02, 201, 3000, [], []]]
+
+        figures = run.figures(purchases, opened_at=kill - 2.0)
+
+    assert [k["stalled_s"] for k in figures["kills"]] == [3.0], "the stall runs to b's order, not a's replayed answer"

@@ -33,7 +33,7 @@ from processes.pidfile import child_pids
 from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
-from .figures import fault_phases, longest_gap, resumed_after
+from .figures import fault_phases, first_after, longest_gap, resumed_after
 
 #: Ports of the fault's private Redis, from ``REDLOCK_BASE_PORT``: +40 the restarted node, +41/+42
 #: the failover's master and replica, +43 the relay the pods connect to.
@@ -56,6 +56,8 @@ RESUME_LIMIT_S = 2.0
 #: ``longest_gap_s`` looks at the sale from this long after the recovery (the judge's limit: judge.GAP_LIMIT_S).
 GAP_FROM_S = 1.0
 POLL_S = 0.02
+#: Every order's creation time (epoch seconds), the clock the pods stamp ``created_at`` with.
+ORDERS_CREATED = "SELECT extract(epoch FROM created_at)::float8 FROM inventory_order ORDER BY created_at"
 
 
 class FaultRun:
@@ -192,7 +194,10 @@ class FaultRun:
             where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
             detail += f"; worker {self.fault.pid}, {where}"
         to_wall = timer.to_wall if timer else lambda _: None
-        extra, more_problems = crash_figures(self.fault, purchases, backend=self.backend, to_wall=to_wall)
+        created = self.probe.orders_created() if isinstance(self.fault, KillHolder) and self.probe else []
+        extra, more_problems = crash_figures(
+            self.fault, purchases, backend=self.backend, to_wall=to_wall, orders_created=created
+        )
         return {
             "fault": self.name,
             "fault_description": detail,
@@ -320,16 +325,27 @@ class SectionProbe:
         except psycopg.Error:
             return -1
 
+    def orders_created(self) -> list[float]:
+        """When each order was created (wall clock, in its section just before its commit); [] if it cannot say."""
+        try:
+            if self._conn is None:
+                self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
+            return [row[0] for row in self._conn.execute(ORDERS_CREATED)]
+        except psycopg.Error:
+            return []
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
 
 
-def crash_figures(fault: Fault | None, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+def crash_figures(
+    fault: Fault | None, purchases: list[list], *, backend: str, to_wall, orders_created: list[float]
+) -> tuple[dict, list[str]]:
     """kill-holder's kills and kill-zk-member's busy answers outside the time its majority was down,
     with what went wrong; nothing for the other faults."""
     if isinstance(fault, KillHolder):
-        return holder_kills(fault, purchases, backend=backend, to_wall=to_wall)
+        return holder_kills(fault, backend=backend, to_wall=to_wall, orders_created=orders_created)
     if isinstance(fault, KillFollowerThenLeader) and fault.majority_lost_at is not None:
         lost, back = to_wall(fault.majority_lost_at), to_wall(fault.recovered_at)
         busy = [at for p in purchases for at in p[4] if at < lost or (back is not None and at > back + RESUME_LIMIT_S)]
@@ -338,17 +354,20 @@ def crash_figures(fault: Fault | None, purchases: list[list], *, backend: str, t
     return {}, []
 
 
-def holder_kills(fault: KillHolder, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+def holder_kills(fault: KillHolder, *, backend: str, to_wall, orders_created: list[float]) -> tuple[dict, list[str]]:
     """Per kill: when (wall clock), which worker, whether it was inside its section, ``stalled_s``
-    (from the kill to the next confirmed purchase: the measure of :func:`resumed_after`) and what
-    freed the dead holder's lock."""
+    and what freed the dead holder's lock.
+
+    ``stalled_s`` runs from the kill to the first order created after it (``orders_created``, wall
+    clock): the next holder got the lock. Not to the next 201: a keyed resend is answered 201 from
+    its order (or the idempotency note) without the lock, while the lock may still be blocked."""
     kills, problems = [], []
     for number, kill in enumerate(fault.kills, start=1):
         at = to_wall(kill["at"])
-        stalled = resumed_after(purchases, recovered_at=at)
+        stalled = first_after(orders_created, since=at)
         kills.append({**kill, "at": at, "stalled_s": stalled, "freed_by": FREED_BY.get(backend)})
         if stalled is None:
-            problems.append(f"no purchase was confirmed after kill {number} (worker {kill['pid']})")
+            problems.append(f"no order was committed after kill {number} (worker {kill['pid']})")
         if not kill["holder"]:
             problems.append(f"kill {number}: worker {kill['pid']} was not inside its section (none found in time)")
     if len(kills) < fault.count:

@@ -78,18 +78,18 @@ def test_kill_holder_and_kill_zk_member_say_what_they_miss():
         make_fault("kill-zk-member")
 
 
-def test_stalls_are_measured_from_each_kill_to_the_next_confirmed_purchase():
+def test_stalls_are_measured_from_each_kill_to_the_next_order_created():
     fault = KillHolder(workers=list, holding=set, sold=int)
     fault.kills = [{"at": 10.0, "pid": 1, "holder": True}, {"at": 20.0, "pid": 2, "holder": False}]
-    # [sent, answered, status, lock ms, 503s, resets] on the wall clock (here = monotonic + 1000).
-    purchases = [[1009.0, 1010.5, 201, 1, [], []], [1010.0, 1013.2, 201, 1, [], []], [1019.0, 1020.1, 503, 1, [], []]]
+    # When the orders were created, on the wall clock (here = monotonic + 1000): none after kill 2.
+    created = [1009.0, 1010.5, 1013.2]
 
-    figures, problems = holder_kills(fault, purchases, backend="redis", to_wall=lambda at: at + 1000)
+    figures, problems = holder_kills(fault, backend="redis", to_wall=lambda at: at + 1000, orders_created=created)
 
     assert [kill["stalled_s"] for kill in figures["kills"]] == [0.5, None]
     assert figures["kills"][0]["freed_by"] == FREED_BY["redis"] and figures["lock_timeout_ms"] == KILL_HOLDER_TTL_MS
     assert problems == [
-        "no purchase was confirmed after kill 2 (worker 2)",
+        "no order was committed after kill 2 (worker 2)",
         "kill 2: worker 2 was not inside its section (none found in time)",
         "the burst ended after 2 of 3 kills: use more --requests",
     ]

@@ -12,26 +12,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtests.balancer import BalancerError, haproxy_config, start_haproxy
+from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, haproxy_config, start_haproxy
 from loadtests.connection import NETWORK_TIMEOUT_S
-from loadtests.plan import BurstPlan
 from processes.children import free_port
 
 HEALTH = "/api/products/x"
 
 
-def config(port: int, pods: list[int], per_pod: int = 2) -> str:
+def config(port: int, pods: list[int], per_pod: int = 2, **timeouts) -> str:
     return haproxy_config(
-        port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=per_pod, idle_s=30, answer_s=5
+        port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=per_pod, idle_s=30, **timeouts
     )
 
 
 def burst_config() -> str:
     """The configuration a burst row's balancer gets (loadtests/pods.py), for 5,000 shoppers."""
-    plan = BurstPlan(requests=5000, stock=100)
-    return haproxy_config(
-        port=1, pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300, answer_s=plan.timeout_s
-    )
+    return haproxy_config(port=1, pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
 
 
 def seconds(config: str, name: str) -> float:
@@ -40,7 +36,7 @@ def seconds(config: str, name: str) -> float:
     return int(value[0]) / (1000 if value[1] == "ms" else 1)
 
 
-def get(url: str):
+def get(url: str | urllib.request.Request):
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return response.status, response.headers, response.read()
@@ -172,3 +168,28 @@ def test_the_balancer_answers_before_the_client_gives_up():
         f"HAProxy may hold a purchase {held:g} s, the client resends after {NETWORK_TIMEOUT_S:g} s"
     )
     assert "option abortonclose" in config, "a queued purchase whose client has gone is still sent to a pod"
+    assert held == HOLDS_AT_MOST_S
+
+
+def test_a_purchase_queued_past_the_balancers_bound_is_answered_busy_and_never_reaches_a_pod(balancer):
+    SlowPod.posts = 0
+    SlowPod.release.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowPod)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = balancer([server.server_address[1]], per_pod=1, queue_s=1)
+        first = post(int(url.rsplit(":", 1)[1]))
+        deadline = time.monotonic() + 5
+        while SlowPod.posts < 1:
+            assert time.monotonic() < deadline, "the first purchase never reached the pod"
+            time.sleep(0.02)
+        queued = urllib.request.Request(url + "/api/products/x/purchase", data=b"{}", method="POST")
+        status, headers, body = get(queued)  # it waits behind the first one
+        assert (status, headers["Retry-After"], headers["X-Answered-By"]) == (503, "1", "balancer"), body
+        SlowPod.release.set()
+        assert b" 201 " in first.recv(100)
+        first.close()
+        assert SlowPod.posts == 1, "the busy answer came from HAProxy: no pod saw that purchase, a resend is safe"
+    finally:
+        SlowPod.release.set()
+        server.shutdown()

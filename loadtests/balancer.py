@@ -6,7 +6,14 @@
   connection at once, and the client and keep-alive timeouts cover preparing the shoppers and
   the countdown, so no prepared connection is closed before the opening;
 - each pod takes at most ``workers × threads`` requests at a time (``maxconn`` per server), so a
-  spike queues in HAProxy (bounded by ``timeout queue``) rather than in the pods' accept queues;
+  spike queues in HAProxy rather than in the pods' accept queues;
+- HAProxy answers every request before the client gives up on it (:data:`HOLDS_AT_MOST_S` <
+  the client's ``NETWORK_TIMEOUT_S``): a purchase queued past ``timeout queue`` gets HAProxy's
+  busy answer (no pod saw it, so the client's keyed resend is safe), one a pod has not answered
+  within ``timeout server`` a 504 (the pod may still commit it: the client does not resend). A
+  client that gives up first resends while its purchase may still reach a pod, and the two race
+  under one Idempotency-Key; ``option abortonclose`` drops a queued purchase whose client has
+  gone (stopped, or still too impatient) instead of sending it to a pod after all;
 - a health check GETs the product's API page every half second; a pod that fails two in a row
   gets no new requests until one succeeds;
 - with no pod up (or none it could connect to), HAProxy answers 503 with ``Retry-After`` itself
@@ -29,6 +36,14 @@ HEALTH_INTERVAL_MS = 500
 BUSY_BODY = '{"outcome": "busy", "detail": "no pod is up"}'
 #: The header HAProxy's own answers carry (no pod saw the request), so clients can count them.
 ANSWERED_BY = "X-Answered-By"
+#: How long HAProxy holds one request at most: a connection attempt to a pod (``retries`` more on
+#: another), the wait in the queue for a pod's free slot, the pod's answer. The queue's bound is the
+#: larger: a spike of 5,000 purchases queues for seconds, and each purchase is bounded in the pod
+#: by the lock's acquire timeout (5 s) and its section. Their sum stays under the client's 60 s.
+CONNECT_TIMEOUT_S, CONNECT_RETRIES = 2, 2
+QUEUE_TIMEOUT_S = 30
+SERVER_TIMEOUT_S = 20
+HOLDS_AT_MOST_S = CONNECT_TIMEOUT_S * (CONNECT_RETRIES + 1) + QUEUE_TIMEOUT_S + SERVER_TIMEOUT_S
 
 
 class BalancerError(RuntimeError):
@@ -43,15 +58,24 @@ def haproxy_binary() -> str:
 
 
 def haproxy_config(
-    *, port: int, pods: list[int], health_path: str, connections: int, per_pod: int, idle_s: float, answer_s: float
+    *,
+    port: int,
+    pods: list[int],
+    health_path: str,
+    connections: int,
+    per_pod: int,
+    idle_s: float,
+    queue_s: float = QUEUE_TIMEOUT_S,
+    server_s: float = SERVER_TIMEOUT_S,
 ) -> str:
     """HAProxy's configuration: ``port`` in front of the pods on ``pods`` (127.0.0.1).
 
     ``connections``: client connections at once; ``per_pod``: requests one pod serves at a time;
-    ``idle_s``: how long a client connection may stay idle (preparing, countdown); ``answer_s``:
-    how long a request may queue, and a pod may take to answer.
+    ``idle_s``: how long a client connection may stay idle (preparing, countdown); ``queue_s``:
+    how long a request may queue for a pod, ``server_s``: how long a pod may take to answer (with
+    the defaults HAProxy answers before the client gives up).
     """
-    idle, answer = f"{int(idle_s * 1000)}ms", f"{int(answer_s * 1000)}ms"
+    idle = f"{int(idle_s * 1000)}ms"
     busy = (
         f"status 503 content-type application/json string '{BUSY_BODY}' "
         f"hdr Retry-After {NO_POD_RETRY_AFTER_S} hdr {ANSWERED_BY} balancer"
@@ -63,13 +87,14 @@ def haproxy_config(
 defaults
     mode http
     option http-keep-alive
-    timeout connect 2s
+    option abortonclose
+    timeout connect {CONNECT_TIMEOUT_S}s
     timeout client {idle}
     timeout http-request {idle}
     timeout http-keep-alive {idle}
-    timeout queue {answer}
-    timeout server {answer}
-    retries 2
+    timeout queue {int(queue_s * 1000)}ms
+    timeout server {int(server_s * 1000)}ms
+    retries {CONNECT_RETRIES}
     option redispatch 1
     http-error {busy}
 

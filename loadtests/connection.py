@@ -9,7 +9,9 @@ from geventhttpclient.header import Headers
 from geventhttpclient.response import HTTPSocketResponse
 
 CONNECT_TIMEOUT_S = 10.0
-#: How long one answer may take: a spike queues thousands of requests behind a few threads.
+#: How long one answer may take: a spike queues thousands of requests behind a few threads. More
+#: than HAProxy holds a request (``loadtests.balancer.HOLDS_AT_MOST_S``), so that the balancer
+#: answers first and a resend never races its original in a pod.
 NETWORK_TIMEOUT_S = 60.0
 
 

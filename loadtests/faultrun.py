@@ -33,7 +33,7 @@ from processes.pidfile import child_pids
 from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
-from .figures import fault_phases, longest_gap, resumed_after
+from .figures import fault_phases, first_after, longest_gap, resumed_after
 
 #: Ports of the fault's private Redis, from ``REDLOCK_BASE_PORT``: +40 the restarted node, +41/+42
 #: the failover's master and replica, +43 the relay the pods connect to.
@@ -56,6 +56,8 @@ RESUME_LIMIT_S = 2.0
 #: ``longest_gap_s`` looks at the sale from this long after the recovery (the judge's limit: judge.GAP_LIMIT_S).
 GAP_FROM_S = 1.0
 POLL_S = 0.02
+#: Every order's creation time (epoch seconds), the clock the pods stamp ``created_at`` with.
+ORDERS_CREATED = "SELECT extract(epoch FROM created_at)::float8 FROM inventory_order ORDER BY created_at"
 
 
 class FaultRun:
@@ -192,7 +194,10 @@ class FaultRun:
             where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
             detail += f"; worker {self.fault.pid}, {where}"
         to_wall = timer.to_wall if timer else lambda _: None
-        extra, more_problems = crash_figures(self.fault, purchases, backend=self.backend, to_wall=to_wall)
+        created = self.probe.orders_created() if isinstance(self.fault, KillHolder) and self.probe else []
+        extra, more_problems = crash_figures(
+            self.fault, purchases, backend=self.backend, to_wall=to_wall, orders_created=created
+        )
         return {
             "fault": self.name,
             "fault_description": detail,
@@ -260,16 +265,24 @@ class SectionProbe:
     """Which gunicorn workers are inside the purchase section now, from PostgreSQL and /proc.
 
     The section (read, decide, write, order) is one transaction of several statements, run under
-    the lock, so a worker inside it holds the lock. A backend's ``client_port`` is the local port
-    of the worker's socket: /proc/net/tcp gives its inode, one of the worker's file descriptors.
-    One connection, opened on first use.
+    the lock, so a worker inside it holds the lock. ``db``'s lock is the row lock itself: its
+    waiters are inside a transaction too (psycopg 3 sends BEGIN alone, then ``SELECT ... FOR
+    UPDATE`` blocks), so a backend waiting on a lock is never the holder, and while any backend
+    waits, only those ``pg_blocking_pids()`` names hold what the others wait on. A backend's
+    ``client_port`` is the local port of the worker's socket: /proc/net/tcp gives its inode, one
+    of the worker's file descriptors. One connection, opened on first use.
     """
 
     QUERY = (
-        "SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND client_port IS NOT NULL AND xact_start IS NOT NULL "
+        "WITH open AS (SELECT pid, client_port, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND client_port IS NOT NULL AND xact_start IS NOT NULL "
         # More than one statement: a lone autocommit statement starts its transaction as it starts.
-        "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)"
+        "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)), "
+        "blocking AS (SELECT DISTINCT unnest(pg_blocking_pids(pid)) AS pid FROM pg_stat_activity "
+        "WHERE datname = current_database()) "
+        "SELECT client_port FROM open WHERE cardinality(blockers) = 0 "
+        "AND (pid IN (SELECT pid FROM blocking) OR NOT EXISTS (SELECT FROM blocking))"
     )
 
     def __init__(self, database_url: str) -> None:
@@ -312,16 +325,27 @@ class SectionProbe:
         except psycopg.Error:
             return -1
 
+    def orders_created(self) -> list[float]:
+        """When each order was created (wall clock, in its section just before its commit); [] if it cannot say."""
+        try:
+            if self._conn is None:
+                self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
+            return [row[0] for row in self._conn.execute(ORDERS_CREATED)]
+        except psycopg.Error:
+            return []
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
 
 
-def crash_figures(fault: Fault | None, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+def crash_figures(
+    fault: Fault | None, purchases: list[list], *, backend: str, to_wall, orders_created: list[float]
+) -> tuple[dict, list[str]]:
     """kill-holder's kills and kill-zk-member's busy answers outside the time its majority was down,
     with what went wrong; nothing for the other faults."""
     if isinstance(fault, KillHolder):
-        return holder_kills(fault, purchases, backend=backend, to_wall=to_wall)
+        return holder_kills(fault, backend=backend, to_wall=to_wall, orders_created=orders_created)
     if isinstance(fault, KillFollowerThenLeader) and fault.majority_lost_at is not None:
         lost, back = to_wall(fault.majority_lost_at), to_wall(fault.recovered_at)
         busy = [at for p in purchases for at in p[4] if at < lost or (back is not None and at > back + RESUME_LIMIT_S)]
@@ -330,17 +354,20 @@ def crash_figures(fault: Fault | None, purchases: list[list], *, backend: str, t
     return {}, []
 
 
-def holder_kills(fault: KillHolder, purchases: list[list], *, backend: str, to_wall) -> tuple[dict, list[str]]:
+def holder_kills(fault: KillHolder, *, backend: str, to_wall, orders_created: list[float]) -> tuple[dict, list[str]]:
     """Per kill: when (wall clock), which worker, whether it was inside its section, ``stalled_s``
-    (from the kill to the next confirmed purchase: the measure of :func:`resumed_after`) and what
-    freed the dead holder's lock."""
+    and what freed the dead holder's lock.
+
+    ``stalled_s`` runs from the kill to the first order created after it (``orders_created``, wall
+    clock): the next holder got the lock. Not to the next 201: a keyed resend is answered 201 from
+    its order (or the idempotency note) without the lock, while the lock may still be blocked."""
     kills, problems = [], []
     for number, kill in enumerate(fault.kills, start=1):
         at = to_wall(kill["at"])
-        stalled = resumed_after(purchases, recovered_at=at)
+        stalled = first_after(orders_created, since=at)
         kills.append({**kill, "at": at, "stalled_s": stalled, "freed_by": FREED_BY.get(backend)})
         if stalled is None:
-            problems.append(f"no purchase was confirmed after kill {number} (worker {kill['pid']})")
+            problems.append(f"no order was committed after kill {number} (worker {kill['pid']})")
         if not kill["holder"]:
             problems.append(f"kill {number}: worker {kill['pid']} was not inside its section (none found in time)")
     if len(kills) < fault.count:

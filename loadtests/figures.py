@@ -236,6 +236,16 @@ def resumed_after(purchases: list[list], *, recovered_at: float | None) -> float
     return round(min(confirmed) - recovered_at, 3) if confirmed else None
 
 
+def first_after(instants: list[float], *, since: float | None) -> float | None:
+    """Seconds from ``since`` to the first of ``instants`` (wall clock) at or after it; None without
+    ``since`` or without such an instant. kill-holder's stall: ``instants`` are the orders' creation
+    times, so a resend answered 201 from its order (no lock taken) does not end it."""
+    if since is None:
+        return None
+    later = [at for at in instants if at >= since]
+    return round(min(later) - since, 3) if later else None
+
+
 def longest_gap(purchases: list[list], *, since: float | None) -> float | None:
     """The longest stretch without a confirmed (201) answer from ``since`` (wall clock) to the
     run's last answer: between ``since`` and the first confirmation, two consecutive ones, or the

@@ -230,7 +230,6 @@ class Row:
             connections=(plan.requests if plan.scenario == "spike" else plan.users) + 16,
             per_pod=plan.workers * plan.threads,
             idle_s=keepalive_s(plan),
-            answer_s=plan.timeout_s,
         )
         try:
             self.balancer = start_haproxy(config=config, run_dir=self.run_dir, name=self.backend, cwd=settings.BASE_DIR)

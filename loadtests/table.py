@@ -121,7 +121,9 @@ def holder_note(runs: list[dict]) -> list[str]:
     killed = [run for run in runs if run.get("kills") is not None]
     if not killed:
         return []
-    lines = [f'the article: "{ARTICLE_CLAIM}" Measured, seconds from each SIGKILL to the next confirmed purchase:']
+    lines = [
+        f'the article: "{ARTICLE_CLAIM}" Measured, seconds from each SIGKILL to the first order committed after it:'
+    ]
     for run in killed:
         stalls = ", ".join("never" if k["stalled_s"] is None else f"{k['stalled_s']:.2f}" for k in run["kills"])
         timeout = run.get("lock_timeout_ms")

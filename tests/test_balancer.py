@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -11,17 +12,31 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtests.balancer import BalancerError, haproxy_config, start_haproxy
+from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, haproxy_config, start_haproxy
+from loadtests.connection import NETWORK_TIMEOUT_S
 from processes.children import free_port
 
 HEALTH = "/api/products/x"
 
 
-def config(port: int, pods: list[int]) -> str:
-    return haproxy_config(port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=2, idle_s=30, answer_s=5)
+def config(port: int, pods: list[int], per_pod: int = 2, **timeouts) -> str:
+    return haproxy_config(
+        port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=per_pod, idle_s=30, **timeouts
+    )
 
 
-def get(url: str):
+def burst_config() -> str:
+    """The configuration a burst row's balancer gets (loadtests/pods.py), for 5,000 shoppers."""
+    return haproxy_config(port=1, pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
+
+
+def seconds(config: str, name: str) -> float:
+    """A ``timeout <name>`` of ``config``, in seconds."""
+    [value] = re.findall(rf"^\s*timeout {name} (\d+)(ms|s)$", config, re.MULTILINE)
+    return int(value[0]) / (1000 if value[1] == "ms" else 1)
+
+
+def get(url: str | urllib.request.Request):
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return response.status, response.headers, response.read()
@@ -55,9 +70,9 @@ class Pod(BaseHTTPRequestHandler):
 def balancer(tmp_path):
     started = []
 
-    def start(pods: list[int]):
+    def start(pods: list[int], **sizing):
         port = free_port()
-        child = start_haproxy(config=config(port, pods), run_dir=tmp_path, name="t", cwd=tmp_path)
+        child = start_haproxy(config=config(port, pods, **sizing), run_dir=tmp_path, name="t", cwd=tmp_path)
         started.append(child)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -99,3 +114,82 @@ def test_a_dead_pod_is_routed_around_and_a_post_reaches_a_pod_once(balancer):
 def test_a_configuration_haproxy_refuses_is_a_clear_error(tmp_path):
     with pytest.raises(BalancerError, match="haproxy refused"):
         start_haproxy(config="frontend x\n    bind 127.0.0.1:notaport\n", run_dir=tmp_path, name="t", cwd=tmp_path)
+
+
+class SlowPod(Pod):
+    """A stand-in pod that answers a POST only once ``release`` is set (the test's own hook)."""
+
+    release = threading.Event()
+
+    def do_POST(self):  # noqa: N802
+        type(self).posts += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.release.wait(10)
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def post(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"POST /api/products/x/purchase HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    return sock
+
+
+def test_a_purchase_its_client_gave_up_on_never_reaches_a_pod(balancer):
+    SlowPod.posts = 0
+    SlowPod.release.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowPod)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = int(balancer([server.server_address[1]], per_pod=1).rsplit(":", 1)[1])
+        first = post(port)  # the pod's one slot: the next purchase queues in HAProxy
+        deadline = time.monotonic() + 5
+        while SlowPod.posts < 1:
+            assert time.monotonic() < deadline, "the first purchase never reached the pod"
+            time.sleep(0.02)
+        post(port).close()  # queued, and its client gives up (as a Connection does on its timeout, then resends)
+        time.sleep(0.5)
+        SlowPod.release.set()
+        assert b" 201 " in first.recv(100)
+        first.close()
+        time.sleep(0.5)
+        assert SlowPod.posts == 1, "a purchase whose client had gone reached the pod after it (a resend races it)"
+    finally:
+        SlowPod.release.set()
+        server.shutdown()
+
+
+def test_the_balancer_answers_before_the_client_gives_up():
+    config = burst_config()
+    retries = int(re.search(r"^\s*retries (\d+)$", config, re.MULTILINE).group(1))
+    held = seconds(config, "connect") * (retries + 1) + seconds(config, "queue") + seconds(config, "server")
+    assert held < NETWORK_TIMEOUT_S, (
+        f"HAProxy may hold a purchase {held:g} s, the client resends after {NETWORK_TIMEOUT_S:g} s"
+    )
+    assert "option abortonclose" in config, "a queued purchase whose client has gone is still sent to a pod"
+    assert held == HOLDS_AT_MOST_S
+
+
+def test_a_purchase_queued_past_the_balancers_bound_is_answered_busy_and_never_reaches_a_pod(balancer):
+    SlowPod.posts = 0
+    SlowPod.release.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowPod)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = balancer([server.server_address[1]], per_pod=1, queue_s=1)
+        first = post(int(url.rsplit(":", 1)[1]))
+        deadline = time.monotonic() + 5
+        while SlowPod.posts < 1:
+            assert time.monotonic() < deadline, "the first purchase never reached the pod"
+            time.sleep(0.02)
+        queued = urllib.request.Request(url + "/api/products/x/purchase", data=b"{}", method="POST")
+        status, headers, body = get(queued)  # it waits behind the first one
+        assert (status, headers["Retry-After"], headers["X-Answered-By"]) == (503, "1", "balancer"), body
+        SlowPod.release.set()
+        assert b" 201 " in first.recv(100)
+        first.close()
+        assert SlowPod.posts == 1, "the busy answer came from HAProxy: no pod saw that purchase, a resend is safe"
+    finally:
+        SlowPod.release.set()
+        server.shutdown()

@@ -7,7 +7,10 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 
+import psycopg
 import pytest
 
 from faults.base import FaultError
@@ -15,8 +18,9 @@ from faults.crash import FREED_BY, KillHolder
 from faults.registry import make_fault
 from inventory.audit import audit
 from inventory.models import Order, Product
-from loadtests.faultrun import KILL_HOLDER_TTL_MS, holder_kills
+from loadtests.faultrun import KILL_HOLDER_TTL_MS, FaultRun, FaultTimer, SectionProbe, holder_kills
 from loadtests.judge import RESET_GRACE_S, reset_problems
+from loadtests.pods import database_url
 from loadtests.report.page import render_report
 from loadtests.report.sentences import ARTICLE_CLAIM, kill_stalls
 from loadtests.table import holder_note
@@ -74,18 +78,18 @@ def test_kill_holder_and_kill_zk_member_say_what_they_miss():
         make_fault("kill-zk-member")
 
 
-def test_stalls_are_measured_from_each_kill_to_the_next_confirmed_purchase():
+def test_stalls_are_measured_from_each_kill_to_the_next_order_created():
     fault = KillHolder(workers=list, holding=set, sold=int)
     fault.kills = [{"at": 10.0, "pid": 1, "holder": True}, {"at": 20.0, "pid": 2, "holder": False}]
-    # [sent, answered, status, lock ms, 503s, resets] on the wall clock (here = monotonic + 1000).
-    purchases = [[1009.0, 1010.5, 201, 1, [], []], [1010.0, 1013.2, 201, 1, [], []], [1019.0, 1020.1, 503, 1, [], []]]
+    # When the orders were created, on the wall clock (here = monotonic + 1000): none after kill 2.
+    created = [1009.0, 1010.5, 1013.2]
 
-    figures, problems = holder_kills(fault, purchases, backend="redis", to_wall=lambda at: at + 1000)
+    figures, problems = holder_kills(fault, backend="redis", to_wall=lambda at: at + 1000, orders_created=created)
 
     assert [kill["stalled_s"] for kill in figures["kills"]] == [0.5, None]
     assert figures["kills"][0]["freed_by"] == FREED_BY["redis"] and figures["lock_timeout_ms"] == KILL_HOLDER_TTL_MS
     assert problems == [
-        "no purchase was confirmed after kill 2 (worker 2)",
+        "no order was committed after kill 2 (worker 2)",
         "kill 2: worker 2 was not inside its section (none found in time)",
         "the burst ended after 2 of 3 kills: use more --requests",
     ]
@@ -149,3 +153,65 @@ def test_the_audit_finds_an_idempotency_key_with_two_orders(make_product):
     report = audit(sku=product.sku)
     assert (report.repeated_keys, report.oversold, report.lost) == (1, 0, 0)
     assert report.problems == ["1 Idempotency-Keys have more than one order"]
+
+
+#: A worker's section in a child process: psycopg 3 opens the transaction with a BEGIN of its own,
+#: then locks the product's row (the holder gets it, the waiter blocks on it) and stays there.
+LOCK_ROW = """
+import sys, psycopg
+with psycopg.connect(sys.argv[1]) as conn:
+    print("begun", flush=True)
+    conn.execute("SELECT stock FROM inventory_product WHERE id = %s FOR UPDATE", [int(sys.argv[2])])
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+WAITING = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_section_probe_names_the_row_locks_holder_not_a_worker_waiting_on_it(make_product):
+    product = make_product(stock=5)
+    url = database_url()
+    args = [sys.executable, "-c", LOCK_ROW, url, str(product.pk)]
+    holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waiter = None
+    probe = SectionProbe(url)
+    try:
+        assert holder.stdout.readline() == "begun\n" and holder.stdout.readline() == "locked\n"
+        waiter = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert waiter.stdout.readline() == "begun\n"
+        with psycopg.connect(url, autocommit=True) as conn:
+            deadline = time.monotonic() + 10
+            while not conn.execute(WAITING).fetchone():
+                assert time.monotonic() < deadline, "the waiter never blocked on the row"
+                time.sleep(0.02)
+
+        assert probe.inside([holder.pid, waiter.pid]) == {holder.pid}, "the waiter is not inside its section"
+    finally:
+        probe.close()
+        for child in (holder, waiter):
+            if child is not None:
+                child.kill()
+                child.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_replayed_answer(make_product):
+    product = make_product(stock=5)
+    with FaultRun("kill-holder", backend="redis", fenced=True, requests=30, database_url=database_url()) as run:
+        run.timer = FaultTimer(run.fault, answered=int, trigger=1)  # never started: the instants are set here
+        killed_at = time.monotonic() - 10
+        kill = run.timer.to_wall(killed_at)
+        run.timer.injected_wall, run.timer.recovered_wall = kill, kill + 3.5
+        run.fault.kills = [{"at": killed_at, "pid": 1, "holder": True}]
+        # An order before the kill; the dead holder's lock is free 3 s after it and the next order is committed.
+        for customer, created in (("a", kill - 1.0), ("b", kill + 3.0)):
+            order = Order.objects.create(product=product, customer=customer, quantity=1, backend="redis")
+            Order.objects.filter(pk=order.pk).update(created_at=datetime.fromtimestamp(created, tz=UTC))
+        # [sent, answered, status, lock ms, 503s, resets]: a's resend (its connection was reset) is
+        # answered 201 from its order at once, without the lock; b's purchase waits out the lock.
+        purchases = [[kill - 1.1, kill + 0.05, 201, 0, [], [kill - 0.2]], [kill + 0.1, kill + 3.02, 201, 3000, [], []]]
+
+        figures = run.figures(purchases, opened_at=kill - 2.0)
+
+    assert [k["stalled_s"] for k in figures["kills"]] == [3.0], "the stall runs to b's order, not a's replayed answer"

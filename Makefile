@@ -27,8 +27,12 @@ lint-and-services: venv system
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
 
+# Two pytest-xdist workers, each in its own slot (tests/slots.py: ports, Redis and PostgreSQL
+# databases, run dir); the bursts share one worker (xdist_group "burst") so two never compete.
+TEST_WORKERS ?= 2
+
 test: lint-and-services
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast lane, while working: the tests not marked slow or browser.
 check: lint-and-services

@@ -94,6 +94,12 @@ def add_batch_arguments(parser) -> None:
         "closed-loop shopper to be inside a worker at once, as a batch is one worker's threads)",
     )
     parser.add_argument(
+        "--no-floor",
+        dest="floor_round",
+        action="store_false",
+        help="no floor round before each row's purchases (no ×floor; faster, e.g. for long deep runs)",
+    )
+    parser.add_argument(
         "--yardstick",
         action="store_true",
         help="after each row's Locust run, the plain client (loadtests/yardstick.py) on the floor endpoint of "

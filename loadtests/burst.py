@@ -102,6 +102,7 @@ def run_row(
         floor=own_floor or floor,
     )
     row["floor"] = own_floor
+    row["steps_s"] = progress.steps  # where the row's wall-clock time went
     # Combining (BATCH): the size asked for, the sections run and the sizes they had.
     row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
     return row
@@ -149,10 +150,10 @@ def floor_row(runs: list[dict]) -> dict | None:
 
 def row_rounds(backend: str, plan: BurstPlan) -> list[str]:
     """The endpoints a row's shoppers post to, one round each: the floor alone, the purchase alone
-    under a fault, else the floor then the purchase."""
+    under a fault or with ``--no-floor``, else the floor then the purchase."""
     if backend == FLOOR:
         return ["floor"]
-    return ["purchase"] if plan.fault else ["floor", "purchase"]
+    return ["floor", "purchase"] if plan.floor_round and not plan.fault else ["purchase"]
 
 
 def fault_run(backend: str, plan: BurstPlan) -> FaultRun | None:
@@ -190,24 +191,30 @@ def run_processes(
         )
         sampler = ConnectionSampler(database_url())
         sampler.start()
+        since = [time.monotonic()]
         try:
             if on_progress:
                 on_progress(progress)
             row.start_pods()
+            progress.step("pods", since)
             row.warm_up()
+            progress.step("warm_up", since)
             row.start_locusts()
             if faulted:
                 faulted.start(pod_pid=row.first_pod_pid, answered=row.answered, pod=RestartablePod(row, 0))
-            drive(row, progress, on_progress)
+            drive(row, progress, on_progress, since)
             if faulted:
                 faulted.finish()
             summary = read_json(row.summary_path)
             yardstick = row.yardstick() if plan.yardstick and not faulted else None
+            if yardstick:
+                progress.step("yardstick", since)
         except ChildError as exc:
             raise BurstError(str(exc)) from exc
         finally:
             row.stop()
             peak_connections = sampler.stop()
+            progress.step("stop", since)
         figures = row_figures(row, summary, progress, faulted)
         if yardstick is not None and figures.get("floor_round"):
             figures["floor_round"]["yardstick"] = yardstick
@@ -258,11 +265,16 @@ def floor_figures(summary: dict, *, server_posts: int) -> dict:
     }
 
 
-def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
-    """Follow the Locust master: preparation, the floor round, the opening of the last round, the burst, its exit."""
+def drive(
+    row: Row, progress: Progress, on_progress: Callable[[Progress], None] | None, since: list[float] | None = None
+) -> None:
+    """Follow the Locust master: preparation, the floor round, the opening of the last round, the
+    burst, its exit; each step's seconds noted in ``progress.steps`` as it ends."""
     began = time.monotonic()
+    since = since or [began]
     while True:
         report = row.progress_report()
+        note_steps(progress, report, since)
         progress.finished = not row.master.running()
         progress.prepared = report.get("prepared", 0)
         progress.sent, progress.answered = report.get("sent", 0), report.get("answered", 0)
@@ -280,6 +292,22 @@ def drive(row: Row, progress: Progress, on_progress: Callable[[Progress], None] 
         if progress.finished:
             return
         time.sleep(SAMPLE_INTERVAL_S)
+
+
+def note_steps(progress: Progress, report: dict, since: list[float]) -> None:
+    """Shoppers prepared (the first countdown began), each round's countdown and each round's end."""
+    number, phase = report.get("round", 0), report.get("phase")
+    opened = phase in ("open", "done", "ended")
+    steps = progress.steps
+    if (phase == "countdown" or opened or number) and "prepare" not in steps:
+        progress.step("prepare", since)
+    for ended in range(number):
+        if f"round_{ended}" not in steps:
+            progress.step(f"round_{ended}", since)
+    if opened and f"countdown_{number}" not in steps:
+        progress.step(f"countdown_{number}", since)
+    if phase in ("done", "ended") and f"round_{number}" not in steps:
+        progress.step(f"round_{number}", since)
 
 
 def waiting_gave_up(row: Row, progress: Progress, report: dict, began: float) -> bool:

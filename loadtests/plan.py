@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from processes.ports import LOCUST_MASTER_PORT
@@ -38,13 +39,14 @@ class BurstPlan:
     master_port: int = LOCUST_MASTER_PORT
     balancer: str = "none"  # one of BALANCERS
     max_retries: int = 3
-    countdown_s: float = 1.0
+    countdown_s: float = 0.5
     timeout_s: float = 180.0
     fault: str | None = None  # a name of faults.registry.FAULT_NAMES, injected into every row
     fault_hold_s: float | None = None  # how long the fault lasts; None: the fault's own default
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
     yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
+    floor_round: bool = True  # each row posts to the floor endpoint on its own pods before it buys
 
     @property
     def sale_stock(self) -> int:
@@ -77,3 +79,10 @@ class Progress:
     finished: bool = False  # the last sample: the Locust master has exited
     opened_at: float | None = None  # wall clock of the opening
     samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)
+    steps: dict[str, float] = field(default_factory=dict)  # where the row's wall-clock time went, in order
+
+    def step(self, name: str, since: list[float]) -> None:
+        """Note that step ``name`` ended: the seconds since the previous one (``since`` holds its end)."""
+        now = time.monotonic()
+        self.steps[name] = round(now - since[0], 2)
+        since[0] = now

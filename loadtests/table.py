@@ -86,6 +86,15 @@ def run_cells(run: dict) -> list:
     ]
 
 
+def steps_line(run: dict) -> str | None:
+    """Where the row's wall-clock time went: ``  time: pods 2.1 s, warm_up 0.4 s, ...``."""
+    steps = run.get("steps_s")
+    if not steps:
+        return None
+    total = sum(steps.values())
+    return "  time: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items()) + f" (s; {total:.1f} s)"
+
+
 def phase_lines(run: dict) -> list[str]:
     """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
     purchases sent in it, the 503 answers received in it; then the longest lock wait, how soon

@@ -142,14 +142,18 @@ def wait_until_answers(server: Child, url: str) -> None:
     raise ChildError(f"{server.name} did not answer {url} within {READY_TIMEOUT_S:.0f}s; see {server.log_path}")
 
 
-def stop_all(children: list[Child | None]) -> None:
-    """Stop every child, all of them even if one fails to stop."""
+def stop_all(children: list[Child | None], sig: int = signal.SIGTERM) -> None:
+    """Stop every child with ``sig``, all of them even if one fails to stop: all are signalled
+    first, so they wind down together rather than one after the other."""
+    live = [child for child in children if child is not None and child.process is not None]
+    for child in live:
+        if child.running():
+            child._signal_group(sig)
     errors = []
-    for child in children:
-        if child is not None:
-            try:
-                child.stop()
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                errors.append(f"{child.name}: {exc}")
+    for child in live:
+        try:
+            child.stop(sig)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors.append(f"{child.name}: {exc}")
     if errors:
         raise ChildError("could not stop " + "; ".join(errors))

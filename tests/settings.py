@@ -10,6 +10,9 @@ import os
 from tests import slots
 
 os.environ.setdefault("REDLOCK_BASE_PORT", str(slots.REDLOCK_BASE_PORT))
+os.environ.setdefault(
+    "FLASHSALE_RUN_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".run", slots.RUN_DIR_NAME)
+)
 os.environ.setdefault("REDIS_URL", slots.SHOP_REDIS_URL)
 os.environ.setdefault("ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{slots.ETCD_BASE_PORT + i}" for i in range(3)))
 os.environ.setdefault("ZOOKEEPER_HOSTS", ",".join(f"127.0.0.1:{slots.ZOOKEEPER_BASE_PORT + i}" for i in range(3)))

@@ -1,8 +1,9 @@
 """Where the suite's private resources live, so that several checkouts can run it at once.
 
 ``FLASHSALE_TEST_SLOT=k`` (0 to 6, default 0) moves every private port by ``k × 1000``, picks
-other databases on the machine's Redis and another PostgreSQL database. Slot 0 is what CI and
-``make test`` use: Redlock nodes on 7579+, the lock tests' nodes on 7679+, Redis databases 9 and 11.
+other databases on the machine's Redis, another PostgreSQL database and another ``RUN_DIR``. Slot 0
+is the first worker of ``make test`` (and CI): Redlock nodes on 7579+, the lock tests' nodes on
+7679+, Redis databases 9 and 11; its second xdist worker takes slot 1.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import os
 
 from processes.ports import TEST_SUITE_BASE_PORT
 
-SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0"))
+#: Under pytest-xdist each worker takes the next slot: ``make test`` runs two, in slots 0 and 1.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0")) + WORKER
 if not 0 <= SLOT <= 6:
-    raise SystemExit(f"FLASHSALE_TEST_SLOT={SLOT}: use 0 to 6")
+    raise SystemExit(f"FLASHSALE_TEST_SLOT={SLOT - WORKER} with xdist worker {WORKER}: slots 0 to 6 in all")
 
 #: First port of the suite's range; each user of the range takes its own block inside it.
 PORT_BASE = TEST_SUITE_BASE_PORT + 1000 * SLOT
@@ -38,3 +41,4 @@ _REDIS_DATABASES = [(9, 11), (1, 2), (3, 4), (5, 6), (7, 8), (12, 13), (14, 15)]
 SHOP_REDIS_URL = f"redis://127.0.0.1:6379/{_REDIS_DATABASES[SLOT][0]}"
 LOCK_TEST_REDIS_URL = f"redis://127.0.0.1:6379/{_REDIS_DATABASES[SLOT][1]}"
 DATABASE_URL = "postgres://postgres@127.0.0.1:5432/flashsale" + (f"_s{SLOT}" if SLOT else "")
+RUN_DIR_NAME = f"tests-{SLOT}"  # under the project's .run/: the slot's private processes' files

@@ -144,6 +144,7 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_path):
     document, printed, error = fault_run(tmp_path, backends="redlock", fault="kill-minority")
@@ -157,6 +158,7 @@ def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_client, tmp_path):
     private = RedisNode(port=settings.REDLOCK_BASE_PORT + PRIVATE_PORT_OFFSET, run_dir=tmp_path)
@@ -173,6 +175,7 @@ def test_restart_redis_restarts_a_private_node_never_the_shops_redis(redis_clien
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("balancer", ["none", "haproxy"])
 def test_kill_pod_resends_in_flight_purchases_once_each(balancer, tmp_path):

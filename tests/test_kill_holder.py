@@ -112,6 +112,7 @@ def test_a_reset_is_accepted_only_inside_a_faults_window():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 def test_flashsale_kill_holder_measures_each_stall(tmp_path, zookeeper_project_ensemble):
     document, printed, error = fault_run(tmp_path, backends="db,zookeeper", fault="kill-holder", requests=3 * REQUESTS)
@@ -131,6 +132,7 @@ def test_flashsale_kill_holder_measures_each_stall(tmp_path, zookeeper_project_e
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 def test_flashsale_kill_zk_member_sells_through_a_follower_and_is_busy_only_without_a_majority(
     tmp_path, zookeeper_project_ensemble

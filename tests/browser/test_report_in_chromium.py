@@ -73,6 +73,7 @@ def test_fits_a_phone(browser, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 def test_report_of_a_real_burst(browser, tmp_path):
     """A small real burst (gunicorn, Locust, PostgreSQL), its JSON, the report ``flashsale --report``

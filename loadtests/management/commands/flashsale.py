@@ -38,7 +38,7 @@ from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
-from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, table_row
+from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, steps_line, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
@@ -82,6 +82,7 @@ class Command(BaseCommand):
         batch: str = "1",
         batch_threads: int | None = None,
         yardstick: bool = False,
+        floor_round: bool = True,
         **options,
     ):
         names = strategy_names(scenario=scenario, strategies=strategies)
@@ -120,6 +121,7 @@ class Command(BaseCommand):
             fault_hold_s=fault_hold,
             fenced=not unfenced,
             yardstick=yardstick,
+            floor_round=floor_round,
         )
         started_at = timezone.now()
         runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
@@ -205,7 +207,7 @@ class Command(BaseCommand):
                     run["round"] = round_number
                 runs.append(run)
                 self.stdout.write(table_row(run_cells(run)))
-                for line in phase_lines(run):
+                for line in filter(None, [steps_line(run), *phase_lines(run)]):
                     self.stdout.write(line)
         floors = [floor_row([run for run in runs if run["balancer"] == balancer]) for balancer in balancers]
         for floor in (floor for floor in floors if floor):

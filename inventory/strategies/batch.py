@@ -19,17 +19,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..models import Allocation, Order
-from .contract import Grant, Refusal, SectionResult, Shelf
+from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
 from .section import decide
-
-if TYPE_CHECKING:
-    from .base import Strategy
 
 
 @dataclass(frozen=True)
@@ -119,7 +115,7 @@ def allocate_many(*, product_id: int, units: dict[str, int], cap: int) -> None:
         cursor.execute(sql, params)
 
 
-def new_order(strategy: Strategy, product_id: int, ask: Ask, grant: Grant) -> Order:
+def new_order(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -> Order:
     return Order(
         product_id=product_id,
         customer=ask.customer,
@@ -131,7 +127,7 @@ def new_order(strategy: Strategy, product_id: int, ask: Ask, grant: Grant) -> Or
 
 
 def batch_section(
-    strategy: Strategy, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
+    strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
     with transaction.atomic():
@@ -154,7 +150,7 @@ def batch_section(
 
 
 def _write_in_bulk(
-    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+    strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> dict[int, Order] | None:
     """The sold asks' stock (one checked write), units and orders; None when the check refused."""
     sold = [index for index, verdict in enumerate(verdicts) if verdict.sell]
@@ -171,7 +167,7 @@ def _write_in_bulk(
 
 
 def _write_one_by_one(
-    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+    strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> tuple[list[Verdict | IntegrityError], dict[int, Order] | None]:
     """Each sold ask's units and order in a savepoint; the asks after a refused one decided again."""
     held = held_by(product_id, {ask.customer for ask in asks})

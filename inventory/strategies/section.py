@@ -20,17 +20,13 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Allocation, Order, Product
-from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
-
-if TYPE_CHECKING:
-    from .base import Strategy
+from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shelf
 
 SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
 
@@ -112,7 +108,9 @@ def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
     return Order.objects.filter(product_id=product_id, customer=customer, idempotency_key=key).first()
 
 
-def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Order:
+def create_order(
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> Order:
     return Order.objects.create(
         product_id=product_id,
         customer=customer,
@@ -124,7 +122,7 @@ def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity
 
 
 def attempt_section(
-    strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
     """One run of read → decide → write → record, in one transaction."""
     with transaction.atomic():
@@ -142,3 +140,39 @@ def attempt_section(
             strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
         )
     return SectionResult(order=order)
+
+
+def on_sale(now: datetime) -> Q:
+    return (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
+        Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
+    )
+
+
+def take_units(product_id: int, quantity: int, *, now: datetime | None = None) -> bool:
+    """Take ``quantity`` units while the sale is on and the row holds them (one conditional UPDATE)."""
+    rows = Product.objects.filter(on_sale(now or timezone.now()), pk=product_id, stock__gte=quantity)
+    return rows.update(stock=F("stock") - quantity, version=F("version") + 1) == 1
+
+
+def take_in_one_statement(
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> SectionResult:
+    """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
+    now = timezone.now()
+    with transaction.atomic():
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        if replay is not None:
+            return SectionResult(order=replay, replayed=True)
+        if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
+            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
+        if take_units(product_id, quantity, now=now):
+            return SectionResult(
+                order=create_order(
+                    strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+                )
+            )
+        # Nothing taken: undo the units, then say why from the row as it is now.
+        transaction.set_rollback(True)
+    shelf = read_shelf(product_id)
+    refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=now)
+    return SectionResult(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))

@@ -80,13 +80,15 @@ def held_units(product_id: int, customer: str) -> int:
     )
 
 
+# The customer's units: one upsert, one VALUES row per customer (a row may not be hit twice). The
+# CHECK refuses a total past ``cap``.
 ALLOCATE = """
-INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES (%s, %s, %s, {cap})
+INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES {rows}
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap
 """
 # The same, but adding nothing (and returning no row) when the total would pass the cap.
-ALLOCATE_WITHIN_CAP = ALLOCATE + " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
+WITHIN_CAP = " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
 # The cap when the caller has not read the product: its limit, read by the same statement.
 PRODUCT_LIMIT = "(SELECT per_customer_limit FROM inventory_product WHERE id = %s)"
 
@@ -96,10 +98,20 @@ def allocate(
 ) -> bool:
     """Add ``quantity`` to the customer's units of the product (the CHECK refuses more than ``cap``,
     by default the product's per-customer limit)."""
-    sql = (ALLOCATE_WITHIN_CAP if within_cap_only else ALLOCATE).format(cap="%s" if cap is not None else PRODUCT_LIMIT)
+    sql = ALLOCATE.format(rows=f"(%s, %s, %s, {'%s' if cap is not None else PRODUCT_LIMIT})")
+    if within_cap_only:
+        sql += WITHIN_CAP
     with connection.cursor() as cursor:
         cursor.execute(sql, [product_id, customer, quantity, product_id if cap is None else cap])
         return cursor.fetchone() is not None if within_cap_only else True
+
+
+def allocate_many(*, product_id: int, units: dict[str, int], cap: int) -> None:
+    """Add each customer's units in one upsert (the batch's customers, each once)."""
+    sql = ALLOCATE.format(rows=", ".join(["(%s, %s, %s, %s)"] * len(units)))
+    params = [value for customer, amount in units.items() for value in (product_id, customer, amount, cap)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
@@ -108,17 +120,28 @@ def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
     return Order.objects.filter(product_id=product_id, customer=customer, idempotency_key=key).first()
 
 
-def create_order(
-    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+def new_order(
+    strategy: str, *, product_id: int, customer: str, quantity: int, token: int | None, key: str = ""
 ) -> Order:
-    return Order.objects.create(
+    """The one place an order is built (not saved): what was bought, by whom, under which strategy and token."""
+    return Order(
         product_id=product_id,
         customer=customer,
         quantity=quantity,
-        backend=strategy.name,
-        fence=grant.token,
+        backend=strategy,
+        fence=token,
         idempotency_key=key,
     )
+
+
+def create_order(
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> Order:
+    order = new_order(
+        strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
+    )
+    order.save(force_insert=True)
+    return order
 
 
 def attempt_section(

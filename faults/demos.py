@@ -75,13 +75,13 @@ def reset_product(*, sku: str, name: str, stock: int, per_customer_limit: int | 
     return reset_sale(sku=sku, stock=stock)
 
 
-def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, backend: str) -> bool:
+def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, strategy: str) -> bool:
     """The section's transaction: the checked write and, if it landed, the customer's units and order."""
     with transaction.atomic():
         if not checked_write(shelf, quantity=quantity, token=token, fenced=fenced):
             return False
         allocate(product_id=shelf.product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        new_order(backend, product_id=shelf.product_id, customer=customer, quantity=quantity, token=token).save()
+        new_order(strategy, product_id=shelf.product_id, customer=customer, quantity=quantity, token=token).save()
     return True
 
 

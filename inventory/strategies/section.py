@@ -128,7 +128,7 @@ def new_order(
         product_id=product_id,
         customer=customer,
         quantity=quantity,
-        backend=strategy,
+        strategy=strategy,
         fence=token,
         idempotency_key=key,
     )

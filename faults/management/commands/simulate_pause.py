@@ -141,7 +141,7 @@ class Command(BaseCommand):
     def a_writes_late(self, strategy: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
         """A writes what it decided before its pause, with its stale fence, after B's write."""
         landed = write_order(
-            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=strategy
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, strategy=strategy
         )
         after_a = read_shelf(product.pk)
         stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
@@ -211,7 +211,7 @@ class Command(BaseCommand):
         )
 
         accepted = write_order(
-            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=strategy
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, strategy=strategy
         )
         after_b = read_shelf(product.pk)
         recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"

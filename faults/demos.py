@@ -18,10 +18,10 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.db import transaction
 
 from inventory.audit import audit
-from inventory.models import Order, Product
+from inventory.models import Product
 from inventory.services import reset_sale
 from inventory.strategies.contract import Shelf
-from inventory.strategies.section import allocate, checked_write, read_shelf
+from inventory.strategies.section import allocate, checked_write, new_order, read_shelf
 from locks import Lease
 
 __all__ = ["Narrator", "Shelf", "audit_line", "read_shelf", "reset_product", "why_refused", "write_order"]
@@ -63,31 +63,28 @@ class Narrator:
             raise CommandError(f"{len(self.failures)} step(s) did not hold: " + "; ".join(self.failures))
 
 
-def reset_product(*, sku: str, name: str, stock: int) -> Product:
-    """The demo's product, on sale now with ``stock`` units, no orders and fence 0."""
+def reset_product(*, sku: str, name: str, stock: int, per_customer_limit: int | None = None) -> Product:
+    """A demo's (or a burst's) product, created if missing, on sale now with ``stock`` units, no
+    orders and fence 0; a customer may buy ``per_customer_limit`` units (by default all of them).
+    The instrument stays out of the shop window: the storefront's home page does not list it."""
+    limit = stock if per_customer_limit is None else per_customer_limit
     Product.objects.get_or_create(
         sku=sku,
-        defaults={
-            "name": name,
-            "price": Decimal("1.00"),
-            "initial_stock": stock,
-            "stock": stock,
-            "per_customer_limit": stock,
-        },
+        defaults={"name": name, "price": Decimal("1.00"), "initial_stock": stock, "stock": stock},
     )
-    Product.objects.filter(sku=sku).update(name=name, per_customer_limit=stock, sale_starts_at=None, sale_ends_at=None)
+    Product.objects.filter(sku=sku).update(
+        name=name, per_customer_limit=limit, sale_starts_at=None, sale_ends_at=None, listed=False
+    )
     return reset_sale(sku=sku, stock=stock)
 
 
-def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, backend: str) -> bool:
+def write_order(shelf: Shelf, *, customer: str, quantity: int, token: int | None, fenced: bool, strategy: str) -> bool:
     """The section's transaction: the checked write and, if it landed, the customer's units and order."""
     with transaction.atomic():
         if not checked_write(shelf, quantity=quantity, token=token, fenced=fenced):
             return False
         allocate(product_id=shelf.product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        Order.objects.create(
-            product_id=shelf.product_id, customer=customer, quantity=quantity, backend=backend, fence=token
-        )
+        new_order(strategy, product_id=shelf.product_id, customer=customer, quantity=quantity, token=token).save()
     return True
 
 

@@ -181,23 +181,8 @@ def make_fault(
 ) -> Fault:
     """The fault called ``name``, acting on the part it needs; :class:`FaultError` names a missing one.
 
-    * ``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
-      nodes, restarts them empty. Default hold 2 s for a minority; 0.1 s for a majority, a crash
-      and restart (a hold of 1 s let most of the clients' stale connections fail and be dropped
-      before a release could pick one: issue 16). The distlock page delays a restart by one TTL;
-      restarted sooner, a majority of forgetful nodes can grant a lock that is still held, and only
-      the storage check keeps the second holder's write out.
-    * ``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
-      start empty. Default hold 0.1 s, a crash and restart (as for ``kill-majority``).
-    * ``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s.
-    * ``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease. With
-      ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`).
-    * ``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
-      ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s.
-    * ``kill-zk-member`` (``zookeeper_ensemble``) and ``kill-holder`` (``workers``, ``holding``,
-      ``sold``): see :mod:`faults.crash`.
-    * ``kill-pod``: ``pod`` (returns the pod at inject time): SIGKILL to its gunicorn master and
-      workers, then started again on its port. Default hold 1 s.
+    Each name has one builder below (``_FAULT_BUILDERS``; ``kill-zk-member`` and ``kill-holder``
+    in :mod:`faults.crash`), which says which part it needs and how long it holds by default.
     """
 
     def need(part, what: str):
@@ -230,6 +215,12 @@ def make_fault(
 
 
 def _kill_redlock_nodes(name: str, need, *, redlock_nodes, hold_s, **_) -> Fault:
+    """``kill-minority`` / ``kill-majority``: ``redlock_nodes``; kills the first (N-1)//2 or N//2+1
+    nodes, restarts them empty. Default hold 2 s for a minority; 0.1 s for a majority, a crash
+    and restart (a hold of 1 s let most of the clients' stale connections fail and be dropped
+    before a release could pick one: issue 16). The distlock page delays a restart by one TTL;
+    restarted sooner, a majority of forgetful nodes can grant a lock that is still held, and only
+    the storage check keeps the second holder's write out."""
     nodes = need(redlock_nodes, "the Redlock nodes (redlock_nodes=RedisNodes)")
     count = (len(nodes) - 1) // 2 if name == "kill-minority" else len(nodes) // 2 + 1
     if count < 1:
@@ -245,6 +236,8 @@ def _kill_redlock_nodes(name: str, need, *, redlock_nodes, hold_s, **_) -> Fault
 
 
 def _restart_redis(name: str, need, *, redis_node, hold_s, **_) -> Fault:
+    """``restart-redis``: ``redis_node`` (a private node, never the machine's 6379); SIGKILL, then
+    start empty. Default hold 0.1 s, a crash and restart (as for ``kill-majority``)."""
     node = need(redis_node, "a private Redis node (redis_node=RedisNode)")
     return KillProcesses(
         name=name,
@@ -256,6 +249,7 @@ def _restart_redis(name: str, need, *, redis_node, hold_s, **_) -> Fault:
 
 
 def _failover(name: str, need, *, pair, hold_s, lag_s, **_) -> Fault:
+    """``failover``: ``pair`` (started); see :class:`Failover`. Default hold 1 s, ``lag_s`` 0.2 s."""
     return Failover(
         pair=need(pair, "a started master + replica (pair=ReplicatedPair)"),
         hold_s=1.0 if hold_s is None else hold_s,
@@ -264,6 +258,8 @@ def _failover(name: str, need, *, pair, hold_s, lag_s, **_) -> Fault:
 
 
 def _pause_worker(name: str, need, *, workers, lease_ttl_ms, hold_s, holding, **_) -> Fault:
+    """``pause-worker``: ``workers`` and ``lease_ttl_ms``; default hold 1.5 × the lease. With
+    ``holding``, it aims at a worker inside its section (see :class:`PauseWorker`)."""
     workers = need(workers, "the worker pids it may pause (workers=callable returning pids)")
     ttl_ms = need(lease_ttl_ms, "the lock's lease (lease_ttl_ms)")
     hold_s = ttl_ms * 1.5 / 1000.0 if hold_s is None else hold_s
@@ -273,6 +269,8 @@ def _pause_worker(name: str, need, *, workers, lease_ttl_ms, hold_s, holding, **
 
 
 def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
+    """``kill-etcd-member``: ``etcd_cluster`` (indexable members with ``kill()`` / ``start()``, and
+    ``leader()`` if it has one): kills the leader (else member 0), restarts it. Default hold 2 s."""
     cluster = need(etcd_cluster, "the etcd cluster (etcd_cluster=EtcdCluster)")
 
     def victim() -> list[Restartable]:
@@ -289,6 +287,8 @@ def _kill_etcd_member(name: str, need, *, etcd_cluster, hold_s, **_) -> Fault:
 
 
 def _kill_pod(name: str, need, *, pod, hold_s, **_) -> Fault:
+    """``kill-pod``: ``pod`` (returns the pod at inject time): SIGKILL to its gunicorn master and
+    workers, then started again on its port. Default hold 1 s."""
     pod = need(pod, "the pod to kill (pod=callable returning it)")
     return KillProcesses(
         name=name,

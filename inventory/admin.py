@@ -242,8 +242,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Order)
 class OrderAdmin(ReadOnlyAdmin):
-    list_display = ["id", "product", "customer_link", "quantity", "backend", "fence", "created_at"]
-    list_filter = ["product", "backend", CustomerFilter]
+    list_display = ["id", "product", "customer_link", "quantity", "strategy", "fence", "created_at"]
+    list_filter = ["product", "strategy", CustomerFilter]
     search_fields = ["customer", "product__sku"]
     list_select_related = ["product"]
     date_hierarchy = "created_at"

@@ -97,7 +97,7 @@ class Order(models.Model):
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="orders")
     customer = models.CharField(max_length=64, db_index=True, help_text="The shopper's session identity.")
     quantity = models.PositiveIntegerField()
-    backend = models.CharField(max_length=32, help_text="The strategy that guarded this purchase.")
+    strategy = models.CharField(max_length=32, help_text="The strategy that guarded this purchase.")
     fence = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the lock grant, if any.")
     idempotency_key = models.CharField(
         max_length=64, blank=True, default="", help_text="The client's Idempotency-Key: a retry gets this order back."

@@ -28,16 +28,15 @@ from __future__ import annotations
 import tempfile
 import time
 from contextlib import nullcontext
-from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
 from django.utils import timezone
 
+from faults.demos import reset_product
 from inventory.audit import audit
 from inventory.models import BurstRun, Product
-from inventory.services import reset_sale
 from processes.children import ChildError
 
 from .faultrun import FaultRun
@@ -62,13 +61,7 @@ from .report.sentences import sentence
 
 def prepare_product(*, sku: str, stock: int) -> Product:
     """The burst's own product, created if missing, on sale now with ``stock`` units and no orders."""
-    Product.objects.get_or_create(
-        sku=sku,
-        defaults={"name": "Flash-burst phone", "price": Decimal("1.00"), "initial_stock": stock, "stock": stock},
-    )
-    # The instrument stays out of the shop window: a shopper's home page does not list it.
-    Product.objects.filter(sku=sku).update(sale_starts_at=None, sale_ends_at=None, per_customer_limit=1, listed=False)
-    return reset_sale(sku=sku, stock=stock)
+    return reset_product(sku=sku, name="Flash-burst phone", stock=stock, per_customer_limit=1)
 
 
 def run_row(

@@ -12,7 +12,6 @@ client. Slices of the two rows alternate so machine noise hits both alike.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -22,9 +21,10 @@ from locks.etcd import EtcdLock
 from locks.etcd_client import EtcdClient
 from processes.etcd_cluster import EtcdCluster
 
+from .bench import alternate
+
 LOCK_NAME = "lockbench:etcd"
 TTL_MS = 10_000
-SLICE_S = 0.2
 # On the project's disk, like the shop's cluster: the rate is the disk's fsync rate.
 RUN_DIR = Path(__file__).resolve().parents[1] / ".run" / "lockbench-etcd"
 
@@ -66,29 +66,3 @@ def etcd_rows(seconds: float, base_port: int) -> list[dict]:
     finally:
         client.close()
         cluster.wipe()
-
-
-def alternate(cases: dict[str, Callable[[], None]], seconds: float) -> list[dict]:
-    """Run each case in slices of ``SLICE_S``, the cases taking turns, ``seconds`` each in all; a row
-    ``{"name", "ops_per_s", "us_per_op"}`` per case. Ten calls each first, off the clock (connections,
-    sessions)."""
-    for op in cases.values():
-        for _ in range(10):
-            op()
-    totals = {name: [0, 0.0] for name in cases}
-    for _ in range(max(1, round(seconds / SLICE_S))):
-        for name, op in cases.items():
-            count, started = 0, time.perf_counter()
-            deadline = started + SLICE_S
-            while True:
-                op()
-                count += 1
-                now = time.perf_counter()
-                if now >= deadline:
-                    break
-            totals[name][0] += count
-            totals[name][1] += now - started
-    return [
-        {"name": name, "ops_per_s": round(ops / spent, 1), "us_per_op": round(spent / ops * 1e6, 1)}
-        for name, (ops, spent) in totals.items()
-    ]

@@ -7,7 +7,7 @@
   the shop uses it: the create, one ``getChildren`` to see it is the lowest, the delete.
 
 Both are two ZooKeeper writes per cycle, each fsynced on a majority of the members. Slices of the
-two rows alternate (:func:`~loadtests.etcd_bench.alternate`) so machine noise hits both alike.
+two rows alternate (:func:`~loadtests.bench.alternate`) so machine noise hits both alike.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from locks.zookeeper import LOCK_ROOT, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
 
-from .etcd_bench import alternate
+from .bench import alternate
 
 LOCK_NAME = "lockbench:zookeeper"
 SESSION_MS = 10_000

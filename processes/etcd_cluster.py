@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
 import requests
 
-from .members import MemberGroup
+from .members import Member, MemberGroup
 from .nodes import NodeError
-from .pidfile import PidfileProcess
 
 INSTALL_HINT = "etcd not found on PATH: install it (Debian: apt-get install etcd-server)"
 
@@ -52,13 +50,16 @@ def _get_ok(url: str, timeout_s: float) -> requests.Response | None:
     return response if response.status_code == 200 else None
 
 
-class EtcdMember(PidfileProcess):
+class EtcdMember(Member):
     """One ``etcd`` process of a cluster; ``initial_cluster`` names every member's peer URL.
 
-    Killed, it keeps what it had fsynced for :meth:`start`.
+    Killed, it keeps what it had fsynced for :meth:`start`. A member answers only while it can
+    reach a majority (itself included): restart one at a time, or start a whole cluster with
+    :meth:`EtcdCluster.start`.
     """
 
-    stop_wait_s = 10.0
+    product = "etcd"
+    error = EtcdClusterError
 
     def __init__(
         self,
@@ -88,6 +89,10 @@ class EtcdMember(PidfileProcess):
         return f"http://{self.host}:{self.client_port}"
 
     @property
+    def where(self) -> str:
+        return self.endpoint
+
+    @property
     def peer_url(self) -> str:
         return f"http://{self.host}:{self.peer_port}"
 
@@ -110,26 +115,6 @@ class EtcdMember(PidfileProcess):
             return response is not None and response.json().get("health") == "true"
         except ValueError:
             return False
-
-    def start(self, *, wait_s: float = 10.0) -> None:
-        """Start the member, rejoining with its data, and wait until it serves HTTP; a no-op when it runs.
-
-        A member answers only while it can reach a majority (itself included): restart one at a
-        time, or start a whole cluster with :meth:`EtcdCluster.start`.
-        """
-        process = self.spawn()
-        if process is None:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.answers():
-                return
-            if process.poll() is not None:
-                raise EtcdClusterError(f"etcd {self.name} exited with {process.returncode}; see {self.logfile}")
-            time.sleep(0.05)
-        raise EtcdClusterError(
-            f"etcd {self.name} did not answer on {self.endpoint} within {wait_s}s; see {self.logfile}"
-        )
 
     def spawn(self) -> subprocess.Popen | None:
         """Start the process without waiting for it; None when it already runs."""
@@ -169,9 +154,6 @@ class EtcdMember(PidfileProcess):
         self.pidfile.write_text(f"{process.pid}\n")
         return process
 
-    def not_running(self) -> EtcdClusterError:
-        return EtcdClusterError(f"etcd {self.name} is not running")
-
 
 class EtcdCluster(MemberGroup):
     """Members on ``client_ports`` (peers on each port + ``peer_offset``), state under ``run_dir``.
@@ -181,8 +163,7 @@ class EtcdCluster(MemberGroup):
     """
 
     label = "etcd cluster"
-
-    startable = True
+    error = EtcdClusterError
 
     def __init__(
         self,
@@ -193,8 +174,7 @@ class EtcdCluster(MemberGroup):
         heartbeat_ms: int = 100,
         election_ms: int = 1000,
     ) -> None:
-        if len(client_ports) < 1 or len(set(client_ports)) != len(client_ports):
-            raise ValueError(f"client_ports must be distinct and non-empty, got {list(client_ports)}")
+        self.distinct_ports(client_ports)
         run_dir = Path(run_dir)
         names = [f"etcd-{port}" for port in client_ports]
         initial = ",".join(
@@ -230,8 +210,9 @@ class EtcdCluster(MemberGroup):
     def endpoints(self) -> list[str]:
         return [member.endpoint for member in self.members]
 
-    def start(self, *, wait_s: float = 20.0) -> None:
-        """Start the members that are not running and wait until every one is healthy."""
+    def start(self, *, wait_s: float | None = None) -> None:
+        """Start the members that are not running and wait until every one is healthy; refuses a
+        cluster where only some members have data."""
         with_data = [member.name for member in self.members if member.data_dir.exists()]
         if with_data and len(with_data) != len(self.members):
             raise EtcdClusterError(
@@ -239,25 +220,6 @@ class EtcdCluster(MemberGroup):
                 "restore the others or remove that directory to start a new cluster"
             )
         self.reset(wait_s=wait_s)
-
-    def reset(self, *, wait_s: float = 20.0) -> None:
-        """Every member running and the cluster healthy, whatever a test did to it (paused, killed)."""
-        for member in self.members:
-            member.resume()
-            member.spawn()
-        deadline = time.monotonic() + wait_s
-        while not self.running():
-            if time.monotonic() > deadline:
-                raise EtcdClusterError(
-                    f"etcd cluster not healthy within {wait_s}s after a reset; see {self.run_dir}/*.log"
-                )
-            time.sleep(0.1)
-
-    def wipe(self) -> None:
-        """Stop every member and delete their data: the next start is a new cluster from revision 1."""
-        self.stop()
-        for member in self.members:
-            shutil.rmtree(member.data_dir, ignore_errors=True)
 
     def leader(self) -> EtcdMember | None:
         """The member that is raft leader now, by asking each member's status."""

@@ -25,13 +25,11 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 
-from .members import MemberGroup
+from .members import Member, MemberGroup
 from .nodes import NodeError
-from .pidfile import PidfileProcess
 
 INSTALL_HINT = "ZooKeeper not found (/usr/share/java/zookeeper.jar): install it (Debian: apt-get install zookeeper)"
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -77,13 +75,15 @@ def four_letter(host: str, port: int, word: str, timeout_s: float = 0.5) -> str 
     return b"".join(chunks).decode(errors="replace")
 
 
-class ZooKeeperMember(PidfileProcess):
+class ZooKeeperMember(Member):
     """One ZooKeeper server of an ensemble; ``servers`` holds every member's ``server.N=`` line.
 
     Killed, it keeps what it had fsynced for :meth:`start`.
     """
 
-    stop_wait_s = 10.0
+    product = "ZooKeeper"
+    error = ZooKeeperError
+    start_wait_s = 20.0
 
     def __init__(self, *, myid: int, client_port: int, run_dir: Path, servers: list[str], host: str = "127.0.0.1"):
         self.myid = myid
@@ -96,6 +96,10 @@ class ZooKeeperMember(PidfileProcess):
     @property
     def address(self) -> str:
         return f"{self.host}:{self.client_port}"
+
+    @property
+    def where(self) -> str:
+        return self.address
 
     @property
     def data_dir(self) -> Path:
@@ -146,24 +150,6 @@ class ZooKeeperMember(PidfileProcess):
         ]
         self.config_file.write_text("\n".join(lines) + "\n")
 
-    def start(self, *, wait_s: float = 20.0) -> None:
-        """Start the member with its data and wait until it accepts connections; a no-op when it runs.
-
-        It serves clients only once a majority runs: start a whole ensemble with
-        :meth:`ZooKeeperEnsemble.start`.
-        """
-        process = self.spawn()
-        if process is None:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.answers():
-                return
-            if process.poll() is not None:
-                raise ZooKeeperError(f"ZooKeeper {self.name} exited with {process.returncode}; see {self.logfile}")
-            time.sleep(0.05)
-        raise ZooKeeperError(f"ZooKeeper {self.name} did not answer on {self.address} within {wait_s}s")
-
     def spawn(self) -> subprocess.Popen | None:
         """Start the process without waiting for it; None when it already runs."""
         if self.pid() is not None:
@@ -182,9 +168,6 @@ class ZooKeeperMember(PidfileProcess):
         self.pidfile.write_text(f"{process.pid}\n")
         return process
 
-    def not_running(self) -> ZooKeeperError:
-        return ZooKeeperError(f"ZooKeeper {self.name} is not running")
-
 
 class ZooKeeperEnsemble(MemberGroup):
     """Members on ``client_ports`` (quorum ports + ``peer_offset``, election + 2 × ``peer_offset``).
@@ -194,12 +177,11 @@ class ZooKeeperEnsemble(MemberGroup):
     """
 
     label = "ZooKeeper ensemble"
-
-    startable = True
+    error = ZooKeeperError
+    ready_wait_s = 30.0
 
     def __init__(self, *, client_ports: Sequence[int], run_dir: Path | str, peer_offset: int = 10) -> None:
-        if len(client_ports) < 1 or len(set(client_ports)) != len(client_ports):
-            raise ValueError(f"client_ports must be distinct and non-empty, got {list(client_ports)}")
+        self.distinct_ports(client_ports)
         run_dir = Path(run_dir)
         servers = [
             f"server.{i}=127.0.0.1:{port + peer_offset}:{port + 2 * peer_offset}"
@@ -225,27 +207,6 @@ class ZooKeeperEnsemble(MemberGroup):
     @property
     def hosts(self) -> list[str]:
         return [member.address for member in self.members]
-
-    def start(self, *, wait_s: float = 30.0) -> None:
-        """Start the members that are not running and wait until every one serves."""
-        self.reset(wait_s=wait_s)
-
-    def reset(self, *, wait_s: float = 30.0) -> None:
-        """Every member running and serving, whatever a test did to it (paused, killed)."""
-        for member in self.members:
-            member.resume()
-            member.spawn()
-        deadline = time.monotonic() + wait_s
-        while not self.running():
-            if time.monotonic() > deadline:
-                raise ZooKeeperError(f"ZooKeeper ensemble not serving within {wait_s}s; see {self.run_dir}/*.log")
-            time.sleep(0.1)
-
-    def wipe(self) -> None:
-        """Stop every member and delete their data: the next start is a new ensemble, sequences from 0."""
-        self.stop()
-        for member in self.members:
-            shutil.rmtree(member.data_dir, ignore_errors=True)
 
     def leader(self) -> ZooKeeperMember | None:
         """The member that leads now, by ``srvr``."""

@@ -147,21 +147,21 @@ class TestOrders:
         purchase(sku="phone-x", customer="alice", quantity=1)
         purchase(sku="tablet", customer="alice", quantity=1)
         purchase(sku="tablet", customer="bob", quantity=1)
-        Order.objects.filter(customer="bob").update(backend="redis")
+        Order.objects.filter(customer="bob").update(strategy="redis")
 
     def rows(self, client, query: str) -> int:
         html = client.get(f"/admin/inventory/order/?{query}").content.decode()
         return html.count('class="action-checkbox"') or html.count("<tr class=")
 
-    def test_filter_by_product_backend_and_customer(self, staff, orders):
+    def test_filter_by_product_strategy_and_customer(self, staff, orders):
         tablet = Product.objects.get(sku="tablet")
         base = staff.get("/admin/inventory/order/")
         assert base.status_code == 200
-        assert "By customer" in base.content.decode() and "By backend" in base.content.decode()
+        assert "By customer" in base.content.decode() and "By strategy" in base.content.decode()
         cl = lambda q: staff.get(f"/admin/inventory/order/?{q}").context["cl"].result_count  # noqa: E731
         assert cl("") == 3
         assert cl(f"product__id__exact={tablet.pk}") == 2
-        assert cl("backend=redis") == 1
+        assert cl("strategy=redis") == 1
         assert cl("customer=alice") == 2
         assert cl(f"customer=alice&product__id__exact={tablet.pk}") == 1
 

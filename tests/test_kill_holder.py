@@ -149,8 +149,8 @@ def test_flashsale_kill_zk_member_sells_through_a_follower_and_is_busy_only_with
 def test_the_audit_finds_an_idempotency_key_with_two_orders(make_product):
     product = make_product(stock=5, limit=1)
     for customer in ("a", "b"):  # one resend sold twice, under two sessions: only the key ties them
-        Order.objects.create(product=product, customer=customer, quantity=1, backend="db", idempotency_key="k1")
-    Order.objects.create(product=product, customer="c", quantity=1, backend="db", idempotency_key="k2")
+        Order.objects.create(product=product, customer=customer, quantity=1, strategy="db", idempotency_key="k1")
+    Order.objects.create(product=product, customer="c", quantity=1, strategy="db", idempotency_key="k2")
     Product.objects.filter(pk=product.pk).update(stock=2)
     report = audit(sku=product.sku)
     assert (report.repeated_keys, report.oversold, report.lost) == (1, 0, 0)

@@ -1,6 +1,7 @@
 """The code says "strategy"; the older word "backend" is still accepted where users typed it:
 the environment, ``settings.INVENTORY``, and the commands' options. The burst JSON's ``backend``
-key and the ``backend`` columns of orders and burst runs keep their names (docs/operations.md)."""
+key and the ``backend`` column of burst runs keep their names; an order's column is ``strategy``
+(docs/operations.md)."""
 
 from __future__ import annotations
 

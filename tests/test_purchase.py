@@ -25,7 +25,7 @@ class TestOutcomes:
         result = purchase(sku="phone-x", customer="alice", quantity=2)
         assert result.outcome is Outcome.CONFIRMED
         order = Order.objects.get(pk=result.order_id)
-        assert (order.customer, order.quantity, order.backend) == ("alice", 2, strategy)
+        assert (order.customer, order.quantity, order.strategy) == ("alice", 2, strategy)
         assert Product.objects.get(sku="phone-x").stock == 1
         if strategy in FENCED_STRATEGIES:
             assert order.fence == Product.objects.get(sku="phone-x").fence > 0

@@ -19,17 +19,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..models import Allocation, Order
-from .contract import Grant, Refusal, SectionResult, Shelf
-from .section import decide, section_transaction
-
-if TYPE_CHECKING:
-    from .base import Strategy
+from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
+from .section import allocate_many, decide, new_order, section_transaction
 
 
 @dataclass(frozen=True)
@@ -106,32 +102,19 @@ def keyed_orders(product_id: int, asks: list[Ask]) -> dict[tuple[str, str], Orde
     }
 
 
-def allocate_many(*, product_id: int, units: dict[str, int], cap: int) -> None:
-    """Add each customer's units in one upsert (one row per customer: a row may not be hit twice)."""
-    rows = ", ".join(["(%s, %s, %s, %s)"] * len(units))
-    sql = (
-        f"INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES {rows} "
-        "ON CONFLICT (product_id, customer) "
-        "DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap"
-    )
-    params = [value for customer, amount in units.items() for value in (product_id, customer, amount, cap)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def new_order(strategy: Strategy, product_id: int, ask: Ask, grant: Grant) -> Order:
-    return Order(
+def order_for(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -> Order:
+    return new_order(
+        strategy.name,
         product_id=product_id,
         customer=ask.customer,
         quantity=ask.quantity,
-        backend=strategy.name,
-        fence=grant.token,
-        idempotency_key=ask.key,
+        token=grant.token,
+        key=ask.key,
     )
 
 
 def batch_section(
-    strategy: Strategy, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
+    strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
     with section_transaction(strategy):
@@ -154,7 +137,7 @@ def batch_section(
 
 
 def _write_in_bulk(
-    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+    strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> dict[int, Order] | None:
     """The sold asks' stock (one checked write), units and orders; None when the check refused."""
     sold = [index for index, verdict in enumerate(verdicts) if verdict.sell]
@@ -166,12 +149,12 @@ def _write_in_bulk(
     for index in sold:
         units[asks[index].customer] += asks[index].quantity
     allocate_many(product_id=product_id, units=dict(units), cap=shelf.per_customer_limit)
-    orders = Order.objects.bulk_create([new_order(strategy, product_id, asks[i], grant) for i in sold])
+    orders = Order.objects.bulk_create([order_for(strategy, product_id, asks[i], grant) for i in sold])
     return dict(zip(sold, orders, strict=True))
 
 
 def _write_one_by_one(
-    strategy: Strategy, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
+    strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> tuple[list[Verdict | IntegrityError], dict[int, Order] | None]:
     """Each sold ask's units and order in a savepoint; the asks after a refused one decided again."""
     held = held_by(product_id, {ask.customer for ask in asks})
@@ -187,7 +170,7 @@ def _write_one_by_one(
                     allocate_many(
                         product_id=product_id, units={ask.customer: ask.quantity}, cap=shelf.per_customer_limit
                     )
-                    created[index] = new_order(strategy, product_id, ask, grant)
+                    created[index] = order_for(strategy, product_id, ask, grant)
                     created[index].save()
             except IntegrityError as exc:
                 created.pop(index, None)

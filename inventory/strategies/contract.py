@@ -2,6 +2,8 @@
 
 Values only, no behaviour: the strategies (``base``, ``section`` and one module each) and the
 purchase path (``inventory.services``) import them from here, so none of them imports back.
+:class:`SectionParts` is what the section code (``section``, ``batch``) needs of a strategy, so
+that code never imports the ``Strategy`` class that calls it.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
     from ..models import Order
@@ -89,3 +91,19 @@ class SectionResult:
     refusal: Refusal | None = None
     conflict: Shelf | None = None  # the storage check refused the write based on this read
     replayed: bool = False  # with ``order``: an earlier order with the same idempotency key
+
+
+class SectionParts(Protocol):
+    """What the section asks of a strategy: its name (recorded on each order), how long its
+    transaction may wait for a row lock, its read and its write.
+
+    Every :class:`~inventory.strategies.base.Strategy` is one; ``section`` and ``batch`` take this
+    instead of importing the base class back.
+    """
+
+    name: str
+    row_lock_timeout_ms: int
+
+    def read(self, product_id: int) -> Shelf: ...
+
+    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool: ...

@@ -23,11 +23,10 @@ from django.db import IntegrityError, OperationalError
 from django.utils import timezone
 
 from ..models import Allocation, Product
-from .atomic import take_in_one_statement, take_units
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section, keyed_orders
 from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
-from .section import find_order, lock_timed_out, read_shelf
+from .section import find_order, lock_timed_out, read_shelf, take_in_one_statement, take_units
 
 logger = logging.getLogger(__name__)
 

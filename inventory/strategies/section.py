@@ -21,24 +21,21 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Allocation, Order, Product
-from .contract import Grant, Outcome, Refusal, SectionResult, Shelf
-
-if TYPE_CHECKING:
-    from .base import Strategy
+from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shelf
 
 #: PostgreSQL's SQLSTATE for "lock_timeout passed while waiting for a lock" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
 
 
 @contextmanager
-def section_transaction(strategy: Strategy) -> Iterator[None]:
+def section_transaction(strategy: SectionParts) -> Iterator[None]:
     """The section's transaction, whose first statement bounds every wait for a row lock.
 
     A row lock held elsewhere (an open admin transaction, a stuck pod, ``psql``) would otherwise
@@ -110,13 +107,15 @@ def held_units(product_id: int, customer: str) -> int:
     )
 
 
+# The customer's units: one upsert, one VALUES row per customer (a row may not be hit twice). The
+# CHECK refuses a total past ``cap``.
 ALLOCATE = """
-INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES (%s, %s, %s, {cap})
+INSERT INTO inventory_allocation (product_id, customer, units, cap) VALUES {rows}
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = inventory_allocation.units + EXCLUDED.units, cap = EXCLUDED.cap
 """
 # The same, but adding nothing (and returning no row) when the total would pass the cap.
-ALLOCATE_WITHIN_CAP = ALLOCATE + " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
+WITHIN_CAP = " WHERE inventory_allocation.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units"
 # The cap when the caller has not read the product: its limit, read by the same statement.
 PRODUCT_LIMIT = "(SELECT per_customer_limit FROM inventory_product WHERE id = %s)"
 
@@ -126,10 +125,20 @@ def allocate(
 ) -> bool:
     """Add ``quantity`` to the customer's units of the product (the CHECK refuses more than ``cap``,
     by default the product's per-customer limit)."""
-    sql = (ALLOCATE_WITHIN_CAP if within_cap_only else ALLOCATE).format(cap="%s" if cap is not None else PRODUCT_LIMIT)
+    sql = ALLOCATE.format(rows=f"(%s, %s, %s, {'%s' if cap is not None else PRODUCT_LIMIT})")
+    if within_cap_only:
+        sql += WITHIN_CAP
     with connection.cursor() as cursor:
         cursor.execute(sql, [product_id, customer, quantity, product_id if cap is None else cap])
         return cursor.fetchone() is not None if within_cap_only else True
+
+
+def allocate_many(*, product_id: int, units: dict[str, int], cap: int) -> None:
+    """Add each customer's units in one upsert (the batch's customers, each once)."""
+    sql = ALLOCATE.format(rows=", ".join(["(%s, %s, %s, %s)"] * len(units)))
+    params = [value for customer, amount in units.items() for value in (product_id, customer, amount, cap)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
@@ -138,19 +147,32 @@ def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
     return Order.objects.filter(product_id=product_id, customer=customer, idempotency_key=key).first()
 
 
-def create_order(strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> Order:
-    return Order.objects.create(
+def new_order(
+    strategy: str, *, product_id: int, customer: str, quantity: int, token: int | None, key: str = ""
+) -> Order:
+    """The one place an order is built (not saved): what was bought, by whom, under which strategy and token."""
+    return Order(
         product_id=product_id,
         customer=customer,
         quantity=quantity,
-        backend=strategy.name,
-        fence=grant.token,
+        strategy=strategy,
+        fence=token,
         idempotency_key=key,
     )
 
 
+def create_order(
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> Order:
+    order = new_order(
+        strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
+    )
+    order.save(force_insert=True)
+    return order
+
+
 def attempt_section(
-    strategy: Strategy, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
     """One run of read → decide → write → record, in one transaction."""
     with section_transaction(strategy):
@@ -168,3 +190,39 @@ def attempt_section(
             strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
         )
     return SectionResult(order=order)
+
+
+def on_sale(now: datetime) -> Q:
+    return (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
+        Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
+    )
+
+
+def take_units(product_id: int, quantity: int, *, now: datetime | None = None) -> bool:
+    """Take ``quantity`` units while the sale is on and the row holds them (one conditional UPDATE)."""
+    rows = Product.objects.filter(on_sale(now or timezone.now()), pk=product_id, stock__gte=quantity)
+    return rows.update(stock=F("stock") - quantity, version=F("version") + 1) == 1
+
+
+def take_in_one_statement(
+    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
+) -> SectionResult:
+    """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
+    now = timezone.now()
+    with section_transaction(strategy):
+        replay = find_order(product_id=product_id, customer=customer, key=key)
+        if replay is not None:
+            return SectionResult(order=replay, replayed=True)
+        if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
+            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
+        if take_units(product_id, quantity, now=now):
+            return SectionResult(
+                order=create_order(
+                    strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+                )
+            )
+        # Nothing taken: undo the units, then say why from the row as it is now.
+        transaction.set_rollback(True)
+    shelf = read_shelf(product_id)
+    refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=now)
+    return SectionResult(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))

@@ -172,7 +172,9 @@ class Command(BaseCommand):
         step = self.narrator.step
         shelf_a, lease_a = a.shelf, a.lease
         if lease_b is None:
-            landed = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, backend="redlock")
+            landed = write_order(
+                shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, strategy="redlock"
+            )
             step(landed, f"A, the only holder, writes with token {lease_a.fence}: accepted")
         else:
             step(
@@ -181,9 +183,11 @@ class Command(BaseCommand):
                 f"grant, so the counters still order the two holders",
             )
             shelf_b = read_shelf(product.pk)
-            landed = write_order(shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=True, backend="redlock")
+            landed = write_order(
+                shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=True, strategy="redlock"
+            )
             step(landed, f"B reads stock {shelf_b.stock} and writes with token {lease_b.fence}: accepted")
-            late = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, backend="redlock")
+            late = write_order(shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=True, strategy="redlock")
             step(
                 not late,
                 f"A's late write (stock {shelf_a.stock} -> {shelf_a.stock - 1}, token {lease_a.fence}): "

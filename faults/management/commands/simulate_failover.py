@@ -176,7 +176,7 @@ class Command(BaseCommand):
         step, note = self.narrator.step, self.narrator.note
         shelf_a, lease_a, shelf_b, lease_b = a.shelf, a.lease, b.shelf, b.lease
         a_landed = write_order(
-            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend="redis"
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, strategy="redis"
         )
         step(
             a_landed,
@@ -184,7 +184,7 @@ class Command(BaseCommand):
             f"accepted, A's order written",
         )
         b_landed = write_order(
-            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend="redis"
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, strategy="redis"
         )
         if self.fenced:
             refusal = why_refused(shelf_b, lease_b.fence)
@@ -256,7 +256,7 @@ class Command(BaseCommand):
                 f"is still on {holding} of the other 4 nodes and a grant needs 3 of 5",
             )
             landed = write_order(
-                shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend="redlock"
+                shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, strategy="redlock"
             )
             oversold, line = audit_line(REDLOCK_SKU)
             step(landed and oversold == 0, f"A, the only holder, writes with token {lease_a.fence}: accepted; {line}")

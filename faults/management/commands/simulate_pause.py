@@ -37,12 +37,13 @@ from django.core.management.base import BaseCommand, CommandError
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
 from faults.frozen_holder import ForkedHolder
 from inventory.models import Product
+from inventory.strategies import load_strategy
 from inventory.strategies.contract import Shelf
+from inventory.strategies.fenced import FencedLockStrategy
 from inventory.strategies.section import read_shelf
-from locks import Lease, NotOwned, RedisLock, Redlock
-from locks.etcd import EtcdLock
+from locks import Lease, NotOwned
 from locks.etcd_client import EtcdClient
-from locks.zookeeper import ZooKeeperClient, ZooKeeperLock
+from locks.zookeeper import ZooKeeperClient
 from processes.needs import project_cluster, project_ensemble
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_PAUSE_BASE_PORT
@@ -79,8 +80,8 @@ class Command(BaseCommand):
     def handle(self, *args, strategy: str, base_port: int, unfenced: bool, **options):
         self.narrator = Narrator(self.stdout)
         self.fenced = not unfenced
-        self.etcd_sessions: list[EtcdClient] = []
-        nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
+        self.strategies: list[FencedLockStrategy] = []
+        self.nodes = nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
         cluster = {"etcd": project_cluster, "zookeeper": project_ensemble}.get(strategy, lambda: None)()
         try:
             needed = [*nodes] if strategy == "redlock" else [cluster] if cluster is not None else []
@@ -96,8 +97,10 @@ class Command(BaseCommand):
                 try:
                     self.run_scenario(strategy, clients)
                 finally:
-                    for client in clients + self.etcd_sessions:
+                    for client in clients:
                         client.close()
+                    for built in self.strategies:
+                        built.close()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
         self.narrator.check()
@@ -138,7 +141,7 @@ class Command(BaseCommand):
     def a_writes_late(self, strategy: str, product: Product, lease_a: Lease, shelf_a: Shelf, after_b: Shelf) -> None:
         """A writes what it decided before its pause, with its stale fence, after B's write."""
         landed = write_order(
-            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, backend=strategy
+            shelf_a, customer="A", quantity=1, token=lease_a.fence, fenced=self.fenced, strategy=strategy
         )
         after_a = read_shelf(product.pk)
         stale = f"A writes with stale fence {lease_a.fence} (stock {shelf_a.stock} -> {shelf_a.stock - 1})"
@@ -154,20 +157,29 @@ class Command(BaseCommand):
                 f"{stale}: LANDS, nothing checks it (storage check off): B's sale is overwritten, A's order written",
             )
 
-    def make_lock(self, strategy: str, clients: list[redis.Redis], name: str, *, forked: bool = False):
-        if strategy == "zookeeper":
-            # A in a child process of its own (see the module's docstring); B on this process's session.
-            if forked:
-                return ForkedHolder(clients[0].hosts, name, session_ms=ZOOKEEPER_SESSION_MS)
-            return ZooKeeperLock(clients[0], name, timeout_ms=0)
+    def make_lock(self, strategy: str, clients: list, name: str, *, forked: bool = False):
+        """A lock as the strategy itself makes it (``make_lock``), with the demo's lifetime and no wait."""
+        if strategy == "zookeeper" and forked:
+            # A in a child process of its own (see the module's docstring); B on a session here.
+            return ForkedHolder(clients[0].hosts, name, session_ms=ZOOKEEPER_SESSION_MS)
+        # A new strategy per lock: A and B each get their own client, so etcd gives each its own
+        # session, as two processes would (etcd's shortest lease is 2 s).
+        built = load_strategy(strategy, config=self.lock_config(strategy, clients))
+        self.strategies.append(built)
+        return built.make_lock(name)
+
+    def lock_config(self, strategy: str, clients: list) -> dict:
+        """The strategy's settings, pointed at this demo's Redis, nodes, cluster or ensemble."""
+        config = {"LOCK_TTL_MS": ZOOKEEPER_SESSION_MS if strategy == "zookeeper" else TTL_MS, "ACQUIRE_TIMEOUT_MS": 0}
         if strategy == "redis":
-            return RedisLock(clients[0], name, ttl_ms=TTL_MS, timeout_ms=0)
-        if strategy == "etcd":
-            # A and B each get their own session, as two processes would; etcd's shortest lease is 2 s.
-            client = EtcdClient(clients[0].endpoints)
-            self.etcd_sessions.append(client)
-            return EtcdLock(client, name, ttl_ms=TTL_MS, timeout_ms=0)
-        return Redlock(clients, name, ttl_ms=TTL_MS, timeout_ms=0)
+            config["REDIS_URL"] = settings.INVENTORY["REDIS_URL"]
+        elif strategy == "redlock":
+            config["REDLOCK_URLS"] = self.nodes.urls
+        elif strategy == "etcd":
+            config["ETCD_ENDPOINTS"] = clients[0].endpoints
+        else:
+            config["ZOOKEEPER_HOSTS"] = clients[0].hosts
+        return config
 
     def holders(self, clients: list, name: str, token: str) -> int:
         if isinstance(clients[0], EtcdClient):  # the lock is the key ``token``, on the cluster
@@ -199,7 +211,7 @@ class Command(BaseCommand):
         )
 
         accepted = write_order(
-            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, backend=strategy
+            shelf_b, customer="B", quantity=1, token=lease_b.fence, fenced=self.fenced, strategy=strategy
         )
         after_b = read_shelf(product.pk)
         recorded = f"row fence {after_b.fence}" if self.fenced else "unchecked: the row records no fence"

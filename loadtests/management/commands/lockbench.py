@@ -27,7 +27,6 @@ Last, the consensus engines on private 3-member clusters, each with its raw floo
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import json
 import multiprocessing
@@ -44,7 +43,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from hiredis import pack_command
 
+from loadtests.bench import alternate
 from loadtests.etcd_bench import etcd_rows
+from loadtests.figures import percentile
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
 from processes.nodes import NodeError, RedisNodes
@@ -224,11 +225,6 @@ def _contender(port: int, wait: str, start_at: float, stop_at: float, results) -
     results.put(waits)
 
 
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
 class Command(BaseCommand):
     requires_system_checks: list[str] = []
     help = "Benchmark lock acquire+release/s: floors, our locks, peer libraries, contended handoff."
@@ -301,36 +297,16 @@ class Command(BaseCommand):
             "ours-redlock-async": _ours_redlock_async(loop, async_clients),
             "redis-py-lock-async": _redis_py_lock_async(loop, async_clients[0]),
         }
-        totals = {name: [0, 0.0] for name in cases}
-        for op in cases.values():  # warm connections and script caches outside the clock
-            for _ in range(20):
-                op()
-        # Django's import graph would otherwise be re-scanned by every full GC pass, taxing the
-        # rows that allocate more per op; freezing it measures the locks, not the host process.
-        gc.collect()
-        gc.freeze()
-        slice_s = seconds / rounds
-        for round_no in range(1, rounds + 1):
-            for name, op in cases.items():
-                per_call = getattr(op, "batch", 1) * 10
-                count, started = 0, time.perf_counter()
-                deadline = started + slice_s
-                while True:
-                    for _ in range(10):
-                        op()
-                    count += per_call
-                    now = time.perf_counter()
-                    if now >= deadline:
-                        break
-                totals[name][0] += count
-                totals[name][1] += now - started
-                ops, spent = totals[name]
-                self._progress(f"round {round_no}/{rounds}  {name:<18} {ops / spent:>9.0f} ops/s")
+        rows = alternate(
+            cases,
+            seconds,
+            rounds=rounds,
+            warmup=20,
+            calls_per_check=10,
+            progress=lambda done, of, name, rate: self._progress(f"round {done}/{of}  {name:<18} {rate:>9.0f} ops/s"),
+        )
         self._progress("")
-        return [
-            {"name": name, "ops_per_s": round(ops / spent, 1), "us_per_op": round(spent / ops * 1e6, 1)}
-            for name, (ops, spent) in totals.items()
-        ]
+        return rows
 
     def _contended(self, nodes: RedisNodes, seconds: float) -> list[dict]:
         ctx = multiprocessing.get_context("fork")
@@ -362,7 +338,7 @@ class Command(BaseCommand):
                     "name": f"contended-{wait}",
                     "ops_per_s": round(ops, 1),
                     "us_per_op": round(1e6 / ops, 1),
-                    "p99_wait_ms": round(p99(waits) * 1000, 2),
+                    "p99_wait_ms": round(percentile(sorted(waits), 0.99) * 1000, 2),
                     "median_wait_ms": round(statistics.median(waits) * 1000, 2),
                 }
             )

@@ -32,6 +32,8 @@ CONNECTION_SAMPLE_INTERVAL_S = 0.05
 #: cores, and a server that takes the CPU from its own load generator slows the spike it is measured
 #: by. On separate machines (as in production) the two never compete; this approximates that.
 POD_NICE = 5
+#: Requests HAProxy lets each pod hold at once, per thread (measured: see docs/distributed.md).
+HAPROXY_POD_QUEUE = 4
 
 
 def database_url() -> str:
@@ -228,7 +230,7 @@ class Row:
             pods=self.ports,
             health_path=self.health_path,
             connections=(plan.requests if plan.scenario == "spike" else plan.users) + 16,
-            per_pod=plan.workers * plan.threads,
+            per_pod=plan.workers * plan.threads * HAPROXY_POD_QUEUE,
             idle_s=keepalive_s(plan),
         )
         try:

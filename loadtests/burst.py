@@ -188,11 +188,13 @@ def run_processes(
         try:
             if on_progress:
                 on_progress(progress)
+            row.reserve_ports()
+            row.start_locusts()  # Locust starts while the pods boot; it prepares nobody before row.go()
             row.start_pods()
             progress.step("pods", since)
             row.warm_up()
             progress.step("warm_up", since)
-            row.start_locusts()
+            row.go()
             if faulted:
                 faulted.start(pod_pid=row.first_pod_pid, answered=row.answered, pod=RestartablePod(row, 0))
             drive(row, progress, on_progress, since)
@@ -268,7 +270,8 @@ def drive(
     while True:
         report = row.progress_report()
         note_steps(progress, report, since)
-        progress.finished = not row.master.running()
+        # The summary is written before the master quits (it then writes Locust's own reports).
+        progress.finished = not row.master.running() or row.summary_path.exists()
         progress.prepared = report.get("prepared", 0)
         progress.sent, progress.answered = report.get("sent", 0), report.get("answered", 0)
         last_round = report.get("round", 0) + 1 >= report.get("rounds", 1)

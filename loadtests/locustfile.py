@@ -91,6 +91,9 @@ def add_arguments(parser) -> None:
         help="where purchases are posted; several, comma-separated: one round each, in order",
     )
     group.add_argument("--prepare-path", default="/api/session", help="the GET that sets a shopper's cookies")
+    group.add_argument(
+        "--wait-for", default="", help="master: hand out the shares only once this file exists (the pods are up)"
+    )
     group.add_argument("--quantity", type=int, default=1, help="units per purchase")
     group.add_argument("--max-retries", type=int, default=3, help="resends of one purchase (busy, no answer)")
     group.add_argument("--countdown", type=float, default=1.0, help="seconds from every shopper ready to the opening")
@@ -156,6 +159,8 @@ def follow(environment, mine: Conductor) -> None:
     """Master: rewrite the progress file; the lone process also takes its own reports here."""
     options = environment.parsed_options
     while mine is conductor and mine.phase != "ended":
+        if not mine.planned and mine.users:
+            hand_out(environment)
         if is_worker(environment) and sale is not None:
             absorb(environment, LOCAL, sale.report())
         if options.progress_file:
@@ -182,11 +187,19 @@ def tell_workers(environment, kind: str, data: dict, worker: str | None = None) 
 
 
 def on_users(environment, msg) -> None:
-    """Master: a worker's user count; once all are in, every worker's share."""
+    """Master: a worker's user count; once all are in (and ``--wait-for`` exists), every worker's share."""
     runner = environment.runner
     index = runner.get_worker_index(msg.node_id) if isinstance(runner, MasterRunner) else 0
     conductor.count_users(msg.node_id, index=index, users=msg.data["users"])
-    for worker, plan in conductor.plans(runner.target_user_count).items():
+    hand_out(environment)
+
+
+def hand_out(environment) -> None:
+    """Master: every worker's share, once the user counts add up and the pods may be shopped."""
+    wait_for = environment.parsed_options.wait_for
+    if wait_for and not os.path.exists(wait_for):
+        return  # follow() tries again every PROGRESS_INTERVAL_S
+    for worker, plan in conductor.plans(environment.runner.target_user_count).items():
         tell_workers(environment, "flashsale_plan", plan, worker)
 
 

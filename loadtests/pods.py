@@ -179,15 +179,28 @@ class Row:
         self.master: Child | None = None
         self.workers: list[Child] = []
         self.summary_path = scratch / "summary.json"
+        self.go_path = scratch / "go"
         self.progress_path = scratch / "progress.json"
         self.locust_report = run_dir / "locust" / f"{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     def access_log(self, pod: int) -> Path:
         return self.run_dir / f"{self.backend}-pod{pod}-access.log"
 
+    def reserve_ports(self) -> None:
+        """The pods' (and the balancer's) ports, chosen before anything starts: Locust is started
+        with them while the pods boot, and waits for :meth:`go` before it prepares any shopper."""
+        self.ports = [free_port() for _ in range(self.plan.pods)]
+        if self.plan.balancer == "haproxy":
+            self.balancer_port = free_port()
+
+    def go(self) -> None:
+        """The pods are up and warm: the Locust master may hand out the shares (``--wait-for``)."""
+        self.go_path.touch()
+
     def start_pods(self) -> None:
+        if not self.ports:
+            self.reserve_ports()
         for pod in range(self.plan.pods):
-            self.ports.append(free_port())
             self.access_log(pod).unlink(missing_ok=True)
             self.pods.append(self.start_pod(pod))
         for pod in range(self.plan.pods):
@@ -224,7 +237,7 @@ class Row:
 
     def start_balancer(self) -> None:
         plan = self.plan
-        self.balancer_port = free_port()
+        self.balancer_port = self.balancer_port or free_port()
         config = haproxy_config(
             port=self.balancer_port,
             pods=self.ports,
@@ -248,6 +261,7 @@ class Row:
 
     def start_locusts(self) -> None:
         """One Locust master and ``plan.locust_workers`` workers (``loadtests/locustfile.py``)."""
+        wait_for_lingering_masters()
         plan = self.plan
         closed = plan.scenario != "spike"
         users = max(1, min(plan.users if closed else plan.requests, plan.requests))
@@ -267,6 +281,7 @@ class Row:
                 *("--sku", plan.sku, "--max-retries", str(plan.max_retries), "--countdown", str(plan.countdown_s)),
                 *("--path", ",".join(f"/api/products/{{sku}}/{endpoint}" for endpoint in self.rounds)),
                 *("--summary-json", str(self.summary_path), "--progress-file", str(self.progress_path)),
+                *("--wait-for", str(self.go_path)),
                 *("--csv", str(self.locust_report), "--html", f"{self.locust_report}.html"),
             ],
             cwd=settings.BASE_DIR,
@@ -323,8 +338,13 @@ class Row:
         thread pool), and by now every answer is in (the Locust master exits half a second after
         the last one, and gunicorn logs a request right after answering it); so are the Locust
         workers, whose figures are the master's once it has stopped."""
-        stop_all([self.master, self.balancer])
+        stop_all([self.balancer])
         stop_all([*self.workers, *self.pods], signal.SIGKILL)  # the master has every worker's reports
+        # The master writes Locust's HTML and CSV reports as it quits (about 1.5 s): the next row
+        # goes on meanwhile, and waits for it only before it starts its own master on the same port.
+        if self.master is not None:
+            LINGERING.append(threading.Thread(target=stop_all, args=([self.master],), name="locust-master-stop"))
+            LINGERING[-1].start()
 
     def server_purchases(self, endpoint: str) -> int:
         """POSTs to ``endpoint`` (``purchase``, ``floor``) that reached the pods, from their access
@@ -353,6 +373,16 @@ class RestartablePod:
     def start(self) -> None:
         self.row.pods[self.index] = self.row.start_pod(self.index)
         self.row.wait_for_pod(self.index)
+
+
+#: Locust masters of rows that have ended, still writing their reports as they quit.
+LINGERING: list[threading.Thread] = []
+
+
+def wait_for_lingering_masters() -> None:
+    """Return once every earlier row's Locust master has quit (it held the master port)."""
+    while LINGERING:
+        LINGERING.pop().join()
 
 
 WARM_UP_CONNECTIONS, WARM_UP_REQUESTS = 16, 8

@@ -35,7 +35,7 @@ from loadtests.options import (
     threads_for_batches,
 )
 from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
-from loadtests.pods import collect_static, database_url
+from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
 from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, steps_line, table_row
@@ -168,28 +168,27 @@ class Command(BaseCommand):
         runs: list[dict] = []
         previous_sigterm = self.stop_on_sigterm()
         try:
-            with processes_running(needs_of(names)) as started:
-                if started:
-                    self.stderr.write(f"started {', '.join(s.description for s in started)}; stopped at the end")
-                collect_static()
+            # Each row starts (and stops) only the processes its own strategy needs: see run_round.
+            collect_static()
+            self.stdout.write(
+                f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
+                f"× {plan.workers} workers × {plan.threads} threads"
+                + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                + f", pool {plan.pool_max_size} per worker at most, "
+                f"Locust master + {plan.locust_workers} worker(s)"
+            )
+            if fault:
                 self.stdout.write(
-                    f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
-                    f"× {plan.workers} workers × {plan.threads} threads"
-                    + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
-                    + f", pool {plan.pool_max_size} per worker at most, "
-                    f"Locust master + {plan.locust_workers} worker(s)"
+                    f"fault {fault}, injected after a third of the purchases were answered; no floor row"
+                    + ("; storage check off (INVENTORY_FENCED=0)" if unfenced else "")
                 )
-                if fault:
-                    self.stdout.write(
-                        f"fault {fault}, injected after a third of the purchases were answered; no floor row"
-                        + ("; storage check off (INVENTORY_FENCED=0)" if unfenced else "")
-                    )
-                self.stdout.write(table_row([title for title, _ in COLUMNS]))
-                for round_number in range(1, repeat + 1):
-                    runs += self.run_round(keys, plan, balancers, round_number=round_number if repeat > 1 else None)
+            self.stdout.write(table_row([title for title, _ in COLUMNS]))
+            for round_number in range(1, repeat + 1):
+                runs += self.run_round(keys, plan, balancers, round_number=round_number if repeat > 1 else None)
         except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
+            wait_for_lingering_masters()  # their Locust reports are complete, and no process is left
             if previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, previous_sigterm)
         return runs
@@ -202,7 +201,13 @@ class Command(BaseCommand):
         runs: list[dict] = []
         for name, size in keys:
             for balancer in balancers:
-                run = self.run_one(name, replace(row_plan(plan, size, self.batched), balancer=balancer), floor=None)
+                # Only this row's own processes run beside it (an etcd cluster or a ZooKeeper ensemble
+                # idling beside every other row would take its share of the two cores).
+                with processes_running(needs_of([name])) as started:
+                    if started:
+                        self.stderr.write(f"{name}: started {', '.join(s.description for s in started)} for this row")
+                    plan_row = replace(row_plan(plan, size, self.batched), balancer=balancer)
+                    run = self.run_one(name, plan_row, floor=None)
                 if round_number:
                     run["round"] = round_number
                 runs.append(run)

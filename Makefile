@@ -9,12 +9,12 @@ MANAGE := $(BIN)/python manage.py
 .PHONY: demo test check lint-and-services serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 # The spike of every strategy (and its floor, measured on each row's own pods) through HAProxy in
-# front of two pods (docs/burst.md); then one hot SKU at the speed of its database: db, redis and
-# redlock with each purchase alone in its section and with up to 64 sharing one (docs/batching.md).
+# front of two pods (docs/burst.md); then one hot SKU at the speed of its database: db and redis
+# with each purchase alone in its section and with up to 64 sharing one (docs/batching.md).
 demo: services migrate seed static
 	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 --balancer haproxy \
 		--json artifacts/burst.json --report artifacts/report.html
-	$(MANAGE) flashsale --scenario deep --backends db,redis,redlock --requests 1000 --batch 1,64 \
+	$(MANAGE) flashsale --scenario deep --backends db,redis --requests 1000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html
 
 # What both lanes run first: lint and format check (pyproject.toml), the import contract

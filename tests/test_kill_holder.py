@@ -208,7 +208,7 @@ def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_repla
         run.fault.kills = [{"at": killed_at, "pid": 1, "holder": True}]
         # An order before the kill; the dead holder's lock is free 3 s after it and the next order is committed.
         for customer, created in (("a", kill - 1.0), ("b", kill + 3.0)):
-            order = Order.objects.create(product=product, customer=customer, quantity=1, backend="redis")
+            order = Order.objects.create(product=product, customer=customer, quantity=1, strategy="redis")
             Order.objects.filter(pk=order.pk).update(created_at=datetime.fromtimestamp(created, tz=UTC))
         # [sent, answered, status, lock ms, 503s, resets]: a's resend (its connection was reset) is
         # answered 201 from its order at once, without the lock; b's purchase waits out the lock.

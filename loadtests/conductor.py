@@ -22,25 +22,7 @@ No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messa
 from __future__ import annotations
 
 from loadtests.figures import merge
-from loadtests.sale import SERIES, TOTALS
-
-#: Fields of a worker's report that are its totals so far (the latest report wins).
-LATEST = (
-    *TOTALS,
-    "phase",
-    "finished",
-    "conflicts",
-    "retries",
-    "constraint_hits",
-    "status_counts",
-    "outcomes",
-    "errors",
-    "first_sent_at",
-    "last_sent_at",
-    "last_answered_at",
-    "last_confirmed_at",
-    "whole",
-)
+from loadtests.messages import LATEST, SERIES
 
 
 class Conductor:

@@ -1,11 +1,13 @@
-"""The checks ``manage.py flashsale`` makes of its options before anything starts; each refuses
-with :class:`~django.core.management.base.CommandError`."""
+"""The checks ``manage.py flashsale`` makes of its options before anything starts (each refuses
+with :class:`~django.core.management.base.CommandError`), and the rows they plan
+(:func:`planned_rows`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from django.core.management.base import CommandError
@@ -160,3 +162,53 @@ def check_balancers(balancer: str, *, master_port: int) -> list[str]:
         except BalancerError as exc:
             raise CommandError(str(exc)) from exc
     return names
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What ``flashsale`` runs: every row's plan but its BATCH size and balancer, each row's key
+    (strategy, BATCH size), the balancers, and the threads per worker of the batched rows."""
+
+    plan: BurstPlan
+    keys: list[tuple[str, int]]
+    balancers: list[str]
+    batch_threads: int
+
+
+def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
+    """Check ``flashsale``'s ``options`` (as Django passes them) and plan its rows; ``pool_size``
+    (pods, workers, threads) gives the connections each gunicorn worker may open."""
+    scenario, fault, unfenced = options["scenario"], options.get("fault"), options.get("unfenced", False)
+    names = strategy_names(scenario=scenario, strategies=options["strategies"])
+    keys = [(name, size) for name in names for size in batch_sizes(options.get("batch", "1"))]
+    numbers = {name: options[name] for name in ("requests", "stock", "users", "workers", "threads", "pods")}
+    timeout, locust_workers = check_numbers(
+        scenario=scenario,
+        **numbers,
+        locust_workers=options["locust_workers"],
+        repeat=options["repeat"],
+        timeout=options["timeout"],
+    )
+    check_paths(sku=options["sku"], json_path=options["json_path"], report_path=options.get("report_path", ""))
+    balancers = check_balancers(options["balancer"], master_port=options["master_port"])
+    sizing = {name: numbers[name] for name in ("threads", "users", "pods", "workers")}
+    batch_threads = threads_for_batches(options.get("batch_threads"), **sizing)
+    check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
+    plan = BurstPlan(
+        scenario=scenario,
+        sku=options["sku"],
+        **numbers,
+        pool_max_size=pool_size(
+            pods=numbers["pods"], workers=numbers["workers"], threads=max(numbers["threads"], batch_threads)
+        ),
+        locust_workers=locust_workers,
+        master_port=options["master_port"],
+        balancer=balancers[0],
+        timeout_s=timeout,
+        fault=fault,
+        fault_hold_s=options.get("fault_hold"),
+        fenced=not unfenced,
+        yardstick=options.get("yardstick", False),
+        floor_round=options.get("floor_round", True),
+    )
+    return Rows(plan=plan, keys=keys, balancers=balancers, batch_threads=batch_threads)

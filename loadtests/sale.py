@@ -12,34 +12,23 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gevent.event import Event
 
 from loadtests.figures import TIMING_KEYS, parse_server_timing
+from loadtests.messages import BODY_COUNTS, SERIES, TOTALS
 
 if TYPE_CHECKING:
     from geventhttpclient.header import Headers
 
-    from loadtests.locustfile import Shopper
 
-#: The last counter fields of a response body that the burst adds up.
-BODY_COUNTS = ("conflicts", "retries", "constraint_hits")
-#: Counters a report carries as this worker's totals so far.
-TOTALS = (
-    "limit",
-    "prepared",
-    "page_failures",
-    "sent",
-    "answered",
-    "busy",
-    "client_retries",
-    "transport_resends",
-    "balancer_answers",
-    "transport_errors",
-)
-#: Lists a report carries as the items added since the previous report.
-SERIES = ("latencies_ms", "sent_times", "answer_times", "purchases")
+class Opener(Protocol):
+    """A shopper whose first purchase is written at the opening (the locustfile's ``Shopper``)."""
+
+    first_send: float | BaseException | None
+
+    def send_now(self, request: bytes) -> float | OSError: ...
 
 
 class Sale:
@@ -61,7 +50,7 @@ class Sale:
         self.prepared = 0
         self.page_failures = 0  # shoppers whose preparation failed every attempt
         self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
-        self.opening: list[list[tuple[Shopper, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
+        self.opening: list[list[tuple[Opener, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
         self.on_round_end: Callable[[Sale], None] | None = None  # told once this worker's round is answered
         self.start_round(0)
 

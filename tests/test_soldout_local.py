@@ -41,7 +41,7 @@ def test_sold_out_and_keyed_retries_are_answered_without_a_round_trip(use_strate
     use_strategy("db")
     first = sell_out(make_product)
     request.getfixturevalue("redis_unreachable")
-    assert soldout.look("phone-x").local
+    assert soldout.read("phone-x").local
     assert purchase(sku="phone-x", customer="d", quantity=1).outcome is Outcome.SOLD_OUT
     again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
     assert again.confirmed and again.order_id == first.order_id
@@ -61,10 +61,10 @@ def test_a_broken_listener_connection_drops_every_mark(use_strategy, make_produc
     while MARKS.get("phone-x", url=url) is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert MARKS.get("phone-x", url=url) is None, "a mark outlived its listener"
-    assert not soldout.look("phone-x").local  # asked Redis again
+    assert not soldout.read("phone-x").local  # asked Redis again
     deadline = time.monotonic() + 5
     while not MARKS.get("phone-x", url=url) and time.monotonic() < deadline:
-        soldout.look("phone-x")  # kept again once the listener has subscribed again
+        soldout.read("phone-x")  # kept again once the listener has subscribed again
         time.sleep(0.05)
     assert MARKS.get("phone-x", url=url) is not None
 

@@ -20,11 +20,10 @@ from django.utils import timezone
 
 from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.strategies import needs_of, strategy_class
-from loadtests.arguments import add_arguments
 from loadtests.balancer import BalancerError
 from loadtests.burst import floor_row, run_row
 from loadtests.figures import median_run
-from loadtests.options import planned_rows, row_plan
+from loadtests.options import add_arguments, planned_rows, row_plan
 from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine

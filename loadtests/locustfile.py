@@ -146,7 +146,7 @@ class FlashSale:
         events.user_error.add_listener(self.on_user_error)
         #: Between processes, messages are Locust's custom messages; the lone process calls these itself.
         self.to_master = {messages.USERS: self.on_users, messages.READY: self.on_ready, messages.REPORT: self.on_report}
-        self.to_workers = {messages.PLAN: self.on_plan, messages.OPEN: self.on_open}
+        self.to_workers = {messages.SHARE: self.on_share, messages.OPEN: self.on_open}
 
     def on_init(self, environment, **kwargs) -> None:
         self.environment = environment
@@ -171,7 +171,7 @@ class FlashSale:
         """Master: rewrite the progress file; the lone process also takes its own reports here."""
         options = environment.parsed_options
         while mine is self.conductor and mine.phase != "ended":
-            if not mine.planned and mine.users:
+            if not mine.shared and mine.users:
                 self.hand_out(environment)
             if is_worker(environment) and self.sale is not None:
                 self.absorb(environment, LOCAL, self.sale.report())
@@ -204,8 +204,8 @@ class FlashSale:
         wait_for = environment.parsed_options.wait_for
         if wait_for and not os.path.exists(wait_for):
             return  # follow() tries again every PROGRESS_INTERVAL_S
-        for worker, plan in self.conductor.plans(environment.runner.target_user_count).items():
-            self.tell_workers(environment, messages.PLAN, plan, worker)
+        for worker, share in self.conductor.shares(environment.runner.target_user_count).items():
+            self.tell_workers(environment, messages.SHARE, share, worker)
 
     def on_ready(self, environment, msg) -> None:
         """Master: a worker has built its shoppers' requests for a round; the last one starts the countdown."""
@@ -272,9 +272,9 @@ class FlashSale:
         if self.sale is not None:
             data["flashsale"] = self.sale.report()
 
-    def on_plan(self, environment, msg) -> None:
+    def on_share(self, environment, msg) -> None:
         """Worker: the master's share for this worker's users."""
-        self.sale.plan(**msg.data)
+        self.sale.take_share(**msg.data)
         self.tell_ready(environment, 0)
 
     def tell_ready(self, environment, number: int) -> None:
@@ -298,7 +298,7 @@ class FlashSale:
         meanwhile is parsed between two sends. Each shopper then reads its own answer.
         """
         number, sale = msg.data.get("round", 0), self.sale
-        if sale is None or not sale.planned.is_set() or number >= sale.rounds or sale.gates[number].is_set():
+        if sale is None or not sale.shared.is_set() or number >= sale.rounds or sale.gates[number].is_set():
             return
         sale.phase = "open"
         for shopper, request in sale.opening[number]:
@@ -337,7 +337,7 @@ class Shopper(User):
     @task
     def shop(self) -> None:
         options = self.environment.parsed_options
-        self.sale.planned.wait()
+        self.sale.shared.wait()
         hosts = [host for host in options.hosts.split(",") if host] or [self.environment.host]
         self.connection = Connection(hosts, self.sale.offset + self.index)
         shoppers = [self.prepare(options) for _ in range(self.sale.shoppers_of(self.index))]

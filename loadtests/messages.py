@@ -11,7 +11,7 @@ READY = "flashsale_ready"
 #: Worker → master: its last report of a round, with every purchase of it.
 REPORT = "flashsale_report"
 #: Master → one worker: its share of the sale.
-PLAN = "flashsale_plan"
+SHARE = "flashsale_share"
 #: Master → every worker at once: a round's gate opens.
 OPEN = "flashsale_open"
 

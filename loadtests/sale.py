@@ -42,7 +42,7 @@ class Sale:
         self.purchases = 0  # purchases in the whole sale
         self.limit = 0  # this worker's purchases (per round)
         self.rounds = rounds  # sales run one after the other by the same prepared shoppers
-        self.planned = Event()  # the master has told the share
+        self.shared = Event()  # the master has told the share
         self.gates = [Event() for _ in range(rounds)]  # round r is open
         self.armed: Counter[int] = Counter()  # round → shoppers whose request for it is built
         self.ready_told: set[int] = set()  # rounds this worker has said it is ready for
@@ -92,13 +92,13 @@ class Sale:
 
     def ready_for(self, number: int) -> bool:
         """Every shopper of this worker has its request for round ``number`` built (or failed to prepare)."""
-        return self.planned.is_set() and self.armed[number] + self.page_failures >= self.limit
+        return self.shared.is_set() and self.armed[number] + self.page_failures >= self.limit
 
-    def plan(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
+    def take_share(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
         """The master's share: global user ``offset`` onward, of ``users`` buying ``purchases``."""
         self.offset, self.total_users, self.purchases = offset, max(1, users), purchases
         self.limit = sum(self.shoppers_of(index) for index in range(local_users))
-        self.planned.set()
+        self.shared.set()
 
     def shoppers_of(self, user_index: int) -> int:
         """How many shoppers local user ``user_index`` (0-based) prepares and buys for."""
@@ -150,7 +150,7 @@ class Sale:
 
     @property
     def finished(self) -> bool:
-        return bool(self.errors) or (self.planned.is_set() and self.answered + self.page_failures >= self.limit)
+        return bool(self.errors) or (self.shared.is_set() and self.answered + self.page_failures >= self.limit)
 
     def progress(self) -> dict:
         return {"phase": self.phase, "round": self.round, **{name: getattr(self, name) for name in TOTALS}}

@@ -46,8 +46,8 @@ def config(settings, etcd_cluster):
 
 
 def test_the_strategy_describes_its_cluster(config, etcd_cluster):
-    [service] = processes_for(EtcdLockStrategy.needs(config))
-    assert service.endpoints == ENDPOINTS and service.startable and service.running()
+    [process] = processes_for(EtcdLockStrategy.needs(config))
+    assert process.endpoints == ENDPOINTS and process.startable and process.running()
     assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
     assert EtcdLockStrategy.checks(config) == []
     assert [m.id for m in EtcdLockStrategy.checks({**config, "ETCD_ENDPOINTS": ENDPOINTS[:2]})] == ["inventory.W004"]

@@ -59,8 +59,8 @@ def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
 
 
 def test_the_strategy_describes_its_ensemble(config, ensemble):
-    [service] = processes_for(ZooKeeperLockStrategy.needs(config))
-    assert service.hosts == HOSTS and service.startable and service.running()
+    [process] = processes_for(ZooKeeperLockStrategy.needs(config))
+    assert process.hosts == HOSTS and process.startable and process.running()
     assert ZooKeeperLockStrategy.server_env(config) == {"ZOOKEEPER_HOSTS": ",".join(HOSTS)}
     assert ZooKeeperLockStrategy.checks(config) == []
     assert [m.id for m in ZooKeeperLockStrategy.checks({**config, "ZOOKEEPER_HOSTS": HOSTS[:2]})] == ["inventory.W005"]

@@ -84,7 +84,7 @@ class Command(BaseCommand):
         self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
     ) -> list[dict]:
         """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
-        times, with the services the strategies need running; each row printed as it ends. A row is
+        times, with the processes the strategies need running; each row printed as it ends. A row is
         a strategy at a BATCH size."""
         fault = plan.fault
         names = list(dict.fromkeys(name for name, _ in keys))

@@ -51,7 +51,7 @@ def config(settings, ensemble):
 def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
     """Close ``strategy``'s session from a second connection with its id and password: the ensemble
     ends it and deletes its znodes, as it does when a frozen holder's session times out."""
-    session_id, password = strategy.client._kazoo.client_id
+    session_id, password = strategy.client.session_credentials()
     twin = KazooClient(hosts=",".join(HOSTS), client_id=(session_id, password))
     twin.start(timeout=5)
     twin.stop()

@@ -9,6 +9,7 @@ that does not exist.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -188,3 +189,25 @@ def test_a_stale_name_is_caught_and_a_live_one_is_not(code_names):
         "make nosuchtarget",
         "NO_SUCH_SETTING_MS",
     ]
+
+
+def listed_in_testing_md(test_file: Path, quoted: set[str]) -> bool:
+    """``docs/testing.md`` names ``test_file``: its path, its bare name (for a file directly in
+    ``tests/``), a folder above it, or a pattern it matches (``tests/test_simulate_*.py``)."""
+    relative = test_file.relative_to(ROOT).as_posix()
+    return (
+        relative in quoted
+        or (test_file.parent == ROOT / "tests" and test_file.name in quoted)
+        or any(word.endswith("/") and relative.startswith(word) for word in quoted)
+        or any("*" in word and fnmatch.fnmatch(relative, word) for word in quoted)
+    )
+
+
+def test_testing_md_lists_every_test_file():
+    quoted = {word.rstrip(".,:;") for word in _CODE.findall(prose(ROOT / "docs/testing.md"))}
+    unlisted = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        if not listed_in_testing_md(path, quoted)
+    ]
+    assert not unlisted, f"docs/testing.md does not say what these prove: {unlisted}"

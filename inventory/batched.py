@@ -111,15 +111,15 @@ def run_batch(
 ) -> list[PurchaseResult]:
     """The batch section until it writes; on a conflict re-run as the strategy allows, then busy."""
     conflicts = retries = 0
-    recovered, careful = False, False
+    recovered, savepoint_each = False, False
     for attempt_number in range(strategy.max_attempts + 1):
         started = time.perf_counter()
         try:
-            batch = strategy.attempt_batch(product_id=product_id, asks=asks, grant=grant, careful=careful)
+            batch = strategy.attempt_batch(product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each)
         except IntegrityError:
-            if careful:
+            if savepoint_each:
                 raise
-            careful = True
+            savepoint_each = True
             continue
         except OperationalError as exc:
             if not lock_timed_out(exc):

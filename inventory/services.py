@@ -98,12 +98,12 @@ def purchase(
     if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):
         raise InventoryError("Idempotency-Key must be 1 to 64 letters, digits, - or _")
     timings = Timings()
-    mark = soldout.look(sku, customer=customer, key=idempotency_key)
-    if mark is not None and (mark.order_id or (mark.sold_out and not _past(mark.ends_at))):
-        check_quantity(quantity, limit=mark.limit or MAX_QUANTITY)
+    seen = soldout.read(sku, customer=customer, key=idempotency_key)
+    if seen is not None and (seen.order_id or (seen.sold_out and not _past(seen.ends_at))):
+        check_quantity(quantity, limit=seen.limit or MAX_QUANTITY)
         timings.total_ms = _elapsed_ms(began)
-        if mark.order_id:
-            return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=mark.order_id, timings=timings)
+        if seen.order_id:
+            return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     shelf = shelf_for_sku(sku)
     if shelf is None:
@@ -114,7 +114,7 @@ def purchase(
     if replay or refusal:
         timings.total_ms = _elapsed_ms(began)
         result = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
-        return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+        return _remember(result, sku=sku, shelf=shelf, seen=seen, customer=customer, key=idempotency_key)
     if strategy.batch > 1:
         result = purchase_in_batch(
             strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key
@@ -131,7 +131,7 @@ def purchase(
             timings=timings,
         )
     timings.total_ms = _elapsed_ms(began)
-    return _remember(result, sku=sku, shelf=shelf, mark=mark, customer=customer, key=idempotency_key)
+    return _remember(result, sku=sku, shelf=shelf, seen=seen, customer=customer, key=idempotency_key)
 
 
 def _alone(
@@ -160,13 +160,13 @@ def _past(moment: float | None) -> bool:
 
 
 def _remember(
-    result: PurchaseResult, *, sku: str, shelf: Shelf, mark: soldout.Look | None, customer: str, key: str
+    result: PurchaseResult, *, sku: str, shelf: Shelf, seen: soldout.Reading | None, customer: str, key: str
 ) -> PurchaseResult:
     """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
-    if mark is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
-        soldout.mark(sku, generation=mark.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
-    elif result.confirmed and key and mark is not None and mark.era is not None:
-        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id, era=mark.era)
+    if seen is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
+        soldout.mark(sku, generation=seen.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
+    elif result.confirmed and key and seen is not None and seen.era is not None:
+        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id, era=seen.era)
     return result
 
 

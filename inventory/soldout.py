@@ -91,7 +91,7 @@ def _noted_order(value: bytes | None, era: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class Look:
+class Reading:
     """What one read of the mark saw."""
 
     generation: int
@@ -103,7 +103,7 @@ class Look:
     era: int | None = None  # the sale's era at this read (None: answered from memory), for notes
 
 
-def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
+def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
     """This process's mark (no round trip), else one MGET: the generation, the mark, and the key's
     note. None when Redis does not answer."""
     url = settings.INVENTORY["REDIS_URL"]
@@ -112,7 +112,7 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
         if key and kept.orders is None:
             kept.orders = final_orders(sku)  # once per generation and process; two threads may both read it
         order_id = kept.orders.get((customer, key)) if key else None
-        return Look(kept.generation, True, kept.limit, kept.ends_at, order_id=order_id, local=True)
+        return Reading(kept.generation, True, kept.limit, kept.ends_at, order_id=order_id, local=True)
     epoch = MARKS.epoch(sku, url=url)
     gen_key, mark_key = _keys(sku)
     keys = [gen_key, mark_key, era_key(sku)] + ([_note_key(sku, customer, key)] if key else [])
@@ -124,9 +124,9 @@ def look(sku: str, *, customer: str = "", key: str = "") -> Look | None:
     generation, era = int(values[0] or 0), int(values[2] or 0)
     order_id = _noted_order(values[3], era) if key else None
     if not values[1]:
-        return Look(generation, False, order_id=order_id, era=era)
+        return Reading(generation, False, order_id=order_id, era=era)
     mark_generation, limit, ends_at = values[1].decode().split(":")
-    found = Look(
+    found = Reading(
         generation,
         int(mark_generation) == generation,
         int(limit),

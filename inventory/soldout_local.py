@@ -40,13 +40,18 @@ RECONNECT_S = 0.5
 MARK_TTL_S = 2.0
 
 
+def clock() -> float:
+    """Seconds on the clock marks run out by: :func:`time.monotonic` (a test may put its own in)."""
+    return time.monotonic()
+
+
 @dataclass
 class Entry:
     generation: int
     limit: int
     ends_at: float | None
     orders: dict[tuple[str, str], int] | None = None  # read on the first keyed request, then kept
-    kept_until: float = field(default_factory=lambda: time.monotonic() + MARK_TTL_S)
+    kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
 
 
 class LocalMarks:
@@ -60,13 +65,12 @@ class LocalMarks:
         self._subscribed = threading.Event()
         self._owner: int | None = None  # the pid whose listener thread serves these marks
         self._url: str | None = None
-        self.told = 0  # messages received (tests wait on it)
 
     def get(self, sku: str, *, url: str) -> Entry | None:
         with self._lock:
             mine = self._owner == os.getpid() and self._url == url
             entry = self._entries.get(sku) if mine and self._subscribed.is_set() else None
-            if entry is not None and time.monotonic() >= entry.kept_until:
+            if entry is not None and clock() >= entry.kept_until:
                 del self._entries[sku]  # ran out: ask Redis (and then the database) again
                 return None
             return entry
@@ -89,7 +93,6 @@ class LocalMarks:
         with self._lock:
             self._epochs[sku] = self._epochs.get(sku, 0) + 1
             self._entries.pop(sku, None)
-            self.told += 1
 
     def drop_all(self, *, subscribed: bool = False) -> None:
         """Forget every mark (and void every epoch taken); ``subscribed``: the listener still is."""

@@ -3,10 +3,10 @@
 No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messages and events.
 
 1. Every worker tells how many users it runs (``users``, once its users are spawned). When the
-   counts add up to the users of the sale, :meth:`Conductor.plans` gives each worker, in worker
+   counts add up to the users of the sale, :meth:`Conductor.shares` gives each worker, in worker
    index order, the global index of its first user: together the workers send exactly the sale's
-   purchases (:meth:`loadtests.sale.Sale.plan`).
-2. Every planned worker prepares its shoppers and says ``ready``; once all are, the master waits
+   purchases (:meth:`loadtests.sale.Sale.take_share`).
+2. Every worker with a share prepares its shoppers and says ``ready``; once all are, the master waits
    the countdown and opens the gate for all of them with one broadcast message. A sale may have
    several rounds (e.g. the floor endpoint, then the purchase, on the same pods): the same
    prepared shoppers buy once per round, and each round opens once every worker has answered
@@ -14,7 +14,7 @@ No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messa
 3. Every worker's report (Locust's ``report_to_master`` / ``worker_report``, every
    ``REPORT_INTERVAL_S``) carries its totals and the purchases answered since its previous
    report; :meth:`Conductor.absorb` keeps them, :meth:`Conductor.summary` merges them
-   (:func:`loadtests.figures.merge`). A round is over when every planned worker's last report for
+   (:func:`loadtests.figures.merge`). A round is over when every worker with a share's last report for
    it says it has finished; the sale is over after the last round (or once a worker reports an
    error in the locustfile). Each report names its round; a late one for another round is dropped.
 """
@@ -22,25 +22,7 @@ No Locust import and no I/O: ``loadtests/locustfile.py`` feeds it Locust's messa
 from __future__ import annotations
 
 from loadtests.figures import merge
-from loadtests.sale import SERIES, TOTALS
-
-#: Fields of a worker's report that are its totals so far (the latest report wins).
-LATEST = (
-    *TOTALS,
-    "phase",
-    "finished",
-    "conflicts",
-    "retries",
-    "constraint_hits",
-    "status_counts",
-    "outcomes",
-    "errors",
-    "first_sent_at",
-    "last_sent_at",
-    "last_answered_at",
-    "last_confirmed_at",
-    "whole",
-)
+from loadtests.messages import LATEST, SERIES
 
 
 class Conductor:
@@ -52,7 +34,7 @@ class Conductor:
         self.round = 0  # the round being prepared or run
         self.done: list[dict] = []  # the summary of every finished round
         self.users: dict[str, tuple[int, int]] = {}  # worker → (its index, its users)
-        self.planned: dict[str, dict] = {}  # worker → the plan it was sent
+        self.shared: dict[str, dict] = {}  # worker → the share it was sent
         self.ready: dict[int, set[str]] = {}  # round → the workers ready for it
         self.figures: dict[str, dict] = {}  # worker → its report of this round so far (lists accumulated)
         self.phase = "preparing"
@@ -62,35 +44,35 @@ class Conductor:
     def count_users(self, worker: str, *, index: int, users: int) -> None:
         self.users[worker] = (index, users)
 
-    def plans(self, total_users: int) -> dict[str, dict]:
-        """Once the workers' user counts add up to ``total_users`` (and no plan was sent yet):
-        each worker's plan; otherwise nothing."""
-        if self.planned or sum(users for _, users in self.users.values()) != total_users or not total_users:
+    def shares(self, total_users: int) -> dict[str, dict]:
+        """Once the workers' user counts add up to ``total_users`` (and no share was sent yet):
+        each worker's share; otherwise nothing."""
+        if self.shared or sum(users for _, users in self.users.values()) != total_users or not total_users:
             return {}
         purchases = self.purchases or total_users
         offset = 0
         for worker, (_, users) in sorted(self.users.items(), key=lambda item: item[1][0]):
             if users:
-                self.planned[worker] = {
+                self.shared[worker] = {
                     "offset": offset,
                     "users": total_users,
                     "purchases": purchases,
                     "local_users": users,
                 }
             offset += users
-        return dict(self.planned)
+        return dict(self.shared)
 
     def mark_ready(self, worker: str, *, opens_at: float, round: int = 0) -> bool:
-        """Note ``worker`` ready for ``round``; True when this made every planned worker ready for
+        """Note ``worker`` ready for ``round``; True when this made every worker with a share ready for
         the round being prepared: the countdown to ``opens_at`` starts."""
-        if worker not in self.planned or round < self.round:
+        if worker not in self.shared or round < self.round:
             return False
         self.ready.setdefault(round, set()).add(worker)
         return self.count_down(opens_at)
 
     def count_down(self, opens_at: float) -> bool:
-        """True (once) when every planned worker is ready for the round being prepared."""
-        if self.phase == "preparing" and self.ready.get(self.round, set()) == set(self.planned):
+        """True (once) when every worker with a share is ready for the round being prepared."""
+        if self.phase == "preparing" and self.ready.get(self.round, set()) == set(self.shared):
             self.phase, self.opens_at = "countdown", opens_at
             return True
         return False
@@ -134,7 +116,7 @@ class Conductor:
     def finished(self) -> bool:
         if self.errors:
             return True
-        return bool(self.planned) and all(self.figures.get(w, {}).get("finished") for w in self.planned)
+        return bool(self.shared) and all(self.figures.get(w, {}).get("finished") for w in self.shared)
 
     def progress(self) -> dict:
         reports = list(self.figures.values())
@@ -145,7 +127,7 @@ class Conductor:
             "opens_at": self.opens_at,
             "opened_at": self.opened_at,
             "workers": len(self.users),
-            "planned_workers": len(self.planned),
+            "planned_workers": len(self.shared),
             **{name: sum(r.get(name, 0) for r in reports) for name in ("prepared", "sent", "answered", "limit")},
         }
 

@@ -18,6 +18,7 @@ import math
 import statistics
 from collections import Counter
 
+from .messages import BODY_COUNTS, TOTALS
 from .plan import FLOOR
 
 #: ``Server-Timing`` metric name → the key under ``server_timing`` in the burst JSON.
@@ -30,22 +31,8 @@ TIMING_KEYS = {
     "total": "total_ms",
 }
 
-#: Counters that merge by addition.
-COUNTS = (
-    "limit",
-    "prepared",
-    "sent",
-    "answered",
-    "busy",
-    "client_retries",
-    "transport_resends",
-    "balancer_answers",
-    "transport_errors",
-    "page_failures",
-    "conflicts",
-    "retries",
-    "constraint_hits",
-)
+#: Counters that merge by addition: a worker's totals and the counts from the response bodies.
+COUNTS = (*TOTALS, *BODY_COUNTS)
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,11 +47,14 @@ from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `loadtests.*` when run alone
-from loadtests.balancer import ANSWERED_BY  # noqa: E402
-from loadtests.conductor import Conductor  # noqa: E402
-from loadtests.connection import Connection, retry_after_s  # noqa: E402
-from loadtests.sale import Sale  # noqa: E402
+# `loadtests.*` imports without editing sys.path: Locust puts the working directory first on it
+# before loading a locustfile, and the locustfile runs from the project root (by hand, as in
+# docs/distributed.md), or with PYTHONPATH set to it (loadtests/pods.py, the tests).
+from loadtests import messages
+from loadtests.balancer import ANSWERED_BY
+from loadtests.conductor import Conductor
+from loadtests.connection import Connection, retry_after_s
+from loadtests.sale import Sale
 
 PAGE_NAME = "session"
 PURCHASE_NAME = "purchase"
@@ -73,12 +75,7 @@ locust.runners.HEARTBEAT_LIVENESS = 120
 locust.runners.WORKER_REPORT_INTERVAL = 0.5
 LOCAL = "local"
 
-locust_environment = None  # Locust's Environment, for the listeners Locust calls without it
-sale: Sale | None = None  # this worker's share (or the lone process's)
-conductor: Conductor | None = None  # the master's view (or the lone process's)
 
-
-@events.init_command_line_parser.add_listener
 def add_arguments(parser) -> None:
     group = parser.add_argument_group("flash-sale burst")
     group.add_argument("--purchases", type=int, default=0, help="purchases in the whole sale (0: one per user)")
@@ -118,204 +115,202 @@ def is_worker(environment) -> bool:
     return not isinstance(environment.runner, MasterRunner)
 
 
-@events.init.add_listener
-def on_init(environment, **kwargs) -> None:
-    global locust_environment
-    locust_environment = environment
-    options = environment.parsed_options
-    if options is not None and is_master(environment):
-        for flag, value, least in (("--purchases", options.purchases, 0), ("--countdown", options.countdown, 0)):
-            if value < least:
-                raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
-        if not round_paths(options):
-            raise SystemExit("--path must name at least one endpoint")
-    runner = environment.runner
-    if isinstance(runner, MasterRunner):
-        runner.register_message("flashsale_users", on_users)
-        runner.register_message("flashsale_ready", on_ready)
-        runner.register_message("flashsale_report", on_report)
-    elif isinstance(runner, WorkerRunner):
-        runner.register_message("flashsale_plan", on_plan)
-        runner.register_message("flashsale_open", on_open)
-
-
-@events.test_start.add_listener
-def on_test_start(environment, **kwargs) -> None:
-    global sale, conductor
-    rounds = len(round_paths(environment.parsed_options))
-    if is_worker(environment):
-        sale = Sale(rounds=rounds)
-        sale.on_round_end = lambda ended: end_round(environment, ended)
-    if is_master(environment):
-        conductor = Conductor(purchases=environment.parsed_options.purchases, rounds=rounds)
-        gevent.spawn(follow, environment, conductor)
-
-
 def round_paths(options) -> list[str]:
     return [path.strip() for path in options.path.split(",") if path.strip()]
 
 
-def follow(environment, mine: Conductor) -> None:
-    """Master: rewrite the progress file; the lone process also takes its own reports here."""
-    options = environment.parsed_options
-    while mine is conductor and mine.phase != "ended":
-        if not mine.planned and mine.users:
-            hand_out(environment)
-        if is_worker(environment) and sale is not None:
-            absorb(environment, LOCAL, sale.report())
+def check_options(options) -> None:
+    """Master: refuse a negative count or countdown, and a --path naming no endpoint, in one line."""
+    for flag, value, least in (("--purchases", options.purchases, 0), ("--countdown", options.countdown, 0)):
+        if value < least:
+            raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
+    if not round_paths(options):
+        raise SystemExit("--path must name at least one endpoint")
+
+
+class FlashSale:
+    """The sale in this Locust process, as Locust's plugins are written: one object that holds the
+    state and whose methods are registered on Locust's events. A master holds the
+    :class:`Conductor`, a worker its :class:`Sale`, the lone process both."""
+
+    def __init__(self, events) -> None:
+        self.environment = None  # Locust's Environment, for the events Locust fires without it
+        self.sale: Sale | None = None  # this worker's share (or the lone process's)
+        self.conductor: Conductor | None = None  # the master's view (or the lone process's)
+        events.init_command_line_parser.add_listener(add_arguments)
+        events.init.add_listener(self.on_init)
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+        events.worker_report.add_listener(self.on_worker_report)
+        events.report_to_master.add_listener(self.on_report_to_master)
+        events.user_error.add_listener(self.on_user_error)
+        #: Between processes, messages are Locust's custom messages; the lone process calls these itself.
+        self.to_master = {messages.USERS: self.on_users, messages.READY: self.on_ready, messages.REPORT: self.on_report}
+        self.to_workers = {messages.SHARE: self.on_share, messages.OPEN: self.on_open}
+
+    def on_init(self, environment, **kwargs) -> None:
+        self.environment = environment
+        if environment.parsed_options is not None and is_master(environment):
+            check_options(environment.parsed_options)
+        runner = environment.runner
+        handlers = self.to_master if isinstance(runner, MasterRunner) else self.to_workers
+        if isinstance(runner, (MasterRunner, WorkerRunner)):
+            for kind, handler in handlers.items():
+                runner.register_message(kind, handler)
+
+    def on_test_start(self, environment, **kwargs) -> None:
+        rounds = len(round_paths(environment.parsed_options))
+        if is_worker(environment):
+            self.sale = Sale(rounds=rounds)
+            self.sale.on_round_end = lambda ended: self.end_round(environment, ended)
+        if is_master(environment):
+            self.conductor = Conductor(purchases=environment.parsed_options.purchases, rounds=rounds)
+            gevent.spawn(self.follow, environment, self.conductor)
+
+    def follow(self, environment, mine: Conductor) -> None:
+        """Master: rewrite the progress file; the lone process also takes its own reports here."""
+        options = environment.parsed_options
+        while mine is self.conductor and mine.phase != "ended":
+            if not mine.shared and mine.users:
+                self.hand_out(environment)
+            if is_worker(environment) and self.sale is not None:
+                self.absorb(environment, LOCAL, self.sale.report())
+            if options.progress_file:
+                write_json(options.progress_file, mine.progress())
+            gevent.sleep(PROGRESS_INTERVAL_S)
+
+    def tell_master(self, environment, kind: str, data: dict) -> None:
+        if isinstance(environment.runner, WorkerRunner):
+            environment.runner.send_message(kind, data)
+        else:
+            self.to_master[kind](environment, SimpleNamespace(data=data, node_id=LOCAL))
+
+    def tell_workers(self, environment, kind: str, data: dict, worker: str | None = None) -> None:
+        """To ``worker``, or to every worker at once (one broadcast message)."""
+        if isinstance(environment.runner, MasterRunner):
+            environment.runner.send_message(kind, data, client_id=worker)
+        else:
+            self.to_workers[kind](environment, SimpleNamespace(data=data, node_id=LOCAL))
+
+    def on_users(self, environment, msg) -> None:
+        """Master: a worker's user count; once all are in (and ``--wait-for`` exists), every worker's share."""
+        runner = environment.runner
+        index = runner.get_worker_index(msg.node_id) if isinstance(runner, MasterRunner) else 0
+        self.conductor.count_users(msg.node_id, index=index, users=msg.data["users"])
+        self.hand_out(environment)
+
+    def hand_out(self, environment) -> None:
+        """Master: every worker's share, once the user counts add up and the pods may be shopped."""
+        wait_for = environment.parsed_options.wait_for
+        if wait_for and not os.path.exists(wait_for):
+            return  # follow() tries again every PROGRESS_INTERVAL_S
+        for worker, share in self.conductor.shares(environment.runner.target_user_count).items():
+            self.tell_workers(environment, messages.SHARE, share, worker)
+
+    def on_ready(self, environment, msg) -> None:
+        """Master: a worker has built its shoppers' requests for a round; the last one starts the countdown."""
+        conductor = self.conductor
+        conductor.absorb(msg.node_id, msg.data)
+        wait_s = self.countdown_s(environment)
+        if conductor.mark_ready(msg.node_id, opens_at=time.time() + wait_s, round=msg.data["round"]):
+            gevent.spawn_later(wait_s, self.open_sale, environment, conductor)
+
+    def countdown_s(self, environment) -> float:
+        """The first round waits the countdown; later ones open as soon as all are ready (and a moment
+        for the pods to finish logging the previous round)."""
+        return environment.parsed_options.countdown if self.conductor.round == 0 else ROUND_PAUSE_S
+
+    def on_report(self, environment, msg) -> None:
+        """Master: a worker's last report of a round (sent before it starts the next)."""
+        self.absorb(environment, msg.node_id, msg.data)
+
+    def open_sale(self, environment, mine: Conductor) -> None:
+        if mine is self.conductor:
+            mine.open(time.time())
+            self.tell_workers(environment, messages.OPEN, {"round": mine.round})
+
+    def on_worker_report(self, client_id: str, data: dict) -> None:
+        if self.conductor is not None and "flashsale" in data:
+            self.absorb(self.environment, client_id, data["flashsale"])
+
+    def absorb(self, environment, worker: str, report: dict) -> None:
+        """Master: keep a worker's report; once every worker has finished the round, the next round
+        (its countdown starts if every worker is ready for it already), or the summary and the end."""
+        conductor = self.conductor
+        conductor.absorb(worker, report)
+        if not conductor.finished or conductor.phase == "ended":
+            return
+        if conductor.errors:
+            self.end_sale(environment)
+            return
+        conductor.next_round()
+        if conductor.phase == "ended":
+            self.end_sale(environment)
+        elif conductor.count_down(time.time() + ROUND_PAUSE_S):
+            gevent.spawn_later(ROUND_PAUSE_S, self.open_sale, environment, conductor)
+
+    def end_sale(self, environment) -> None:
+        options = environment.parsed_options
+        summary = self.conductor.sale_summary()
+        self.conductor.phase = "ended"
+        if options.summary_json:
+            write_json(options.summary_json, summary)
         if options.progress_file:
-            write_json(options.progress_file, mine.progress())
-        gevent.sleep(PROGRESS_INTERVAL_S)
+            write_json(options.progress_file, self.conductor.progress())
+        gevent.spawn(environment.runner.quit if options.headless else environment.runner.stop)
+
+    def on_test_stop(self, environment, **kwargs) -> None:
+        """Master: the run ended before the sale did (``-t``, Ctrl-C, stop in the UI): say what was seen."""
+        conductor = self.conductor
+        if is_master(environment) and conductor is not None and conductor.phase != "ended":
+            summary = conductor.sale_summary()
+            conductor.phase = "ended"
+            if environment.parsed_options.summary_json:
+                write_json(environment.parsed_options.summary_json, summary)
+
+    def on_report_to_master(self, client_id: str, data: dict) -> None:
+        if self.sale is not None:
+            data["flashsale"] = self.sale.report()
+
+    def on_share(self, environment, msg) -> None:
+        """Worker: the master's share for this worker's users."""
+        self.sale.take_share(**msg.data)
+        self.tell_ready(environment, 0)
+
+    def tell_ready(self, environment, number: int) -> None:
+        sale = self.sale
+        if sale.ready_for(number) and number not in sale.ready_told:
+            sale.ready_told.add(number)
+            sale.phase = "ready"
+            self.tell_master(environment, messages.READY, {**sale.report(), "round": number})
+
+    def end_round(self, environment, ended: Sale) -> None:
+        """Worker: every purchase of this round is answered: its last report, then the next round's figures."""
+        self.tell_master(environment, messages.REPORT, ended.report(whole=True))
+        if ended.round + 1 < ended.rounds:
+            ended.start_round(ended.round + 1)
+
+    def on_open(self, environment, msg) -> None:
+        """Worker: the gate of a round opens.
+
+        The spike's purchases are written here, one after the other without yielding to gevent's
+        hub (a small write to an idle connection does not block), so no answer that comes back
+        meanwhile is parsed between two sends. Each shopper then reads its own answer.
+        """
+        number, sale = msg.data.get("round", 0), self.sale
+        if sale is None or not sale.shared.is_set() or number >= sale.rounds or sale.gates[number].is_set():
+            return
+        sale.phase = "open"
+        for shopper, request in sale.opening[number]:
+            shopper.first_send = shopper.send_now(request)
+        sale.gates[number].set()
+
+    def on_user_error(self, user_instance, exception, tb, **kwargs) -> None:
+        """A bug in a shopper's code (not an answer of the shop): the sale is void; the master stops it."""
+        self.sale.errors.append(f"{type(exception).__name__}: {exception}")
 
 
-# Between processes, messages are Locust's custom messages; the lone process calls the handlers.
-def tell_master(environment, kind: str, data: dict) -> None:
-    if isinstance(environment.runner, WorkerRunner):
-        environment.runner.send_message(kind, data)
-    else:
-        handler = {"flashsale_users": on_users, "flashsale_ready": on_ready, "flashsale_report": on_report}[kind]
-        handler(environment, SimpleNamespace(data=data, node_id=LOCAL))
-
-
-def tell_workers(environment, kind: str, data: dict, worker: str | None = None) -> None:
-    """To ``worker``, or to every worker at once (one broadcast message)."""
-    if isinstance(environment.runner, MasterRunner):
-        environment.runner.send_message(kind, data, client_id=worker)
-    else:
-        handler = {"flashsale_plan": on_plan, "flashsale_open": on_open}[kind]
-        handler(environment, SimpleNamespace(data=data, node_id=LOCAL))
-
-
-def on_users(environment, msg) -> None:
-    """Master: a worker's user count; once all are in (and ``--wait-for`` exists), every worker's share."""
-    runner = environment.runner
-    index = runner.get_worker_index(msg.node_id) if isinstance(runner, MasterRunner) else 0
-    conductor.count_users(msg.node_id, index=index, users=msg.data["users"])
-    hand_out(environment)
-
-
-def hand_out(environment) -> None:
-    """Master: every worker's share, once the user counts add up and the pods may be shopped."""
-    wait_for = environment.parsed_options.wait_for
-    if wait_for and not os.path.exists(wait_for):
-        return  # follow() tries again every PROGRESS_INTERVAL_S
-    for worker, plan in conductor.plans(environment.runner.target_user_count).items():
-        tell_workers(environment, "flashsale_plan", plan, worker)
-
-
-def on_ready(environment, msg) -> None:
-    """Master: a worker has built its shoppers' requests for a round; the last one starts the countdown."""
-    conductor.absorb(msg.node_id, msg.data)
-    if conductor.mark_ready(msg.node_id, opens_at=time.time() + countdown_s(environment), round=msg.data["round"]):
-        gevent.spawn_later(countdown_s(environment), open_sale, environment, conductor)
-
-
-def countdown_s(environment) -> float:
-    """The first round waits the countdown; later ones open as soon as all are ready (and a moment
-    for the pods to finish logging the previous round)."""
-    return environment.parsed_options.countdown if conductor.round == 0 else ROUND_PAUSE_S
-
-
-def on_report(environment, msg) -> None:
-    """Master: a worker's last report of a round (sent before it starts the next)."""
-    absorb(environment, msg.node_id, msg.data)
-
-
-def open_sale(environment, mine: Conductor) -> None:
-    if mine is conductor:
-        conductor.open(time.time())
-        tell_workers(environment, "flashsale_open", {"round": conductor.round})
-
-
-@events.worker_report.add_listener
-def on_worker_report(client_id: str, data: dict) -> None:
-    if conductor is not None and "flashsale" in data:
-        absorb(locust_environment, client_id, data["flashsale"])
-
-
-def absorb(environment, worker: str, report: dict) -> None:
-    """Master: keep a worker's report; once every worker has finished the round, the next round
-    (its countdown starts if every worker is ready for it already), or the summary and the end."""
-    conductor.absorb(worker, report)
-    if not conductor.finished or conductor.phase == "ended":
-        return
-    if conductor.errors:
-        end_sale(environment)
-        return
-    conductor.next_round()
-    if conductor.phase == "ended":
-        end_sale(environment)
-    elif conductor.count_down(time.time() + ROUND_PAUSE_S):
-        gevent.spawn_later(ROUND_PAUSE_S, open_sale, environment, conductor)
-
-
-def end_sale(environment) -> None:
-    options = environment.parsed_options
-    summary = conductor.sale_summary()
-    conductor.phase = "ended"
-    if options.summary_json:
-        write_json(options.summary_json, summary)
-    if options.progress_file:
-        write_json(options.progress_file, conductor.progress())
-    gevent.spawn(environment.runner.quit if options.headless else environment.runner.stop)
-
-
-@events.test_stop.add_listener
-def on_test_stop(environment, **kwargs) -> None:
-    """Master: the run ended before the sale did (``-t``, Ctrl-C, stop in the UI): say what was seen."""
-    if is_master(environment) and conductor is not None and conductor.phase != "ended":
-        summary = conductor.sale_summary()
-        conductor.phase = "ended"
-        if environment.parsed_options.summary_json:
-            write_json(environment.parsed_options.summary_json, summary)
-
-
-@events.report_to_master.add_listener
-def on_report_to_master(client_id: str, data: dict) -> None:
-    if sale is not None:
-        data["flashsale"] = sale.report()
-
-
-def on_plan(environment, msg) -> None:
-    """Worker: the master's share for this worker's users."""
-    sale.plan(**msg.data)
-    tell_ready(environment, 0)
-
-
-def tell_ready(environment, number: int) -> None:
-    if sale.ready_for(number) and number not in sale.ready_told:
-        sale.ready_told.add(number)
-        sale.phase = "ready"
-        tell_master(environment, "flashsale_ready", {**sale.report(), "round": number})
-
-
-def end_round(environment, ended: Sale) -> None:
-    """Worker: every purchase of this round is answered: its last report, then the next round's figures."""
-    tell_master(environment, "flashsale_report", ended.report(whole=True))
-    if ended.round + 1 < ended.rounds:
-        ended.start_round(ended.round + 1)
-
-
-def on_open(environment, msg) -> None:
-    """Worker: the gate of a round opens.
-
-    The spike's purchases are written here, one after the other without yielding to gevent's
-    hub (a small write to an idle connection does not block), so no answer that comes back
-    meanwhile is parsed between two sends. Each shopper then reads its own answer.
-    """
-    number = msg.data.get("round", 0)
-    if sale is None or not sale.planned.is_set() or number >= sale.rounds or sale.gates[number].is_set():
-        return
-    sale.phase = "open"
-    for shopper, request in sale.opening[number]:
-        shopper.first_send = shopper.send_now(request)
-    sale.gates[number].set()
-
-
-@events.user_error.add_listener
-def on_user_error(user_instance, exception, tb, **kwargs) -> None:
-    """A bug in a shopper's code (not an answer of the shop): the sale is void; the master stops it."""
-    sale.errors.append(f"{type(exception).__name__}: {exception}")
+flash_sale = FlashSale(events)
 
 
 class Shopper(User):
@@ -325,14 +320,15 @@ class Shopper(User):
 
     def __init__(self, environment) -> None:
         super().__init__(environment)
-        self.index = sale.next_user
-        sale.next_user += 1
+        self.sale = flash_sale.sale  # made at test_start, before Locust spawns a user
+        self.index = self.sale.next_user
+        self.sale.next_user += 1
         self.connection: Connection | None = None
         self.first_send: float | BaseException | None = None  # set at the opening in the spike
         users = environment.runner.target_user_count
-        if sale.next_user == users and users != sale.users_announced:
-            sale.users_announced = users
-            tell_master(environment, "flashsale_users", {"users": users})
+        if self.sale.next_user == users and users != self.sale.users_announced:
+            self.sale.users_announced = users
+            flash_sale.tell_master(environment, messages.USERS, {"users": users})
 
     def on_stop(self) -> None:
         if self.connection is not None:
@@ -341,18 +337,18 @@ class Shopper(User):
     @task
     def shop(self) -> None:
         options = self.environment.parsed_options
-        sale.planned.wait()
+        self.sale.shared.wait()
         hosts = [host for host in options.hosts.split(",") if host] or [self.environment.host]
-        self.connection = Connection(hosts, sale.offset + self.index)
-        shoppers = [self.prepare(options) for _ in range(sale.shoppers_of(self.index))]
+        self.connection = Connection(hosts, self.sale.offset + self.index)
+        shoppers = [self.prepare(options) for _ in range(self.sale.shoppers_of(self.index))]
         shoppers = [cookies for cookies in shoppers if cookies is not None]
         for number, path in enumerate(round_paths(options)):
             requests = [self.purchase_request(options, path, cookies) for cookies in shoppers]
             if options.scenario == "spike" and requests:
-                sale.opening[number].append((self, requests[0]))
-            sale.arm(number, len(requests))
-            tell_ready(self.environment, number)
-            sale.gates[number].wait()
+                self.sale.opening[number].append((self, requests[0]))
+            self.sale.arm(number, len(requests))
+            flash_sale.tell_ready(self.environment, number)
+            self.sale.gates[number].wait()
             for request in requests:
                 self.purchase(options, request, sent=self.first_send)
                 self.first_send = None
@@ -403,10 +399,10 @@ class Shopper(User):
             pairs = (cookie.split(";", 1)[0].strip() for cookie in (headers.getlist("set-cookie") if headers else []))
             cookies = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
             if status == 200 and "csrftoken" in cookies:
-                sale.prepared += 1
+                self.sale.prepared += 1
                 return cookies
             gevent.sleep(0.1 * (attempt + 1))
-        sale.page_failures += 1
+        self.sale.page_failures += 1
         return None
 
     def purchase_request(self, options, path: str, cookies: dict[str, str]) -> bytes:
@@ -427,7 +423,7 @@ class Shopper(User):
         """Send one purchase (or read the answer to one ``sent`` at the opening); resend it with
         the same Idempotency-Key after a 503 + Retry-After, no answer or a balancer's 502, at
         most --max-retries times in all."""
-        sale.sent += 1
+        self.sale.sent += 1
         started = None
         busy_at, reset_at = [], []
         for attempt in range(options.max_retries + 1):
@@ -435,9 +431,9 @@ class Shopper(User):
             status, headers, body, sent_at = self.exchange(PURCHASE_NAME, "POST", request, already)
             if started is None:
                 started = sent_at
-                sale.note_sent(sent_at)
+                self.sale.note_sent(sent_at)
             if headers and headers.get(ANSWERED_BY) == "balancer":
-                sale.balancer_answers += 1
+                self.sale.balancer_answers += 1
             retry_after = retry_after_s(headers.get("Retry-After")) if status == 503 and headers else None
             if retry_after is not None:
                 busy_at.append(round(time.time(), 4))
@@ -446,11 +442,11 @@ class Shopper(User):
                 break
             if failed:
                 reset_at.append(round(time.time(), 4))
-                sale.transport_resends += 1
+                self.sale.transport_resends += 1
                 self.connection.fail_over()  # a new connection, to the next host
                 gevent.sleep(RESEND_WAIT_S * attempt)  # the first resend at once, later ones back off
             else:
-                sale.client_retries += 1
+                self.sale.client_retries += 1
                 gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
         busy = retry_after is not None
-        sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)
+        self.sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)

@@ -12,34 +12,23 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gevent.event import Event
 
 from loadtests.figures import TIMING_KEYS, parse_server_timing
+from loadtests.messages import BODY_COUNTS, SERIES, TOTALS
 
 if TYPE_CHECKING:
     from geventhttpclient.header import Headers
 
-    from loadtests.locustfile import Shopper
 
-#: The last counter fields of a response body that the burst adds up.
-BODY_COUNTS = ("conflicts", "retries", "constraint_hits")
-#: Counters a report carries as this worker's totals so far.
-TOTALS = (
-    "limit",
-    "prepared",
-    "page_failures",
-    "sent",
-    "answered",
-    "busy",
-    "client_retries",
-    "transport_resends",
-    "balancer_answers",
-    "transport_errors",
-)
-#: Lists a report carries as the items added since the previous report.
-SERIES = ("latencies_ms", "sent_times", "answer_times", "purchases")
+class Opener(Protocol):
+    """A shopper whose first purchase is written at the opening (the locustfile's ``Shopper``)."""
+
+    first_send: float | BaseException | None
+
+    def send_now(self, request: bytes) -> float | OSError: ...
 
 
 class Sale:
@@ -53,7 +42,7 @@ class Sale:
         self.purchases = 0  # purchases in the whole sale
         self.limit = 0  # this worker's purchases (per round)
         self.rounds = rounds  # sales run one after the other by the same prepared shoppers
-        self.planned = Event()  # the master has told the share
+        self.shared = Event()  # the master has told the share
         self.gates = [Event() for _ in range(rounds)]  # round r is open
         self.armed: Counter[int] = Counter()  # round → shoppers whose request for it is built
         self.ready_told: set[int] = set()  # rounds this worker has said it is ready for
@@ -61,7 +50,7 @@ class Sale:
         self.prepared = 0
         self.page_failures = 0  # shoppers whose preparation failed every attempt
         self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
-        self.opening: list[list[tuple[Shopper, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
+        self.opening: list[list[tuple[Opener, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
         self.on_round_end: Callable[[Sale], None] | None = None  # told once this worker's round is answered
         self.start_round(0)
 
@@ -103,13 +92,13 @@ class Sale:
 
     def ready_for(self, number: int) -> bool:
         """Every shopper of this worker has its request for round ``number`` built (or failed to prepare)."""
-        return self.planned.is_set() and self.armed[number] + self.page_failures >= self.limit
+        return self.shared.is_set() and self.armed[number] + self.page_failures >= self.limit
 
-    def plan(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
+    def take_share(self, *, offset: int, users: int, purchases: int, local_users: int) -> None:
         """The master's share: global user ``offset`` onward, of ``users`` buying ``purchases``."""
         self.offset, self.total_users, self.purchases = offset, max(1, users), purchases
         self.limit = sum(self.shoppers_of(index) for index in range(local_users))
-        self.planned.set()
+        self.shared.set()
 
     def shoppers_of(self, user_index: int) -> int:
         """How many shoppers local user ``user_index`` (0-based) prepares and buys for."""
@@ -161,7 +150,7 @@ class Sale:
 
     @property
     def finished(self) -> bool:
-        return bool(self.errors) or (self.planned.is_set() and self.answered + self.page_failures >= self.limit)
+        return bool(self.errors) or (self.shared.is_set() and self.answered + self.page_failures >= self.limit)
 
     def progress(self) -> dict:
         return {"phase": self.phase, "round": self.round, **{name: getattr(self, name) for name in TOTALS}}

@@ -1,8 +1,19 @@
-"""Distributed locks on Redis with fencing tokens: one node (:class:`RedisLock`) or Redlock.
+"""Distributed locks with fencing tokens, no Django import.
 
-No Django import; usable on its own with any redis-py client (``locks`` has the
-asyncio twins ``AsyncRedisLock`` and ``AsyncRedlock`` with the same arguments and semantics:
-``sync.py`` is generated from ``aio.py``, see ``make twins``)::
+What the package holds:
+
+* the Redis locks, exported here: one node (:class:`RedisLock`) and Redlock over N independent
+  masters (:class:`Redlock`), each with an asyncio twin (``AsyncRedisLock``, ``AsyncRedlock``)
+  of the same arguments and semantics. The asyncio source is in ``_async/``; ``_sync/`` is
+  generated from it (``make twins``, ``scripts/unasync_locks.py``), each folder with its own
+  hand-written ``io.py``; the quorum rules live once in ``_core.py``;
+* :mod:`locks.etcd`: ``EtcdLock``, etcd's mutex recipe (the lock key's create revision is the
+  fence), on :mod:`locks.etcd_client`;
+* :mod:`locks.zookeeper`: ``ZooKeeperLock``, ZooKeeper's lock recipe on kazoo (ephemeral
+  sequential znodes; the znode's sequence + 1 is the fence).
+
+The Redis locks work with any redis-py client; what follows is about them (the etcd and ZooKeeper
+modules state their own guarantees)::
 
     from locks import RedisLock, Redlock
     with RedisLock(client, "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:

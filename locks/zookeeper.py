@@ -162,6 +162,13 @@ class ZooKeeperClient:
     def session_id(self) -> int | None:
         return session_of(self._kazoo)
 
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(id, password) of the current session while connected (kazoo's ``client_id``): what a
+        second connection needs to resume the session, or to close it, as the ensemble does when a
+        frozen holder's session times out. None while no session is established."""
+        client = self._kazoo
+        return tuple(client.client_id) if client is not None and client.client_id else None
+
     def retire(self, client: KazooClient | None, path: str, prefix: str) -> None:
         """End the session of ``client``, if it is still the current one, and start a new one on
         next use; in any case sweep the znodes ``prefix`` under ``path``.

@@ -172,7 +172,7 @@ class ZooKeeperMember(Member):
 class ZooKeeperEnsemble(MemberGroup):
     """Members on ``client_ports`` (quorum ports + ``peer_offset``, election + 2 × ``peer_offset``).
 
-    Also the ``Service`` the ``zookeeper`` strategy declares: ``description``, ``startable``,
+    Also the process the ``zookeeper`` strategy declares it needs: ``description``, ``startable``,
     :meth:`running`, :meth:`start`, :meth:`stop`.
     """
 

@@ -190,7 +190,7 @@ REFUSE_BOB_UNKNOWN = REFUSE_BOB.replace("allocation_within_limit", "a_rule_nobod
 
 @pytest.mark.django_db
 def test_a_committed_batch_answers_every_purchase_truly(make_product):
-    """A constraint no outcome is mapped for refuses bob in careful mode, after ann's and cat's
+    """A constraint no outcome is mapped for refuses bob with a savepoint per purchase, after ann's and cat's
     orders are written: the batch commits, so ann and cat are confirmed with their orders and only
     bob, of whom nothing was written, is told busy. Building the answers must not fail the batch."""
     product = make_product("bad", stock=5, limit=2)

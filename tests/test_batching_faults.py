@@ -21,6 +21,9 @@ from inventory.strategies import get_strategy, load_strategy, reset_strategy
 from inventory.strategies.batch import Ask
 from inventory.strategies.contract import Outcome
 
+#: A lease or wait that only a held lock would make anyone sit out.
+LONG_MS = 60_000
+
 
 def buy_then_die(sku: str) -> None:
     """In a forked child: lead a batch, and die (SIGKILL) after its commit, before any answer."""
@@ -32,7 +35,11 @@ def buy_then_die(sku: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_leader_killed_after_its_commit_leaves_the_order_to_the_keyed_retry(use_strategy, make_product, settings):
-    use_strategy("redis", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    # A lease and a wait far longer than any delay of a loaded machine: a lock the dead leader
+    # still held would keep the retry waiting about a minute.
+    use_strategy(
+        "redis", LOCK_TTL_MS=LONG_MS, ACQUIRE_TIMEOUT_MS=LONG_MS, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8}
+    )
     make_product("kill", stock=3)
     connections.close_all()
     reset_strategy()
@@ -45,7 +52,7 @@ def test_a_leader_killed_after_its_commit_leaves_the_order_to_the_keyed_retry(us
     retry = purchase(sku="kill", customer="ann", quantity=1, idempotency_key="retry-me")
     assert retry.outcome is Outcome.CONFIRMED
     assert retry.order_id == Order.objects.get(customer="ann").pk
-    assert time.monotonic() - started < 2, "the dead leader still held the lock"
+    assert time.monotonic() - started < LONG_MS / 1000 / 2, "the dead leader still held the lock"
     assert audit(sku="kill").ok and Order.objects.count() == 1
 
 

@@ -57,11 +57,11 @@ def test_every_request_gets_its_own_answer_once_in_arrival_order():
 def test_waiters_behind_a_stalled_leader_are_answered_busy_within_their_timeout():
     combiner = Combiner(limit=8)
     stalled, resume = threading.Event(), threading.Event()
-    taken_by_leader = []
+    taken_by_leader, resumed = [], []
 
     def serve(take) -> None:
         stalled.set()
-        resume.wait(10)  # e.g. waiting for the lock, or paused
+        resumed.append(resume.wait(30))  # e.g. waiting for the lock, or paused
         tickets = take()
         taken_by_leader.extend(ticket.item for ticket in tickets)
         for ticket in tickets:
@@ -82,9 +82,11 @@ def test_waiters_behind_a_stalled_leader_are_answered_busy_within_their_timeout(
 
     run_threads(5, waiter)
     assert answers == dict.fromkeys(range(5), "busy")
-    assert all(0.3 <= seconds < 1.5 for seconds in waited.values()), waited
+    assert all(seconds >= 0.3 for seconds in waited.values()), waited  # each waited out its own timeout
     resume.set()
     leader.join(5)
+    # ... and was answered while the leader was still stalled: it is let go only now (not by its own timeout).
+    assert resumed == [True]
     assert leader_answer == ["served"]
     assert taken_by_leader == ["leader"], "a leader took a waiter that had already been answered busy"
     assert combiner.submit("after", serve=serve, timeout_s=1, busy=busy).answer == "served"

@@ -1,4 +1,4 @@
-"""The Locust master's plan and merge (loadtests/conductor.py) with the workers' shares (loadtests/sale.py):
+"""The Locust master's shares and merge (loadtests/conductor.py) with the workers' shares (loadtests/sale.py):
 pure logic, no processes."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from loadtests.conductor import Conductor
 from loadtests.sale import Sale
 
 
-def planned_sales(conductor: Conductor, users: dict[str, tuple[int, int]], total: int) -> dict[str, Sale]:
+def shared_sales(conductor: Conductor, users: dict[str, tuple[int, int]], total: int) -> dict[str, Sale]:
     for worker, (index, count) in users.items():
         conductor.count_users(worker, index=index, users=count)
     sales = {}
-    for worker, plan in conductor.plans(total).items():
+    for worker, share in conductor.shares(total).items():
         sales[worker] = Sale()
-        sales[worker].plan(**plan)
+        sales[worker].take_share(**share)
     return sales
 
 
@@ -30,7 +30,7 @@ def planned_sales(conductor: Conductor, users: dict[str, tuple[int, int]], total
 )
 def test_the_shares_add_up_to_exactly_the_purchases(purchases, users):
     total = sum(count for _, count in users.values())
-    sales = planned_sales(Conductor(purchases=purchases), users, total)
+    sales = shared_sales(Conductor(purchases=purchases), users, total)
     assert set(sales) == {worker for worker, (_, count) in users.items() if count}
     assert sum(sale.limit for sale in sales.values()) == (purchases or total)
     for worker, sale in sales.items():
@@ -38,20 +38,20 @@ def test_the_shares_add_up_to_exactly_the_purchases(purchases, users):
         assert sum(per_user) == sale.limit and max(per_user) - min(per_user) <= 1
 
 
-def test_no_plan_until_the_counts_add_up_and_only_one():
+def test_no_share_until_the_counts_add_up_and_only_one():
     conductor = Conductor(purchases=0)
     conductor.count_users("a", index=0, users=10)
     conductor.count_users("b", index=1, users=5)  # b is still spawning towards 10
-    assert conductor.plans(20) == {}
+    assert conductor.shares(20) == {}
     conductor.count_users("b", index=1, users=10)
-    first = conductor.plans(20)
-    assert [plan["offset"] for plan in first.values()] == [0, 10]
-    assert conductor.plans(20) == {}  # sent once
+    first = conductor.shares(20)
+    assert [share["offset"] for share in first.values()] == [0, 10]
+    assert conductor.shares(20) == {}  # sent once
 
 
-def test_the_gate_opens_once_every_planned_worker_is_ready():
+def test_the_gate_opens_once_every_worker_with_a_share_is_ready():
     conductor = Conductor(purchases=0)
-    planned_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)
+    shared_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)
     assert not conductor.mark_ready("stranger", opens_at=1.0)
     assert not conductor.mark_ready("a", opens_at=1.0)
     assert conductor.mark_ready("b", opens_at=2.0) and conductor.progress()["opens_at"] == 2.0
@@ -60,7 +60,7 @@ def test_the_gate_opens_once_every_planned_worker_is_ready():
 
 def test_reports_carry_each_purchase_once_and_finish_with_the_last():
     conductor = Conductor(purchases=0)
-    sale = planned_sales(conductor, {"a": (0, 3)}, 3)["a"]
+    sale = shared_sales(conductor, {"a": (0, 3)}, 3)["a"]
     for n in range(3):
         sale.prepared += 1
         sale.sent += 1
@@ -85,7 +85,7 @@ def test_reports_carry_each_purchase_once_and_finish_with_the_last():
 
 def test_an_error_in_a_worker_ends_the_sale():
     conductor = Conductor(purchases=0)
-    sale = planned_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)["a"]
+    sale = shared_sales(conductor, {"a": (0, 3), "b": (1, 3)}, 6)["a"]
     sale.errors.append("KeyError: 'x'")
     conductor.absorb("a", sale.report())
     assert conductor.finished and conductor.summary()["errors"] == ["KeyError: 'x'"]
@@ -106,7 +106,7 @@ def answer(sale: Sale, *, sent: float, answered: float, status: int = 200) -> No
 
 def test_the_first_send_is_the_earliest_send_not_the_first_answers():
     conductor = Conductor(purchases=0)
-    sale = planned_sales(conductor, {"a": (0, 2)}, 2)["a"]
+    sale = shared_sales(conductor, {"a": (0, 2)}, 2)["a"]
     answer(sale, sent=100.4, answered=100.5)  # sent last, answered first
     answer(sale, sent=100.0, answered=103.0)
     conductor.absorb("a", sale.report())
@@ -117,7 +117,7 @@ def test_the_first_send_is_the_earliest_send_not_the_first_answers():
 
 def test_rounds_open_one_after_the_other_and_keep_their_own_figures():
     conductor = Conductor(purchases=0, rounds=2)
-    sales = planned_sales(conductor, {"a": (0, 1), "b": (1, 1)}, 2)
+    sales = shared_sales(conductor, {"a": (0, 1), "b": (1, 1)}, 2)
     for sale in sales.values():
         sale.rounds, sale.gates = 2, [object(), object()]
         sale.on_round_end = lambda ended: conductor.absorb(ended.node, ended.report(whole=True))

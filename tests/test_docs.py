@@ -9,6 +9,7 @@ that does not exist.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -96,3 +97,117 @@ def test_sources_name_no_missing_page():
             if not (ROOT / name).exists() and not (source.parent / name).exists():
                 missing.append(f"{source.relative_to(ROOT)}: {name}")
     assert not missing, missing
+
+
+# Names the pages quote in backticks that must still exist in the code: a class (`BurstPlan`,
+# `Conductor.shares`), a command (`manage.py flashsale`), a Make target (`make check`), a setting
+# or constant (`INVENTORY_BATCH`, `ROW_LOCK_TIMEOUT_MS`). A renamed or deleted one leaves the page
+# pointing at nothing, as a dead link does.
+_SPAN = re.compile(r"`([^`\n]+)`")
+_CLASS = re.compile(r"^([A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[A-Z][a-z]{2,})(?:\.([a-z_][a-z0-9_]*))?(?:\(\))?$")
+_SETTING = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+_COMMAND = re.compile(r"\bmanage\.py\s+([a-z_]+)")
+_MAKE = re.compile(r"^make\s+([a-z][\w-]*)")
+#: Source files whose words count as "in the code".
+_SOURCES = ("*.py", "Makefile", "*.sh", ".importlinter", "pyproject.toml", "pytest.ini", "*.cfg")
+#: Capitalized words the pages quote that are not this project's classes: Python's constants and
+#: other projects' classes (Django's, psycopg's, redis-py's, kazoo's).
+OTHER_NAMES = {
+    "True",
+    "False",
+    "None",
+    "IntegrityError",  # Django, psycopg
+    "LogEntry",  # django.contrib.admin
+    "AppConfig",  # Django
+    "Lock",  # redis-py's redis.lock.Lock, kazoo's recipe
+    "ConnectionClosedError",  # kazoo
+    "ConnectionLoss",  # kazoo
+}
+
+
+def source_words() -> set[str]:
+    words: set[str] = set()
+    for pattern in _SOURCES:
+        for path in ROOT.rglob(pattern):
+            relative = path.relative_to(ROOT).parts
+            if relative[0].startswith(".") or relative[0] in ("docs", "staticfiles", "artifacts"):
+                continue
+            if path == Path(__file__):  # this file quotes stale names to show they are caught
+                continue
+            words.update(re.findall(r"\w+", path.read_text(encoding="utf-8", errors="replace")))
+    return words
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*)\s*:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M))
+
+
+def stale_names(text: str, *, words: set[str], classes: set[str], commands: set[str], targets: set[str]) -> list[str]:
+    """The names ``text`` quotes in backticks that the code no longer has (the pages' prose only:
+    fenced blocks are transcripts)."""
+    stale = []
+    for span in _SPAN.findall(text):
+        span = span.strip()
+        stale += [f"manage.py {name}" for name in _COMMAND.findall(span) if name not in commands]
+        stale += [f"make {name}" for name in _MAKE.findall(span) if name not in targets]
+        if _SETTING.match(span) and span not in words:
+            stale.append(span)
+        found = _CLASS.match(span)
+        if found and found[1] not in OTHER_NAMES and (found[1] not in classes or (found[2] and found[2] not in words)):
+            stale.append(span)
+    return stale
+
+
+@pytest.fixture(scope="module")
+def code_names() -> dict:
+    from django.core.management import get_commands
+
+    words = source_words()
+    classes = set()
+    for path in ROOT.rglob("*.py"):
+        if not path.relative_to(ROOT).parts[0].startswith("."):
+            classes.update(re.findall(r"^\s*class\s+(\w+)", path.read_text(encoding="utf-8"), re.M))
+    return {"words": words, "classes": classes, "commands": set(get_commands()), "targets": make_targets()}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_quoted_name_exists_in_the_code(page, code_names):
+    if page.name == "CHANGELOG.md":
+        pytest.skip("the changelog records names as they were")
+    stale = stale_names(prose(page), **code_names)
+    assert not stale, f"{page.relative_to(ROOT)} names what the code no longer has: {sorted(set(stale))}"
+
+
+def test_a_stale_name_is_caught_and_a_live_one_is_not(code_names):
+    live = "`BurstPlan`, `Conductor.shares`, `manage.py flashsale --batch 1,64`, `make check`, `INVENTORY_BATCH`"
+    assert stale_names(live, **code_names) == []
+    stale = "`NoSuchPlan`, `Conductor.plans`, `manage.py nosuchcommand`, `make nosuchtarget`, `NO_SUCH_SETTING_MS`"
+    assert stale_names(stale, **code_names) == [
+        "NoSuchPlan",
+        "Conductor.plans",
+        "manage.py nosuchcommand",
+        "make nosuchtarget",
+        "NO_SUCH_SETTING_MS",
+    ]
+
+
+def listed_in_testing_md(test_file: Path, quoted: set[str]) -> bool:
+    """``docs/testing.md`` names ``test_file``: its path, its bare name (for a file directly in
+    ``tests/``), a folder above it, or a pattern it matches (``tests/test_simulate_*.py``)."""
+    relative = test_file.relative_to(ROOT).as_posix()
+    return (
+        relative in quoted
+        or (test_file.parent == ROOT / "tests" and test_file.name in quoted)
+        or any(word.endswith("/") and relative.startswith(word) for word in quoted)
+        or any("*" in word and fnmatch.fnmatch(relative, word) for word in quoted)
+    )
+
+
+def test_testing_md_lists_every_test_file():
+    quoted = {word.rstrip(".,:;") for word in _CODE.findall(prose(ROOT / "docs/testing.md"))}
+    unlisted = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        if not listed_in_testing_md(path, quoted)
+    ]
+    assert not unlisted, f"docs/testing.md does not say what these prove: {unlisted}"

@@ -46,8 +46,8 @@ def config(settings, etcd_cluster):
 
 
 def test_the_strategy_describes_its_cluster(config, etcd_cluster):
-    [service] = processes_for(EtcdLockStrategy.needs(config))
-    assert service.endpoints == ENDPOINTS and service.startable and service.running()
+    [process] = processes_for(EtcdLockStrategy.needs(config))
+    assert process.endpoints == ENDPOINTS and process.startable and process.running()
     assert EtcdLockStrategy.server_env(config) == {"ETCD_ENDPOINTS": ",".join(ENDPOINTS)}
     assert EtcdLockStrategy.checks(config) == []
     assert [m.id for m in EtcdLockStrategy.checks({**config, "ETCD_ENDPOINTS": ENDPOINTS[:2]})] == ["inventory.W004"]
@@ -83,17 +83,19 @@ def test_threads_buying_at_once_sell_exactly_the_stock(config, make_product):
 
 class FreezingAfterRead(EtcdLockStrategy):
     """The first section reads, then the whole process "freezes": its session stops being renewed
-    (as under SIGSTOP or a stop-the-world pause) for longer than the session lease."""
+    (as under SIGSTOP or a stop-the-world pause) until ``resume`` is set, which the test does only
+    once B has bought: longer than the session lease (2 s, etcd's minimum with the cluster's
+    default election timeout), however slow the machine."""
 
-    pause_s = 3.5  # the lease is 2 s (etcd's minimum with the cluster's default election timeout)
+    resume: threading.Event | None = None
 
     def read(self, product_id):
         shelf = super().read(product_id)
-        if self.pause_s:
-            pause, self.pause_s = self.pause_s, 0.0
+        if self.resume is not None:
+            resume, self.resume = self.resume, None
             self.client.freeze_sessions()
             self.paused.set()
-            time.sleep(pause)
+            assert resume.wait(60), "the test never ended the freeze"
         return shelf
 
 
@@ -101,7 +103,8 @@ class FreezingAfterRead(EtcdLockStrategy):
 def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_product):
     make_product(stock=1)
     holder = FreezingAfterRead(config=config)
-    holder.paused = threading.Event()
+    resume = threading.Event()
+    holder.resume, holder.paused = resume, threading.Event()
     results = {}
 
     def shopper_a():
@@ -113,15 +116,16 @@ def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_produc
     thread = threading.Thread(target=shopper_a)
     thread.start()
     assert holder.paused.wait(5)
-    other = EtcdLockStrategy(config=config)
+    other = EtcdLockStrategy(config={**config, "ACQUIRE_TIMEOUT_MS": 30_000})  # a wait no load comes near
     started = time.monotonic()
     results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     waited = time.monotonic() - started
+    resume.set()  # A wakes only after B has committed
     thread.join(10)
     holder.close()
     other.close()
     assert results["b"].confirmed, "B got the lock once A's session lease ran out"
-    assert 1.0 < waited < 4.0, waited
+    assert waited > 1.0, f"B was granted after {waited:.1f} s, before A's lease could have run out"
     assert results["a"].outcome.value == "busy" and results["a"].conflicts == 1
     assert audit(sku="phone-x").ok and Order.objects.count() == 1
 

@@ -14,10 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ["shop", "inventory", "locks", "processes", "faults", "loadtests", "tests", "scripts"]
 SKIPPED = ("migrations", "locks/_sync")
 MOST_LINES = 60
-#: Being rewritten with the load tests' locustfile and options (issue 27); that work empties this.
-ALLOWED_FOR_NOW = {
-    "loadtests/management/commands/flashsale.py:Command.handle",
-}
 
 
 def project_files() -> list[Path]:
@@ -49,13 +45,4 @@ def test_no_function_is_longer_than_sixty_lines():
     found = {}
     for path in project_files():
         found.update(long_functions(path))
-    over = {name: lines for name, lines in found.items() if name not in ALLOWED_FOR_NOW}
-    assert not over, f"functions over {MOST_LINES} lines (split them): {over}"
-
-
-def test_the_allowance_names_only_functions_that_are_still_long():
-    still_long = {}
-    for path in project_files():
-        still_long.update(long_functions(path))
-    gone = ALLOWED_FOR_NOW - set(still_long)
-    assert not gone, f"no longer long, drop from ALLOWED_FOR_NOW: {gone}"
+    assert not found, f"functions over {MOST_LINES} lines (split them): {found}"

@@ -148,16 +148,18 @@ class TestTheStorageCheck:
 
 
 class PausingAfterRead:
-    """Mixin: the first section of this strategy object pauses after its read (a GC pause)."""
+    """Mixin: the first section of this strategy object pauses after its read (a GC pause), until
+    ``resume`` is set: however slow the machine, the pause outlasts the lease and what the test runs
+    meanwhile."""
 
-    pause_s = 0.0
+    resume: threading.Event | None = None
 
     def read(self, product_id):
         shelf = super().read(product_id)
-        if self.pause_s:
-            pause, self.pause_s = self.pause_s, 0.0
+        if self.resume is not None:
+            resume, self.resume = self.resume, None
             self.paused.set()
-            time.sleep(pause)
+            assert resume.wait(60), "the test never ended the pause"
         return shelf
 
 
@@ -174,15 +176,17 @@ class PausingRedlock(PausingAfterRead, RedlockStrategy):
 def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_strategy, make_product):
     """The guard with and without the storage check, when the guard fails (Kleppmann 2016).
 
-    A takes the lock (TTL 300 ms), reads stock 1 and pauses for 600 ms; B takes the expired lock,
-    buys the unit and commits; A wakes and writes. Unfenced, A's write lands: two orders for one
-    unit. Fenced, A is refused and told busy.
+    A takes the lock (TTL 300 ms), reads stock 1 and pauses; B takes the expired lock, buys the
+    unit and commits; only then A wakes and writes. Unfenced, A's write lands: two orders for one
+    unit. Fenced, A is refused and told busy. (B's acquire timeout is long: it is woken when A's
+    lease runs out, whatever else the machine is doing.)
     """
-    use_strategy(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=2000, OPTIONS={"FENCED": fenced})
+    use_strategy(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=30_000, OPTIONS={"FENCED": fenced})
     make_product(stock=1)
     config = settings.INVENTORY
     holder = (PausingRedis if lock == "redis" else PausingRedlock)(config=config)
-    holder.pause_s, holder.paused = 0.6, threading.Event()
+    resume = threading.Event()
+    holder.resume, holder.paused = resume, threading.Event()
     results = {}
 
     def shopper_a():
@@ -196,6 +200,7 @@ def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_strateg
     assert holder.paused.wait(5)
     other = load_strategy(lock, config=config)
     results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
+    resume.set()  # A wakes only after B has committed
     thread.join(10)
     holder.close()
     other.close()

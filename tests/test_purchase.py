@@ -161,7 +161,7 @@ class TestRedlockNodeFailures:
     def test_three_dead_nodes_answer_busy_at_once_and_change_nothing(
         self, use_strategy, fresh_redlock_nodes, make_product
     ):
-        use_strategy("redlock")
+        use_strategy("redlock", ACQUIRE_TIMEOUT_MS=60_000)  # a wait no loaded machine comes near
         make_product(stock=3)
         for index in (0, 2, 4):
             fresh_redlock_nodes[index].kill()
@@ -170,7 +170,7 @@ class TestRedlockNodeFailures:
         result = purchase(sku="phone-x", customer="alice", quantity=1)
         elapsed = (timezone.now() - started).total_seconds()
         assert result.outcome is Outcome.BUSY
-        assert elapsed < 1.0, "no quorum is known at once; waiting the acquire timeout would not help"
+        assert elapsed < 30, "no quorum is known at once; waiting the acquire timeout would not help"
         assert snapshot("phone-x") == before
 
     def test_redis_down_answers_busy(self, use_strategy, make_product):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.conf import settings
 from django.db.models import F
 
-from inventory import soldout
+from inventory import soldout, soldout_local
 from inventory.errors import InvalidQuantity, InventoryError
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
+from inventory.soldout_local import MARK_TTL_S, MARKS
 from inventory.strategies.contract import Outcome
 from tests.helpers import snapshot
 
@@ -64,14 +66,34 @@ class TestSoldOutMark:
         assert snapshot() == before
 
 
-def buy_until_confirmed(*, customer: str, within_s: float) -> tuple[Outcome, float]:
-    """Buy until confirmed or ``within_s`` has passed: the last outcome and when it came."""
-    started = time.monotonic()
+#: Long enough for a loaded machine; the marks' own lifetimes are checked where they are kept.
+WITHIN_S = 30.0
+
+
+def marks_live_s(redis_client) -> list[float]:
+    """How long each mark of phone-x still lives: the one in Redis (its PTTL; the restored one keeps
+    its expiry) and the one this process keeps (on the clock it runs out by)."""
+    lives = []
+    pttl = redis_client.pttl("flashsale:soldout:{phone-x}")
+    if pttl != -2:  # -2: no mark; -1 would be a mark that never runs out
+        lives.append(pttl / 1000 if pttl >= 0 else float("inf"))
+    kept = MARKS.get("phone-x", url=settings.INVENTORY["REDIS_URL"])
+    if kept is not None:
+        lives.append(kept.kept_until - soldout_local.clock())
+    return lives
+
+
+def buy_until_confirmed(redis_client, *, customer: str) -> Outcome:
+    """Buy until confirmed (or ``WITHIN_S`` has passed): the last outcome. While a purchase is told
+    sold out, every mark that may have said so lives ``MARK_TTL_S`` at most: one in Redis, then one
+    in this process, about 4 s in all, however slowly this loop runs."""
+    deadline = time.monotonic() + WITHIN_S
     while True:
         outcome = purchase(sku="phone-x", customer=customer, quantity=1).outcome
-        took = time.monotonic() - started
-        if outcome is Outcome.CONFIRMED or took > within_s:
-            return outcome, took
+        if outcome is Outcome.CONFIRMED or time.monotonic() > deadline:
+            return outcome
+        lives = marks_live_s(redis_client)
+        assert all(life <= MARK_TTL_S for life in lives), f"a mark lives {max(lives):.1f} s more"
         time.sleep(0.1)
 
 
@@ -89,19 +111,17 @@ class TestMarksDoNotOutliveARestock:
         restock(sku="phone-x", quantity=1)
         for key, (value, pttl) in saved.items():  # Redis restarts from that RDB: keys and their expiry
             redis_client.restore(key, max(pttl, 0), value, replace=True)
-        outcome, took = buy_until_confirmed(customer="b", within_s=6.0)
-        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {took:.1f} s after the restock"
-        assert took < 4.5
+        outcome = buy_until_confirmed(redis_client, customer="b")
+        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {WITHIN_S:.0f} s after the restock"
         assert Product.objects.get(sku="phone-x").stock == 0 and Order.objects.count() == 2
 
-    def test_a_restock_whose_invalidation_failed_ends_sold_out_soon(self, use_strategy, make_product):
+    def test_a_restock_whose_invalidation_failed_ends_sold_out_soon(self, use_strategy, make_product, redis_client):
         use_strategy("db")
         make_product(stock=1)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT
         # Units back on the shelf with no message (what a restock whose after-commit raise failed leaves).
         Product.objects.filter(sku="phone-x").update(stock=F("stock") + 1, initial_stock=F("initial_stock") + 1)
-        outcome, took = buy_until_confirmed(customer="b", within_s=6.0)
-        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {took:.1f} s after the restock"
-        assert took < 4.5
+        outcome = buy_until_confirmed(redis_client, customer="b")
+        assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {WITHIN_S:.0f} s after the restock"
         assert Product.objects.get(sku="phone-x").stock == 0 and Order.objects.count() == 2

@@ -51,7 +51,7 @@ def config(settings, ensemble):
 def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
     """Close ``strategy``'s session from a second connection with its id and password: the ensemble
     ends it and deletes its znodes, as it does when a frozen holder's session times out."""
-    session_id, password = strategy.client._kazoo.client_id
+    session_id, password = strategy.client.session_credentials()
     twin = KazooClient(hosts=",".join(HOSTS), client_id=(session_id, password))
     twin.start(timeout=5)
     twin.stop()
@@ -59,8 +59,8 @@ def end_session_elsewhere(strategy: ZooKeeperLockStrategy) -> None:
 
 
 def test_the_strategy_describes_its_ensemble(config, ensemble):
-    [service] = processes_for(ZooKeeperLockStrategy.needs(config))
-    assert service.hosts == HOSTS and service.startable and service.running()
+    [process] = processes_for(ZooKeeperLockStrategy.needs(config))
+    assert process.hosts == HOSTS and process.startable and process.running()
     assert ZooKeeperLockStrategy.server_env(config) == {"ZOOKEEPER_HOSTS": ",".join(HOSTS)}
     assert ZooKeeperLockStrategy.checks(config) == []
     assert [m.id for m in ZooKeeperLockStrategy.checks({**config, "ZOOKEEPER_HOSTS": HOSTS[:2]})] == ["inventory.W005"]
@@ -106,7 +106,7 @@ class SessionEndsAfterRead(ZooKeeperLockStrategy):
         if not self.done.is_set():
             end_session_elsewhere(self)
             self.session_ended.set()
-            assert self.other_bought.wait(10)
+            assert self.other_bought.wait(60)
             self.done.set()
         return shelf
 
@@ -134,15 +134,15 @@ def test_a_holder_whose_session_ended_is_stopped_or_refused(config, make_product
     thread = threading.Thread(target=shopper_a)
     thread.start()
     assert holder.session_ended.wait(10)
-    other = ZooKeeperLockStrategy(config=config)
-    started = time.monotonic()
+    # A stays inside its section until B has its answer, so B can only have bought because A's
+    # session ended (B may wait long: a loaded machine cannot make that look like A's release).
+    other = ZooKeeperLockStrategy(config={**config, "ACQUIRE_TIMEOUT_MS": 30_000})
     results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
-    waited = time.monotonic() - started
     holder.other_bought.set()
     thread.join(10)
     holder.close()
     other.close()
-    assert results["b"].confirmed and waited < 1.0, "B got the lock as soon as A's session ended"
+    assert results["b"].confirmed, "B got the lock once A's session ended, A still in its section"
     assert results["a"].outcome.value == "busy"
     # The session check stops A before its write; a write that got past it is refused by the fence.
     assert results["a"].conflicts == (1 if holder_class is WritesWithoutAsking else 0)

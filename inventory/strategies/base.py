@@ -81,9 +81,11 @@ class Strategy:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
 
-    def attempt_batch(self, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False) -> BatchAttempt:
+    def attempt_batch(
+        self, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
+    ) -> BatchAttempt:
         """One run of the section for a batch of purchases (``BATCH`` > 1): one read, one write."""
-        return batch_section(self, product_id=product_id, asks=asks, grant=grant, careful=careful)
+        return batch_section(self, product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         """After a conflict: a grant to run the section again with, or None to give up."""

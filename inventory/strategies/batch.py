@@ -9,7 +9,7 @@ inserts the orders in one statement and adds the units in one upsert, one row pe
 
 The outcomes equal running the batch one purchase at a time, in queue order, from the leader's
 read: a repeated Idempotency-Key gets the order of the first purchase with it, as its retry would.
-``careful`` runs the writes of each purchase in its own savepoint, so a constraint that refuses
+``savepoint_each`` runs the writes of each purchase in its own savepoint, so a constraint that refuses
 one purchase (an :class:`IntegrityError`) refuses only that one; the runner uses it after a bulk
 write failed, which aborts the whole transaction.
 """
@@ -50,7 +50,7 @@ class Verdict:
 @dataclass(frozen=True)
 class BatchAttempt:
     """One run of the batch section: per ask an SectionResult (or the IntegrityError that refused it,
-    in careful mode), or the read the storage check refused."""
+    with a savepoint per purchase), or the read the storage check refused."""
 
     attempts: list[SectionResult | IntegrityError] | None = None
     conflict: Shelf | None = None
@@ -114,7 +114,7 @@ def order_for(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -
 
 
 def batch_section(
-    strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False
+    strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
     with section_transaction(strategy):
@@ -126,7 +126,7 @@ def batch_section(
             orders=keyed_orders(product_id, asks),
             now=timezone.now(),
         )
-        if careful:
+        if savepoint_each:
             verdicts, created = _write_one_by_one(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
         else:
             created = _write_in_bulk(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)

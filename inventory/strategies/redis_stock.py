@@ -185,11 +185,13 @@ class RedisStockStrategy(Strategy):
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         return grant
 
-    def attempt_batch(self, *, product_id: int, asks: list[Ask], grant: Grant, careful: bool = False) -> BatchAttempt:
+    def attempt_batch(
+        self, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
+    ) -> BatchAttempt:
         """One script takes the batch's units in Redis, in order; the taken ones are written as one
         batch (:func:`batch_section`); whatever the database does not confirm goes back to Redis.
-        ``careful``: each purchase alone, as :meth:`attempt` runs it."""
-        if careful:
+        ``savepoint_each``: each purchase alone, as :meth:`attempt` runs it."""
+        if savepoint_each:
             return BatchAttempt(attempts=[self._alone(product_id, ask, grant) for ask in asks])
         replays = keyed_orders(product_id, asks)
         fresh = [i for i, ask in enumerate(asks) if not (ask.key and (ask.customer, ask.key) in replays)]

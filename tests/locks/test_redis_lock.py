@@ -33,7 +33,8 @@ def test_held_lock_is_refused_and_error_names_key_and_node(single, name):
         started = time.monotonic()
         with pytest.raises(NotAcquired) as refused:
             RedisLock(single, name, ttl_ms=5_000, timeout_ms=150).acquire()
-        assert 0.14 < time.monotonic() - started < 1.0
+        assert time.monotonic() - started > 0.14  # it waited its timeout
+        assert single.get(name) is not None  # and gave up while the lock was still held, not when it ran out
         assert refused.value.name == name and refused.value.nodes == ["127.0.0.1:6379"]
         assert name in str(refused.value) and "127.0.0.1:6379" in str(refused.value)
 
@@ -76,25 +77,29 @@ def test_leaving_with_block_after_expiry_raises_lock_lost(single, name):
         time.sleep(0.15)
 
 
+#: A waiter's timeout, and the holder's TTL above it: long, so that a waiter that was not woken
+#: by the release (it sleeps until the TTL or its timeout) is told apart from one that was by
+#: far more than a loaded machine's delays.
+LONG_WAIT_MS = 60_000
+
+
 def test_waiter_wakes_on_release_not_on_timeout(single, name):
-    holder = RedisLock(single, name, ttl_ms=10_000, timeout_ms=0)
+    holder = RedisLock(single, name, ttl_ms=2 * LONG_WAIT_MS, timeout_ms=0)
     holder.acquire()
-    waited: list[float] = []
+    granted_at: list[float] = []
 
     def wait() -> None:
-        started = time.monotonic()
-        with RedisLock(single, name, ttl_ms=10_000, timeout_ms=5_000):
-            waited.append(time.monotonic() - started)
+        with RedisLock(single, name, ttl_ms=10_000, timeout_ms=LONG_WAIT_MS):
+            granted_at.append(time.monotonic())
 
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.3)
     released_at = time.monotonic()
     holder.release()
-    waiter.join(5)
-    # Woken by the release: well before the 10 s the holder's TTL would have made it wait.
-    assert waited and 0.3 <= waited[0] < 0.3 + 1.0, waited
-    assert time.monotonic() - released_at < 1.0
+    waiter.join(LONG_WAIT_MS / 1000 + 5)
+    # Granted after the release, and long before the waiter's timeout (or the holder's TTL) ended its sleep.
+    assert granted_at and released_at <= granted_at[0] < released_at + LONG_WAIT_MS / 1000 / 2, granted_at
 
 
 def test_release_hands_the_lock_to_a_waiter_before_a_newcomer(single, name):
@@ -114,10 +119,13 @@ def test_release_hands_the_lock_to_a_waiter_before_a_newcomer(single, name):
 
 
 def test_waiter_takes_over_when_holder_dies_without_release(single, name):
-    RedisLock(single, name, ttl_ms=300, timeout_ms=0).acquire()
+    dead = RedisLock(single, name, ttl_ms=300, timeout_ms=0).acquire()
     started = time.monotonic()
-    with RedisLock(single, name, ttl_ms=1_000, timeout_ms=2_000):
-        assert 0.2 < time.monotonic() - started < 1.5
+    with RedisLock(single, name, ttl_ms=1_000, timeout_ms=LONG_WAIT_MS) as lease:
+        # Not before the dead holder's lease ran out; woken when it did (the TTL it was told), not
+        # at the end of its own timeout.
+        assert 0.2 < time.monotonic() - started < LONG_WAIT_MS / 1000 / 2
+        assert lease.fence > dead.fence
 
 
 @pytest.mark.parametrize("wait", ["notify", "poll"])
@@ -191,12 +199,13 @@ def test_watchdog_reports_loss_when_key_is_removed(single, name):
         ) as lease,
     ):
         single.delete(name)
-        while not lost and time.monotonic() - started < 3:
+        while not lost and time.monotonic() - started < 30:
             time.sleep(0.01)
     assert lost and lost[0][0].token == lease.token
     assert raised.value is lost[0][1]
+    # Seen at the first renewal that found the key gone, not when the lease would have run out.
     assert isinstance(raised.value.__cause__, NotOwned)
-    assert time.monotonic() - started < 1.0
+    assert "could not renew" in str(raised.value)
 
 
 def test_a_process_with_descriptors_above_1024_can_still_connect(name):

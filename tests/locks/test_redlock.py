@@ -21,6 +21,8 @@ from .workers import increment_under_lock
 NODE_TIMEOUT_MS = 50
 # Slack on top of the per-node timeout for a loaded two-core machine; still far below the TTL.
 SLACK_S = 0.4
+#: A waiter's timeout long enough that waking on the release and on the timeout are told apart by far.
+LONG_WAIT_MS = 60_000
 
 
 def gray_code_subsets(count: int):
@@ -98,7 +100,8 @@ def test_majority_held_elsewhere_refuses_within_timeout(twin, cluster, name):
     with pytest.raises(NotAcquired) as refused:
         twin(twin.Redlock(clients, name, ttl_ms=5_000, timeout_ms=200).acquire())
     assert not isinstance(refused.value, QuorumUnavailable)
-    assert 0.19 < time.monotonic() - started < 1.0
+    assert time.monotonic() - started > 0.19  # it waited its timeout
+    # ... and gave up while the holder's lock was still there, not when it ran out
     assert all(client.get(name) == lease.token.encode() for client in sync_clients)
     twin(holder.release())
 
@@ -247,31 +250,34 @@ def test_watchdog_reports_loss_when_keys_are_removed(cluster, name):
     ):
         for client in clients:
             client.delete(name)
-        while not lost and time.monotonic() - started < 3:
+        while not lost and time.monotonic() - started < 30:
             time.sleep(0.01)
     assert lost and raised.value is lost[0]
-    assert time.monotonic() - started < 1.0
+    # Seen at the first renewal that found the keys gone, not when the lease would have run out.
+    assert "could not renew" in str(raised.value)
 
 
 def test_waiter_wakes_on_release_not_on_expiry(twin, cluster, name):
     nodes, _ = cluster
     ports = [node.port for node in nodes]
-    holder = twin.Redlock(twin.clients(ports), name, ttl_ms=10_000, timeout_ms=0)
+    # The holder's TTL and the waiter's timeout are long: a waiter that was not woken by the release
+    # sleeps until one of them, far longer than any delay of a loaded machine.
+    holder = twin.Redlock(twin.clients(ports), name, ttl_ms=2 * LONG_WAIT_MS, timeout_ms=0)
     twin(holder.acquire())
-    waited: list[float] = []
+    granted_at: list[float] = []
 
     def wait(other) -> None:
-        started = time.monotonic()
-        lock = other.Redlock(other.clients(ports), name, ttl_ms=10_000, timeout_ms=5_000)
+        lock = other.Redlock(other.clients(ports), name, ttl_ms=10_000, timeout_ms=LONG_WAIT_MS)
         other(lock.acquire())
-        waited.append(time.monotonic() - started)
+        granted_at.append(time.monotonic())
         other(lock.release())
 
     waiter = twin.spawn(wait)
     time.sleep(0.3)
+    released_at = time.monotonic()
     twin(holder.release())
-    waiter.join(6)
-    assert waited and 0.3 <= waited[0] < 0.3 + 1.0, waited
+    waiter.join(LONG_WAIT_MS / 1000 + 5)
+    assert granted_at and released_at <= granted_at[0] < released_at + LONG_WAIT_MS / 1000 / 2, granted_at
 
 
 def test_nodes_that_forgot_the_scripts_are_sent_them_again(twin, cluster, name):

@@ -20,20 +20,10 @@ from django.utils import timezone
 
 from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.strategies import needs_of, strategy_class
-from loadtests.arguments import add_arguments
 from loadtests.balancer import BalancerError
 from loadtests.burst import floor_row, run_row
 from loadtests.figures import median_run
-from loadtests.options import (
-    batch_sizes,
-    check_balancers,
-    check_fault,
-    check_numbers,
-    check_paths,
-    row_plan,
-    strategy_names,
-    threads_for_batches,
-)
+from loadtests.options import add_arguments, planned_rows, row_plan
 from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
@@ -57,79 +47,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         add_arguments(parser)
 
-    def handle(
-        self,
-        *args,
-        scenario: str,
-        strategies: str,
-        requests: int,
-        stock: int,
-        sku: str,
-        pods: int,
-        users: int,
-        workers: int,
-        threads: int,
-        locust_workers: int | None,
-        balancer: str,
-        master_port: int,
-        repeat: int,
-        timeout: float | None,
-        json_path: str,
-        report_path: str = "",
-        fault: str | None = None,
-        fault_hold: float | None = None,
-        unfenced: bool = False,
-        batch: str = "1",
-        batch_threads: int | None = None,
-        yardstick: bool = False,
-        floor_round: bool = True,
-        **options,
-    ):
-        names = strategy_names(scenario=scenario, strategies=strategies)
-        keys = [(name, size) for name in names for size in batch_sizes(batch)]
-        timeout, locust_workers = check_numbers(
-            scenario=scenario,
-            requests=requests,
-            stock=stock,
-            users=users,
-            workers=workers,
-            threads=threads,
-            pods=pods,
-            locust_workers=locust_workers,
-            repeat=repeat,
-            timeout=timeout,
-        )
-        check_paths(sku=sku, json_path=json_path, report_path=report_path)
-        balancers = check_balancers(balancer, master_port=master_port)
-        self.batched = threads_for_batches(batch_threads, threads=threads, users=users, pods=pods, workers=workers)
-        check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=fault_hold)
-        plan = BurstPlan(
-            requests=requests,
-            stock=stock,
-            scenario=scenario,
-            sku=sku,
-            pods=pods,
-            users=users,
-            workers=workers,
-            threads=threads,
-            pool_max_size=self.pool_size(pods=pods, workers=workers, threads=max(threads, self.batched)),
-            locust_workers=locust_workers,
-            master_port=master_port,
-            balancer=balancers[0],
-            timeout_s=timeout,
-            fault=fault,
-            fault_hold_s=fault_hold,
-            fenced=not unfenced,
-            yardstick=yardstick,
-            floor_round=floor_round,
-        )
+    def handle(self, *args, **options):
+        rows = planned_rows(options, pool_size=self.pool_size)
+        self.batched = rows.batch_threads
+        repeat, fault, unfenced = options["repeat"], options.get("fault"), options.get("unfenced", False)
         started_at = timezone.now()
-        runs = self.run_rows(keys, plan, repeat=repeat, unfenced=unfenced, balancers=balancers)
-        rows = runs if repeat == 1 else self.medians(runs, keys if fault else [(FLOOR, 1), *keys], balancers)
-        document = self.document(rows, started_at)
+        runs = self.run_rows(rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, balancers=rows.balancers)
+        keys = rows.keys if fault else [(FLOOR, 1), *rows.keys]
+        medians = runs if repeat == 1 else self.medians(runs, keys, rows.balancers)
+        document = self.document(medians, started_at)
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
-        self.write_outputs(document, json_path=json_path, report_path=report_path)
+        self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
         self.check_runs(runs, fault=fault, unfenced=unfenced)
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
@@ -155,7 +84,7 @@ class Command(BaseCommand):
         self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
     ) -> list[dict]:
         """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
-        times, with the services the strategies need running; each row printed as it ends. A row is
+        times, with the processes the strategies need running; each row printed as it ends. A row is
         a strategy at a BATCH size."""
         fault = plan.fault
         names = list(dict.fromkeys(name for name, _ in keys))

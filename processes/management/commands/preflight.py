@@ -1,4 +1,5 @@
-"""Check the services the shop needs; create the database and start the Redlock nodes."""
+"""Check the machine's services the shop needs (PostgreSQL, Redis); create the database and start the
+Redlock nodes (processes of the project)."""
 
 from __future__ import annotations
 
@@ -58,4 +59,5 @@ class Command(BaseCommand):
                 project_nodes().start()
             except NodeError as exc:
                 raise CommandError(str(exc)) from exc
-        self.stdout.write("services ready: PostgreSQL, Redis" + ("" if no_nodes else ", 5 Redlock nodes"))
+        nodes = "" if no_nodes else ", 5 Redlock nodes (processes)"
+        self.stdout.write(f"ready: PostgreSQL and Redis (services){nodes}")

@@ -12,9 +12,9 @@ MANAGE := $(BIN)/python manage.py
 # front of two pods (docs/burst.md); then one hot SKU at the speed of its database: db and redis
 # with each purchase alone in its section and with up to 64 sharing one (docs/batching.md).
 demo: services migrate seed static
-	$(MANAGE) flashsale --scenario spike --backends all --requests 5000 --stock 100 --pods 2 --balancer haproxy \
+	$(MANAGE) flashsale --scenario spike --strategies all --requests 5000 --stock 100 --pods 2 --balancer haproxy \
 		--json artifacts/burst.json --report artifacts/report.html
-	$(MANAGE) flashsale --scenario deep --backends db,redis --requests 1000 --batch 1,64 \
+	$(MANAGE) flashsale --scenario deep --strategies db,redis --requests 1000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html
 
 # What both lanes run first: lint and format check (pyproject.toml), the import contract

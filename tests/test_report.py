@@ -49,6 +49,12 @@ class TestSentences:
         assert len(said) == len(burst["runs"])
         floor, db, optimistic, redis, redlock, atomic, unsafe, faulted = said
         assert floor == "floor: 1,210 requests/s with no storage touched; every ratio in this report is against it."
+        # A floor row made from the rows' own floor rounds says so (an older document's does not).
+        own = sentence({**next(r for r in burst["runs"] if r["backend"] == "floor"), "floor_of": "db"})
+        assert own == (
+            "floor: 1,210 requests/s with no storage touched, the best floor round (on db's pods); "
+            "each strategy's ratio is against the floor round on its own pods."
+        )
         assert db == (
             "db: sold 100 of 100 units, none oversold; 48 database connections at peak, "
             "p99 lock wait 41 ms, 0.62× floor."

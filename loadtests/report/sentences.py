@@ -15,6 +15,11 @@ def sentence(run: dict) -> str:
     rps = figure(run, "rps")
     if name == "floor":
         said = f"{count(rps)} requests/s" if rps is not None else "no throughput figure"
+        if run.get("floor_of"):  # each row measured its own floor round; this row is the best of them
+            return (
+                f"floor: {said} with no storage touched, the best floor round (on {run['floor_of']}'s pods); "
+                "each strategy's ratio is against the floor round on its own pods."
+            )
         return f"floor: {said} with no storage touched; every ratio in this report is against it."
     outcome = _outcome(run, name)
     costs = _costs(run, name)

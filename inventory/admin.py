@@ -258,7 +258,7 @@ class OrderAdmin(ReadOnlyAdmin):
 class BurstRunAdmin(ReadOnlyAdmin):
     list_display = [
         "started_at",
-        "backend",
+        "strategy",
         "sku",
         "requests",
         "stock_initial",
@@ -271,5 +271,5 @@ class BurstRunAdmin(ReadOnlyAdmin):
         "p99_ms",
         "invariants_ok",
     ]
-    list_filter = ["backend", "invariants_ok", "sku"]
+    list_filter = ["strategy", "invariants_ok", "sku"]
     date_hierarchy = "started_at"

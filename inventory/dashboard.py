@@ -117,7 +117,7 @@ def latest_report() -> dict | None:
     if started_at is None:
         return None
     runs = BurstRun.objects.filter(started_at=started_at).exclude(sentence="").order_by("id")
-    said = [{"backend": run.backend, "sentence": run.sentence, "ok": run.invariants_ok} for run in runs]
+    said = [{"strategy": run.strategy, "sentence": run.sentence, "ok": run.invariants_ok} for run in runs]
     if not said:
         return None
     return {"started_at": started_at, "sentences": said, "file": bool(_panels) and _panels[0].report_path().is_file()}

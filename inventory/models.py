@@ -120,10 +120,10 @@ class Order(models.Model):
 
 
 class BurstRun(models.Model):
-    """One backend's run of ``manage.py flashsale``: what was sent, what came back, what the audit found."""
+    """One strategy's row of ``manage.py flashsale``: what was sent, what came back, what the audit found."""
 
     started_at = models.DateTimeField(db_index=True)
-    backend = models.CharField(max_length=32)
+    strategy = models.CharField(max_length=32)
     sku = models.CharField(max_length=64)
     requests = models.PositiveIntegerField()
     stock_initial = models.IntegerField()
@@ -150,5 +150,5 @@ class BurstRun(models.Model):
 
     def __str__(self) -> str:
         return (
-            f"{self.backend} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"
+            f"{self.strategy} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"
         )

@@ -116,8 +116,8 @@ def floor_row(runs: list[dict]) -> dict | None:
     return {
         **{key: best[key] for key in plan_keys},
         **{key: floor[key] for key in ("rps", "drain_s", "arrival_window_s", "p50_ms", "p95_ms", "p99_ms")},
-        "backend": FLOOR,
-        "floor_of": best["backend"],
+        "row": FLOOR,
+        "floor_of": best["row"],
         "yardstick": floor.get("yardstick"),
         "requests": floor["sent"],
         "status_counts": counts,
@@ -128,7 +128,7 @@ def floor_row(runs: list[dict]) -> dict | None:
         "sold_out_after_s": None,
         "floor_ratio": None,
         "invariants_ok": ok,
-        "problems": [] if ok else [f"{best['backend']}'s floor round: {floor['answered']} of {floor['sent']} answered"],
+        "problems": [] if ok else [f"{best['row']}'s floor round: {floor['answered']} of {floor['sent']} answered"],
         **{key: 0 for key in ("orders", "oversold", "undersold", "lost", "busy", "conflicts", "retries")},
         **{key: 0 for key in ("constraint_hits", "client_retries", "transport_resends", "balancer_answers")},
         "locust_report": best["locust_report"],
@@ -346,7 +346,7 @@ def record(
     errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
     problems = judge(backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx)
     row = {
-        "backend": backend,
+        "row": backend,
         "scenario": plan.scenario,
         "fault": figures.get("fault"),
         "fault_description": figures.get("fault_description"),
@@ -431,7 +431,7 @@ def sizing(plan: BurstPlan) -> dict:
 STORED_FIGURES = [
     field.name
     for field in BurstRun._meta.concrete_fields
-    if field.name not in {"id", "started_at", "sku", "timeline", "sentence"}
+    if field.name not in {"id", "started_at", "sku", "strategy", "timeline", "sentence"}
 ]
 
 
@@ -440,6 +440,7 @@ def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
     BurstRun.objects.create(
         started_at=started_at,
         sku=plan.sku,
+        strategy=row["row"],
         timeline=figures["timeline"],
         sentence=sentence(row),
         **{name: row[name] for name in STORED_FIGURES},

@@ -261,6 +261,6 @@ def median_run(runs: list[dict]) -> dict:
 
 def with_floor_ratio(run: dict, floor: dict | None) -> dict:
     """``run`` with ``floor_ratio`` = its ``rps`` over the floor row's (left as it is for the floor itself)."""
-    if run["backend"] != FLOOR and floor and floor["rps"]:
+    if run["row"] != FLOOR and floor and floor["rps"]:
         run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
     return run

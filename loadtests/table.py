@@ -7,7 +7,7 @@ from loadtests.plan import FLOOR
 from .report.sentences import ARTICLE_CLAIM
 
 COLUMNS = [
-    ("backend", 11),
+    ("row", 11),
     ("via", 7),
     ("requests", 8),
     ("2xx", 5),
@@ -52,10 +52,10 @@ def fixed(value, digits: int = 0):
 
 def run_cells(run: dict) -> list:
     counts = run["status_counts"]
-    floor = run["backend"] == FLOOR
+    floor = run["row"] == FLOOR
     timing = run.get("server_timing") or {}
     return [
-        run["backend"] + (f" #{run['round']}" if run.get("round") else ""),
+        run["row"] + (f" #{run['round']}" if run.get("round") else ""),
         run.get("balancer", "none"),
         run["requests"],
         sum(n for status, n in counts.items() if status.startswith("2")),
@@ -137,7 +137,7 @@ def holder_note(runs: list[dict]) -> list[str]:
         stalls = ", ".join("never" if k["stalled_s"] is None else f"{k['stalled_s']:.2f}" for k in run["kills"])
         timeout = run.get("lock_timeout_ms")
         bound = "no timeout: the row lock goes with the connection" if timeout is None else f"timeout {timeout} ms"
-        lines.append(f"  {run['backend']:<10} stalled_s {stalls or 'no kill'}  ({bound})")
+        lines.append(f"  {run['row']:<10} stalled_s {stalls or 'no kill'}  ({bound})")
     lines.append(
         "  released after the TTL, lease or session timeout, not at the disconnect (db excepted): shorten it "
         "(LOCK_TTL_MS; a short TTL kept alive by a watchdog) and a paused holder loses its lock sooner"

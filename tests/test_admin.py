@@ -33,7 +33,7 @@ def staff(client, admin_user):
 def make_run(backend: str = "db", **fields) -> BurstRun:
     defaults = dict(
         started_at=timezone.now(),
-        backend=backend,
+        strategy=backend,
         sku="phone-x",
         requests=5000,
         stock_initial=100,
@@ -197,8 +197,8 @@ class TestDashboard:
         make_run("unsafe", oversold=37, invariants_ok=False, stock_final=0, orders=137)
         html = staff.get("/admin/dashboard/").content.decode()
         assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart ') == 3
-        assert html.count("<polyline") == 3  # the latest run of each of three backends
-        assert "db: 812 requests/s" in html and "redis: 1.4k requests/s" in html  # bars: latest run per backend
+        assert html.count("<polyline") == 3  # the latest run of each of three strategies
+        assert "db: 812 requests/s" in html and "redis: 1.4k requests/s" in html  # bars: latest run per strategy
         assert "db: 500 requests/s" not in html  # the older db run is only in the table
         assert html.count("<tr>", html.index('id="burst-table"')) == 1 + 4  # header row, then every run
         assert "✘ fail" in html and "1 failed" in html

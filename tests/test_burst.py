@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("burst")]
 SKU = "flash-burst"
 #: Every key of a run in the burst JSON (docs/burst.md, "The burst JSON"), present on every row.
 RUN_KEYS = {
-    "backend",
+    "row",
     "scenario",
     "pods",
     "requests",
@@ -83,7 +83,7 @@ def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
 
 
 def rows(document: dict) -> dict[str, dict]:
-    return {run["backend"]: run for run in document["runs"]}
+    return {run["row"]: run for run in document["runs"]}
 
 
 def assert_floor_row(floor: dict, *, requests: int) -> None:
@@ -106,7 +106,7 @@ def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     )
 
     assert error is None, f"{error}\n{printed}"
-    assert document["command"] and document["started_at"] and document["runs"][0]["backend"] == "floor"
+    assert document["command"] and document["started_at"] and document["runs"][0]["row"] == "floor"
     by_backend = rows(document)
     assert set(by_backend) == {"floor", "db"}
     for run in by_backend.values():
@@ -128,7 +128,7 @@ def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     assert db["floor_ratio"] == pytest.approx(db["rps"] / by_backend["floor"]["rps"], rel=0.01)
     assert all(stock >= 0 for _, stock, _, _ in db["timeline"])
     assert Order.objects.filter(product__sku=SKU).count() == 20
-    assert list(BurstRun.objects.values_list("backend", flat=True)) == ["db"]  # the floor is not audited
+    assert list(BurstRun.objects.values_list("strategy", flat=True)) == ["db"]  # the floor is not audited
     stored = BurstRun.objects.get().sentence
     assert stored == sentence(db) and stored.startswith("db: sold 20 of 20 units, none oversold;")
     assert f"{db['floor_ratio']:.2f}× floor" in stored  # the floor ratio is known when the run is stored
@@ -147,7 +147,7 @@ def test_spike_sells_exactly_the_stock(backend, request, tmp_path):
     assert run["oversold"] == run["undersold"] == run["errors_5xx"] == run["transport_errors"] == 0
     assert run["requests"] == 500 and run["server_purchases"] == 500 + run["client_retries"]
     assert run["invariants_ok"] is True and run["floor_ratio"] is None and run["floor"] is None  # --no-floor
-    assert [r["backend"] for r in document["runs"]] == [backend]
+    assert [r["row"] for r in document["runs"]] == [backend]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -197,20 +197,18 @@ def test_repeat_reports_the_median_and_range(tmp_path):
     document, printed, error = burst(tmp_path, backends="db", requests=100, stock=5, repeat=2)
 
     assert error is None, f"{error}\n{printed}"
-    assert [run["backend"] for run in document["runs"]] == ["floor", "db"]
+    assert [run["row"] for run in document["runs"]] == ["floor", "db"]
     for run in document["runs"]:
         low, high = run["rps_range"]
         assert run["repeats"] == 2 and low <= run["rps"] <= high
     # Every repeat's own figures are kept too, in the order they ran.
-    assert [(run["round"], run["backend"]) for run in document["repeats"]] == [
+    assert [(run["round"], run["row"]) for run in document["repeats"]] == [
         (1, "floor"),
         (1, "db"),
         (2, "floor"),
         (2, "db"),
     ]
-    assert (
-        sorted(run["rps"] for run in document["repeats"] if run["backend"] == "db") == rows(document)["db"]["rps_range"]
-    )
+    assert sorted(run["rps"] for run in document["repeats"] if run["row"] == "db") == rows(document)["db"]["rps_range"]
     assert BurstRun.objects.count() == 2
     assert "median of 2 runs" in printed
 
@@ -272,7 +270,7 @@ def test_rows_through_haproxy_interleave_with_direct_ones_and_say_so(tmp_path):
 
     assert error is None, f"{error}\n{printed}"
     runs = document["runs"]
-    assert [(run["backend"], run["balancer"]) for run in runs] == [
+    assert [(run["row"], run["balancer"]) for run in runs] == [
         ("floor", "none"),
         ("floor", "haproxy"),
         ("db", "none"),

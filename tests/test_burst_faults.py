@@ -120,7 +120,7 @@ def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str,
 
 def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     """The fault's keys, its three phases covering every purchase, and every invariant held."""
-    assert (run["backend"], run["fault"], run["scenario"]) == (backend, fault, "deep")
+    assert (run["row"], run["fault"], run["scenario"]) == (backend, fault, "deep")
     assert [phase["name"] for phase in run["phases"]] == ["before", "during", "after"]
     assert run["phases"][0]["start_s"] == 0.0
     for earlier, later in itertools.pairwise(run["phases"]):
@@ -140,7 +140,7 @@ def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
     orders = Order.objects.filter(product=product).count()
     assert orders == run["status_counts"].get("201", 0) == run["orders"]
     assert product.initial_stock - product.stock == orders
-    assert BurstRun.objects.get(backend=backend).invariants_ok is True
+    assert BurstRun.objects.get(strategy=backend).invariants_ok is True
 
 
 @pytest.mark.slow

@@ -93,11 +93,11 @@ def test_stalls_are_measured_from_each_kill_to_the_next_order_created():
         "kill 2: worker 2 was not inside its section (none found in time)",
         "the burst ended after 2 of 3 kills: use more --requests",
     ]
-    assert kill_stalls({"backend": "redis", **figures}) == (
+    assert kill_stalls({"row": "redis", **figures}) == (
         f'the article: "{ARTICLE_CLAIM}" Measured: stalled 0.50, never s after each SIGKILL '
         f"(its timeout is {KILL_HOLDER_TTL_MS} ms; freed when {FREED_BY['redis']})"
     )
-    lines = holder_note([{"backend": "redis", **figures}])
+    lines = holder_note([{"row": "redis", **figures}])
     assert "If a client disconnects, the lock is automatically released." in lines[0]
     assert "stalled_s 0.50, never" in lines[1] and f"timeout {KILL_HOLDER_TTL_MS} ms" in lines[1]
 

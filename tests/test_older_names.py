@@ -1,11 +1,12 @@
 """The code says "strategy"; the older word "backend" is still accepted where users typed it:
-the environment, ``settings.INVENTORY``, and the commands' options. The burst JSON's ``backend``
-key and the ``backend`` column of burst runs keep their names; an order's column is ``strategy``
-(docs/operations.md)."""
+the environment, ``settings.INVENTORY``, and the commands' options; and a burst JSON written
+before the rename (its rows' ``backend`` key, now ``row``) still makes a report. An order's and a
+burst run's column is ``strategy`` (docs/operations.md)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,14 @@ def test_flashsale_takes_either_option(flag):
 def test_simulate_pause_takes_either_option(flag):
     parser = SimulatePause().create_parser("manage.py", "simulate_pause")
     assert parser.parse_args([flag, "etcd"]).strategy == "etcd"
+
+
+def test_a_burst_document_from_before_the_rename_still_makes_a_report():
+    from loadtests.report.page import render_report
+    from loadtests.report.sentences import sentences
+
+    old = {"runs": [{"backend": "floor", "rps": 1000.0}, {"backend": "db", "rps": 500.0, "requests": 10}]}
+    new = {"runs": [{"row": "floor", "rps": 1000.0}, {"row": "db", "rps": 500.0, "requests": 10}]}
+    assert sentences(old) == sentences(new) and "db:" in sentences(old)[1]
+    charts = re.compile(r"chart\d+")  # every rendered chart takes the next id
+    assert charts.sub("chart", render_report(old)) == charts.sub("chart", render_report(new))

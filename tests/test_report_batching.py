@@ -8,7 +8,7 @@ from loadtests.report.page import render_report
 
 def row(backend: str, *, batch: int, rps: float, sections: int | None, drain_s: float, locked: bool = True) -> dict:
     return {
-        "backend": backend,
+        "row": backend,
         "batch": batch,
         "requests": 3000,
         "rps": rps,
@@ -35,7 +35,7 @@ def test_the_sentence_says_purchases_per_acquisition_and_the_gain():
 
 
 def test_the_section_appears_only_with_a_strategy_run_both_ways():
-    floor = {"backend": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
     alone = row("redis", batch=1, rps=100.0, sections=3000, drain_s=30.0)
     batched = row("redis", batch=64, rps=620.0, sections=73, drain_s=4.8)
     html = render_report({"runs": [floor, alone, batched]})

@@ -14,7 +14,7 @@ What holds for the page:
   Django templates (``templates/report/``) with autoescaping, and the SVG charts escape what
   they draw;
 - a missing key is shown as "–" (older runs and rows that do not exist yet lack keys); only a
-  document without a list of runs, a run that is not an object, or a run without a backend name
+  document without a list of runs, a run that is not an object, or a run without a "row" name
   is refused, with :class:`ReportError`.
 
 The machine block is the JSON's ``machine``, shown as recorded. :func:`machine_info` measures this

@@ -80,20 +80,24 @@ def validate(data: object) -> list[dict]:
     runs = data.get("runs")
     if not isinstance(runs, list):
         raise ReportError('there is no "runs" list at the top level')
+    named = []
     for i, run in enumerate(runs):
         if not isinstance(run, dict):
             raise ReportError(f"runs[{i}] must be an object, not {type(run).__name__}")
-        if not isinstance(run.get("backend"), str) or not run["backend"].strip():
-            raise ReportError(f'runs[{i}] has no "backend" name')
-    return runs
+        if "row" not in run and "backend" in run:
+            run = {**run, "row": run["backend"]}  # a document written before the key was renamed
+        if not isinstance(run.get("row"), str) or not run["row"].strip():
+            raise ReportError(f'runs[{i}] has no "row" name (a strategy, or floor)')
+        named.append(run)
+    return named
 
 
 def with_floor_ratios(runs: list[dict]) -> list[dict]:
     """The runs, each with ``floor_ratio`` filled from the first floor row when the JSON lacks it."""
-    floor_rps = next((figure(r, "rps") for r in runs if r["backend"] == "floor" and figure(r, "rps")), None)
+    floor_rps = next((figure(r, "rps") for r in runs if r["row"] == "floor" and figure(r, "rps")), None)
     filled = []
     for run in runs:
-        if run["backend"] != "floor" and figure(run, "floor_ratio") is None and floor_rps and figure(run, "rps"):
+        if run["row"] != "floor" and figure(run, "floor_ratio") is None and floor_rps and figure(run, "rps"):
             run = {**run, "floor_ratio": figure(run, "rps") / floor_rps}
         filled.append(run)
     return filled

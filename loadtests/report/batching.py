@@ -41,7 +41,7 @@ def batching_sentence(alone: dict, batched: dict) -> str | None:
     if shared is None or not rps or not rps_alone:
         return None
     unit = "lock acquisition" if timing(batched, "lock_wait_ms", "p50") is not None else "transaction"
-    name = f"{batched['backend']} ×{batched['batch']}"
+    name = f"{batched['row']} ×{batched['batch']}"
     return (
         f"{name}: {shared:.0f} purchases per {unit}, {ratio(rps / rps_alone)} the same "
         f"{'lock' if unit == 'lock acquisition' else 'strategy'} one purchase at a time"

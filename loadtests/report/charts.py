@@ -63,7 +63,7 @@ def _timeline_points(run: dict) -> tuple[list[tuple[float, float]], str]:
     (which touches no stock) and when no stock was sampled; with the label of what is plotted."""
     rows = _timeline_rows(run)
     columns = ((1, "units left"), (3, "purchases answered"), (2, "purchases sent"))
-    for column, label in columns[1:] if run.get("backend") == "floor" else columns:
+    for column, label in columns[1:] if run.get("row") == "floor" else columns:
         points = [(r[0], r[column]) for r in rows if len(r) > column and number(r[column]) is not None]
         if points:
             return points, label

@@ -102,7 +102,7 @@ def _verdict(run: dict) -> tuple[str, str]:
     if ok is True:
         return "ok", "invariants hold"
     if ok is False:
-        return ("control", "broke, as a control should") if run["backend"] in CONTROLS else ("bad", "broke")
+        return ("control", "broke, as a control should") if run["row"] in CONTROLS else ("bad", "broke")
     return "unknown", "not audited"
 
 

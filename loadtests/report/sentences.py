@@ -11,7 +11,7 @@ def sentence(run: dict) -> str:
     """One plain sentence saying what ``run`` showed: first whether the stock came out right, then
     what it cost (connections, conflicts, busy answers, lock waits, throughput against the floor),
     then what a fault did. Figures the run lacks are left out, never guessed."""
-    name = str(run.get("backend"))
+    name = str(run.get("row", run.get("backend")))  # "backend": a document from before the rename
     rps = figure(run, "rps")
     if name == "floor":
         said = f"{count(rps)} requests/s" if rps is not None else "no throughput figure"

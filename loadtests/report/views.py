@@ -17,20 +17,20 @@ class View:
     """One run as the page shows it: its figures, a label unique on the page, its sentence, colour and anchor."""
 
     def __init__(self, run: dict, *, index: int, label: str):
-        self.run, self.name, self.label = run, run["backend"], label
+        self.run, self.name, self.label = run, run["row"], label
         self.sentence = sentence(run)
         self.colour = colour_for(self.name, index)
         self.anchor = f"run-{index + 1}-{re.sub(r'[^a-z0-9]+', '-', self.name.lower()).strip('-')}"
 
 
 def batch_label(run: dict) -> str:
-    """The backend, with its BATCH size when purchases shared sections (``redis ×64``)."""
+    """The row's name (a strategy, or floor), with its BATCH size when purchases shared sections (``redis ×64``)."""
     batch = run.get("batch")
-    return run["backend"] + (f" ×{batch}" if isinstance(batch, int) and batch > 1 else "")
+    return run["row"] + (f" ×{batch}" if isinstance(batch, int) and batch > 1 else "")
 
 
 def views(runs: list[dict]) -> list[View]:
-    """A view per run; a backend that ran more than once is labelled by its fault or scenario too."""
+    """A view per run; a strategy that ran more than once is labelled by its fault or scenario too."""
     seen: dict[str, int] = {}
     for run in runs:
         seen[batch_label(run)] = seen.get(batch_label(run), 0) + 1

@@ -103,7 +103,7 @@ def test_report_of_a_real_burst(browser, tmp_path):
         page, requested = open_report(context, report_html)
         assert requested == [report_html.as_uri()]
         assert_chart_and_sentence_per_strategy(page, data)
-        db = page.locator('li.sentence[data-backend="db"]').inner_text()
+        db = page.locator('li.sentence[data-row="db"]').inner_text()
         assert db.startswith("db: sold 20 of 20 units, none oversold")
         assert page.locator("dl.machine").inner_text().count("PostgreSQL") >= 2  # label and SELECT version()
     finally:

@@ -79,7 +79,7 @@ def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_
     ):
         BurstRun.objects.create(
             started_at=now - timedelta(minutes=10 - i),
-            backend=backend,
+            strategy=backend,
             sku="phone-x",
             requests=5000,
             stock_initial=100,

@@ -66,7 +66,7 @@ class Command(BaseCommand):
         run broke an invariant."""
         for line in holder_note(runs):
             self.stdout.write(line)
-        broken = [f"{run['backend']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
+        broken = [f"{run['row']} ({'; '.join(run['problems'])})" for run in runs if not run["invariants_ok"]]
         if unfenced and fault in OVERSELL_UNFENCED:
             oversold = sum(run["oversold"] for run in runs)
             self.stdout.write(
@@ -179,9 +179,7 @@ class Command(BaseCommand):
         rows, floors = [], {}
         for name, size in keys:
             for balancer in balancers:
-                mine = [
-                    run for run in runs if (run["backend"], run["batch"], run["balancer"]) == (name, size, balancer)
-                ]
+                mine = [run for run in runs if (run["row"], run["batch"], run["balancer"]) == (name, size, balancer)]
                 row = median_run(mine)
                 row.pop("round", None)
                 row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]

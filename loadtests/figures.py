@@ -158,8 +158,17 @@ def merge(summaries: list[dict]) -> dict:
         max_lock_wait_ms=round(max(timings["lock"]), 1) if timings["lock"] else None,
         latency_histogram_ms=latency_histogram(latencies),
         **sections(timings["batch"]),
+        **holds(timings["hold"]),
     )
     return merged
+
+
+def holds(values_ms: list[float]) -> dict:
+    """``hold_p50`` and ``hold_p99`` (ms) over the answers whose ``Server-Timing`` carried ``hold``:
+    a lock's grant to release, or, for a strategy without a lock, its section's transaction from
+    BEGIN to COMMIT. None when no answer carried it (the floor, answers refused before any section)."""
+    figures = spread(values_ms) or {}
+    return {"hold_p50": figures.get("p50"), "hold_p99": figures.get("p99")}
 
 
 def sections(sizes: list[float]) -> dict:

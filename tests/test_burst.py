@@ -52,6 +52,8 @@ RUN_KEYS = {
     "peak_db_connections",
     "floor_ratio",
     "server_timing",
+    "hold_p50",
+    "hold_p99",
     "timeline",
     "latency_histogram_ms",
     "balancer",

@@ -273,3 +273,15 @@ def with_floor_ratio(run: dict, floor: dict | None) -> dict:
     if run["backend"] != FLOOR and floor and floor["rps"]:
         run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
     return run
+
+
+def with_hot_row_ratio(run: dict, hot_rows: list[dict]) -> dict:
+    """``run`` with ``hot_row_ratio`` = its ``rps`` over the hot-row limit of its shape
+    (:mod:`loadtests.hotrow`): one purchase per commit for a BATCH=1 row, many per commit for a
+    batched one. The floor sells nothing and is left as it is."""
+    if run["backend"] == FLOOR or not hot_rows:
+        return run
+    batched = (run.get("batch") or 1) > 1
+    shape = next((hot for hot in hot_rows if (hot["batch"] > 1) == batched), None)
+    run["hot_row_ratio"] = round(run["rps"] / shape["rps"], 3) if shape and shape["rps"] else None
+    return run

@@ -88,6 +88,29 @@ def run_cells(run: dict) -> list:
     ]
 
 
+def hot_row_cells(shape: dict) -> list:
+    """A hot-row limit shape (:mod:`loadtests.hotrow`) as a table row: its purchases asked, sold
+    (``2xx``) and refused (``409``), the audit, its seconds (``drain s``), purchases/s, connections
+    (``conns``) and purchases per commit (``batch``); the HTTP columns stay empty."""
+    cells = {
+        "backend": shape["name"],
+        "via": "psycopg",
+        "requests": shape["purchases"],
+        "2xx": shape["sold"],
+        "409": shape["refused"],
+        "stock": shape["stock_final"],
+        "orders": shape["orders"],
+        "oversold": shape["oversold"],
+        "drain s": fixed(shape["seconds"], 2),
+        "rps": fixed(shape["rps"]),
+        "conns": shape["connections"],
+        "batch": shape["batch"],
+        "sections": shape["commits"],
+        "ok": "yes" if shape["ok"] else "NO",
+    }
+    return [cells.get(title) for title, _ in COLUMNS]
+
+
 def steps_line(run: dict) -> str | None:
     """Where the row's wall-clock time went: ``  time: pods 2.1 s, warm_up 0.4 s, ...``."""
     steps = run.get("steps_s")

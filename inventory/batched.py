@@ -32,7 +32,7 @@ from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
 from .strategies.contract import Grant, LockUnavailable, Outcome
-from .strategies.section import lock_timed_out
+from .strategies.section import lock_timed_out, timed_transactions
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id:
     waiting = time.perf_counter()
     results = None
     try:
-        with strategy.guard(sku) as grant:
+        with strategy.guard(sku) as grant, timed_transactions() as transactions:
             granted = time.perf_counter()
             tickets = take()
             db = Timings()
@@ -103,6 +103,8 @@ def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id:
         timings.queue_wait_ms = _ms(ticket.queued_at, ticket.taken_at)
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = _ms(waiting, granted), _ms(granted, released)
+        elif transactions:
+            timings.lock_hold_ms = sum(transactions)  # no lock: the hold is the batch's transaction(s)
         combiner.answer(ticket, result)
 
 

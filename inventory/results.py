@@ -25,7 +25,9 @@ class Timings:
     """Where one purchase spent its time on the server (milliseconds)."""
 
     lock_wait_ms: float | None = None  # acquiring the guard (None: no guard was taken)
-    lock_hold_ms: float | None = None  # from the grant to the release (after commit)
+    # The hold: with a lock, from the grant to the release (after commit); without one (db's row lock,
+    # atomic, optimistic, redis-stock), the section's transactions, BEGIN to COMMIT (None: none ran).
+    lock_hold_ms: float | None = None
     db_ms: float = 0.0  # inside the section's transactions
     total_ms: float = 0.0
     queue_wait_ms: float | None = None  # queued for a combining leader (None: BATCH=1, no queue)

@@ -28,7 +28,7 @@ from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import decide, find_order, lock_timed_out, shelf_for_sku
+from .strategies.section import decide, find_order, lock_timed_out, shelf_for_sku, timed_transactions
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +141,7 @@ def _alone(
     waiting = time.perf_counter()
     try:
         with ExitStack() as held:
+            transactions = held.enter_context(timed_transactions())
             grant = held.enter_context(strategy.guard(sku))
             granted = time.perf_counter()
             timings.batch = 1
@@ -149,6 +150,8 @@ def _alone(
             )
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
+        elif transactions:
+            timings.lock_hold_ms = sum(transactions)  # no lock: the hold is the section's transaction(s)
     except LockUnavailable:
         timings.lock_wait_ms = _elapsed_ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)

@@ -136,6 +136,8 @@ def floor_row(runs: list[dict]) -> dict | None:
         "stock_final": best["stock_initial"],
         **{key: floor[key] for key in ("server_timing", "timeline", "latency_histogram_ms")},
         "phases": [],
+        "hold_p50": None,  # the floor takes no lock and runs no transaction
+        "hold_p99": None,
         "peak_db_connections": best["peak_db_connections"],  # the row's: its pods, both rounds
         "batch": 1,
     }
@@ -392,6 +394,8 @@ ROW_FIGURES = (
     "drain_s",
     "transport_errors",
     "server_timing",
+    "hold_p50",
+    "hold_p99",
     "max_lock_wait_ms",
     "resumed_after_s",
     "longest_gap_s",

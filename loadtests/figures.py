@@ -158,8 +158,17 @@ def merge(summaries: list[dict]) -> dict:
         max_lock_wait_ms=round(max(timings["lock"]), 1) if timings["lock"] else None,
         latency_histogram_ms=latency_histogram(latencies),
         **sections(timings["batch"]),
+        **holds(timings["hold"]),
     )
     return merged
+
+
+def holds(values_ms: list[float]) -> dict:
+    """``hold_p50`` and ``hold_p99`` (ms) over the answers whose ``Server-Timing`` carried ``hold``:
+    a lock's grant to release, or, for a strategy without a lock, its section's transaction from
+    BEGIN to COMMIT. None when no answer carried it (the floor, answers refused before any section)."""
+    figures = spread(values_ms) or {}
+    return {"hold_p50": figures.get("p50"), "hold_p99": figures.get("p99")}
 
 
 def sections(sizes: list[float]) -> dict:
@@ -263,4 +272,16 @@ def with_floor_ratio(run: dict, floor: dict | None) -> dict:
     """``run`` with ``floor_ratio`` = its ``rps`` over the floor row's (left as it is for the floor itself)."""
     if run["row"] != FLOOR and floor and floor["rps"]:
         run["floor_ratio"] = round(run["rps"] / floor["rps"], 3)
+    return run
+
+
+def with_hot_row_ratio(run: dict, hot_rows: list[dict]) -> dict:
+    """``run`` with ``hot_row_ratio`` = its ``rps`` over the hot-row limit of its shape
+    (:mod:`loadtests.hotrow`): one purchase per commit for a BATCH=1 row, many per commit for a
+    batched one. The floor sells nothing and is left as it is."""
+    if run["row"] == FLOOR or not hot_rows:
+        return run
+    batched = (run.get("batch") or 1) > 1
+    shape = next((hot for hot in hot_rows if (hot["batch"] > 1) == batched), None)
+    run["hot_row_ratio"] = round(run["rps"] / shape["rps"], 3) if shape and shape["rps"] else None
     return run

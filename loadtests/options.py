@@ -121,6 +121,14 @@ def add_batch_arguments(parser) -> None:
         "the same pods: the Locust floor round is read against it (column 'yard s')",
     )
     parser.add_argument(
+        "--hot-row",
+        dest="hot_row",
+        action="store_true",
+        help="deep only: before the strategy rows, the hot-row limit (loadtests/hotrow.py: plain psycopg on the "
+        "burst's product, one purchase per commit and the largest --batch size, or 64, per commit) as two rows; "
+        "every row's hot_row_ratio in the JSON",
+    )
+    parser.add_argument(
         "--batch",
         default="1",
         help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
@@ -280,6 +288,15 @@ def check_fault(
         )
 
 
+def check_hot_row(*, hot_row: bool, scenario: str) -> None:
+    """Refuse --hot-row outside the deep scenario: its rows sell --requests units, one per purchase."""
+    if hot_row and scenario != "deep":
+        raise CommandError(
+            f"--hot-row runs in the deep scenario (one unit on the shelf per purchase): use --scenario deep, "
+            f"not {scenario}"
+        )
+
+
 def check_balancers(balancer: str, *, master_port: int) -> list[str]:
     """The balancers --balancer names (each once, HAProxy installed if named), after checking --master-port."""
     if not 1 <= master_port <= 65535:
@@ -305,6 +322,7 @@ class Rows:
     keys: list[tuple[str, int]]
     balancers: list[str]
     batch_threads: int
+    hot_row: bool = False  # the hot-row limit rows run first (deep only)
 
 
 def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
@@ -326,6 +344,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     sizing = {name: numbers[name] for name in ("threads", "users", "pods", "workers")}
     batch_threads = threads_for_batches(options.get("batch_threads"), **sizing)
     check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
+    check_hot_row(hot_row=options.get("hot_row", False), scenario=scenario)
     plan = BurstPlan(
         scenario=scenario,
         sku=options["sku"],
@@ -343,4 +362,6 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         yardstick=options.get("yardstick", False),
         floor_round=options.get("floor_round", True),
     )
-    return Rows(plan=plan, keys=keys, balancers=balancers, batch_threads=batch_threads)
+    return Rows(
+        plan=plan, keys=keys, balancers=balancers, batch_threads=batch_threads, hot_row=options.get("hot_row", False)
+    )

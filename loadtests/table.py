@@ -29,6 +29,7 @@ COLUMNS = [
     ("p50 ms", 6),
     ("p99 ms", 6),
     ("lock p99", 8),
+    ("hold p50", 8),
     ("db p99", 6),
     ("conns", 5),
     ("batch", 5),
@@ -77,6 +78,7 @@ def run_cells(run: dict) -> list:
         fixed(run["p50_ms"]),
         fixed(run["p99_ms"]),
         fixed((timing.get("lock_wait_ms") or {}).get("p99"), 1),
+        fixed(run.get("hold_p50"), 1),
         fixed((timing.get("db_ms") or {}).get("p99"), 1),
         run["peak_db_connections"],
         None if floor else run.get("batch"),
@@ -84,6 +86,29 @@ def run_cells(run: dict) -> list:
         run.get("sections"),
         "yes" if run["invariants_ok"] else "NO",
     ]
+
+
+def hot_row_cells(shape: dict) -> list:
+    """A hot-row limit shape (:mod:`loadtests.hotrow`) as a table row: its purchases asked, sold
+    (``2xx``) and refused (``409``), the audit, its seconds (``drain s``), purchases/s, connections
+    (``conns``) and purchases per commit (``batch``); the HTTP columns stay empty."""
+    cells = {
+        "row": shape["name"],
+        "via": "psycopg",
+        "requests": shape["purchases"],
+        "2xx": shape["sold"],
+        "409": shape["refused"],
+        "stock": shape["stock_final"],
+        "orders": shape["orders"],
+        "oversold": shape["oversold"],
+        "drain s": fixed(shape["seconds"], 2),
+        "rps": fixed(shape["rps"]),
+        "conns": shape["connections"],
+        "batch": shape["batch"],
+        "sections": shape["commits"],
+        "ok": "yes" if shape["ok"] else "NO",
+    }
+    return [cells.get(title) for title, _ in COLUMNS]
 
 
 def steps_line(run: dict) -> str | None:

@@ -60,7 +60,9 @@ def server_timing(result: PurchaseResult) -> str:
     """The ``Server-Timing`` header: where the server spent this purchase (browsers show it)."""
     t = result.timings
     lock = "" if t.lock_wait_ms is None else f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", '
-    hold = "" if t.lock_hold_ms is None else f'hold;dur={t.lock_hold_ms:.2f};desc="lock held", '
+    # The hold: the lock's grant to release, or (no lock taken) the section's transaction, BEGIN to COMMIT.
+    held = "lock held" if t.lock_wait_ms is not None else "section transaction"
+    hold = "" if t.lock_hold_ms is None else f'hold;dur={t.lock_hold_ms:.2f};desc="{held}", '
     queue = "" if t.queue_wait_ms is None else f'queue;dur={t.queue_wait_ms:.2f};desc="queued for a batch", '
     # Not a duration: how many purchases the section that served this one served (BATCH option).
     batch = "" if t.batch is None else f'batch;dur={t.batch};desc="purchases in its section", '

@@ -52,6 +52,8 @@ RUN_KEYS = {
     "peak_db_connections",
     "floor_ratio",
     "server_timing",
+    "hold_p50",
+    "hold_p99",
     "timeline",
     "latency_histogram_ms",
     "balancer",
@@ -181,6 +183,36 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_deep_with_the_hot_row_reads_every_row_against_it(tmp_path):
+    """--hot-row: the two shapes print before the strategy rows, stay in the JSON under hot_row, sell
+    exactly their purchases, and are reset before the strategy row buys; each row's hot_row_ratio
+    and hold figures."""
+    document, printed, error = burst(tmp_path, scenario="deep", backends="atomic", requests=200, users=20, hot_row=True)
+
+    assert error is None, f"{error}\n{printed}"
+    one, many = document["hot_row"]
+    assert [(shape["name"], shape["batch"], shape["connections"]) for shape in (one, many)] == [
+        ("hot-row 1", 1, 20),
+        ("hot-row 64", 64, 4),  # 200 purchases in claims of 64: four connections find work
+    ]
+    for shape in (one, many):
+        assert (shape["sold"], shape["stock_final"], shape["orders"], shape["oversold"]) == (200, 0, 200, 0)
+        assert shape["ok"] is True and shape["rps"] > 0
+    assert many["commits"] == 4
+    atomic, floor = rows(document)["atomic"], rows(document)["floor"]
+    assert atomic["hot_row_ratio"] == pytest.approx(atomic["rps"] / one["rps"], rel=0.01)
+    assert "hot_row_ratio" not in floor
+    assert 0 < atomic["hold_p50"] <= atomic["hold_p99"]  # atomic: its transaction, BEGIN to COMMIT
+    assert floor["hold_p50"] is None and floor["hold_p99"] is None
+    assert atomic["orders"] == 200 and atomic["invariants_ok"] is True  # the hot row's orders were reset first
+    assert not Order.objects.filter(strategy="hot-row").exists()
+    table = printed.splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("row "))
+    assert table[header + 1].startswith("hot-row 1 ") and table[header + 2].startswith("hot-row 64 ")
+    assert "hold p50" in table[header]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_flash_is_a_closed_loop_on_the_given_stock(tmp_path):
     document, printed, error = burst(
         tmp_path, scenario="flash", backends="db", requests=300, stock=5, users=20, floor_round=False
@@ -248,6 +280,11 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
         ({"batch": "1,8", "batch_threads": 0}, "--batch-threads must be 1 or more"),
+        (
+            {"hot_row": True},
+            "--hot-row runs in the deep scenario (one unit on the shelf per purchase): use --scenario deep, not spike",
+        ),
+        ({"hot_row": True, "scenario": "flash"}, "--hot-row runs in the deep scenario"),
     ],
 )
 def test_bad_arguments_start_nothing(options, message, tmp_path):

@@ -68,6 +68,23 @@ def test_merge_adds_counts_and_takes_times_across_processes():
     assert sum(count for _, count in merged["latency_histogram_ms"]) == 4
 
 
+def test_hold_percentiles_come_from_the_answers_that_carried_hold():
+    """hold_p50 / hold_p99 over the union of every worker's hold durations; answers without hold
+    (refused before any section) do not count, and a run where none carried it has None."""
+    holds = [float(ms) for ms in range(1, 101)]  # 1 … 100 ms across two workers
+    merged = merge(
+        [
+            summary(server_timing={"hold": holds[:30], "total": [1.0, 2.0]}),
+            summary(server_timing={"hold": holds[30:], "total": [3.0]}),
+        ]
+    )
+    assert (merged["hold_p50"], merged["hold_p99"]) == (50.0, 99.0)
+    assert merged["server_timing"]["lock_hold_ms"] == {"p50": 50.0, "p99": 99.0}
+    assert merged["hold_p50"] == merged["server_timing"]["lock_hold_ms"]["p50"]
+    floor = merge([summary(server_timing={"total": [0.1, 0.2]})])
+    assert floor["hold_p50"] is floor["hold_p99"] is None
+
+
 def test_merge_without_any_answer_has_no_times():
     merged = merge(
         [

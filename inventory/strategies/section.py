@@ -19,7 +19,9 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Iterator
 
@@ -33,6 +35,25 @@ from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shel
 #: PostgreSQL's SQLSTATE for "lock_timeout passed while waiting for a lock" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
 
+#: Where :func:`section_transaction` notes how long each of its transactions lasted (ms), while a
+#: runner collects them (:func:`timed_transactions`); None: nobody is collecting.
+_transaction_spans: ContextVar[list[float] | None] = ContextVar("transaction_spans", default=None)
+
+
+@contextmanager
+def timed_transactions() -> Iterator[list[float]]:
+    """Collect the milliseconds, BEGIN to COMMIT (or ROLLBACK), of every section transaction run inside.
+
+    For a strategy without a lock this is its hold: what a purchase keeps the row (and its
+    connection) for, as a lock's hold is grant to release.
+    """
+    spans: list[float] = []
+    token = _transaction_spans.set(spans)
+    try:
+        yield spans
+    finally:
+        _transaction_spans.reset(token)
+
 
 @contextmanager
 def section_transaction(strategy: SectionParts) -> Iterator[None]:
@@ -42,12 +63,19 @@ def section_transaction(strategy: SectionParts) -> Iterator[None]:
     hold the section, its guard and its batch's followers for as long as it is held. ``SET LOCAL``
     ends with the transaction, so pooled connections, ``reset_sale``, ``restock`` and migrations
     keep their own behaviour. A wait past it raises :class:`OperationalError` (55P03, see
-    :func:`lock_timed_out`), which the purchase path answers busy.
+    :func:`lock_timed_out`), which the purchase path answers busy. Its duration, from entering
+    (the ``SET LOCAL`` opens it) to after the commit, goes to :func:`timed_transactions`.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
-        yield
+    began = time.perf_counter()
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
+            yield
+    finally:
+        spans = _transaction_spans.get()
+        if spans is not None:
+            spans.append((time.perf_counter() - began) * 1000)
 
 
 def lock_timed_out(exc: OperationalError) -> bool:

@@ -19,22 +19,26 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from faults.base import OVERSELL_UNFENCED, FaultError
+from inventory.services import reset_sale
 from inventory.strategies import needs_of, strategy_class
 from loadtests.balancer import BalancerError
-from loadtests.burst import floor_row, run_row
-from loadtests.figures import median_run
+from loadtests.burst import floor_row, prepare_product, run_row
+from loadtests.figures import median_run, with_hot_row_ratio
+from loadtests.hotrow import run_shape, spare_connections
 from loadtests.options import add_arguments, planned_rows, row_plan
 from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
-from loadtests.table import COLUMNS, holder_note, phase_lines, run_cells, steps_line, table_row
+from loadtests.table import COLUMNS, holder_note, hot_row_cells, phase_lines, run_cells, steps_line, table_row
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
 
 #: Connections left to everything else on the PostgreSQL server (psql, the runner, other clients).
 SPARE_CONNECTIONS = 10
+#: Purchases per commit of the hot row's batched shape when no --batch size above 1 was given.
+HOT_ROW_BATCH = 64
 
 
 class Command(BaseCommand):
@@ -52,10 +56,17 @@ class Command(BaseCommand):
         self.batched = rows.batch_threads
         repeat, fault, unfenced = options["repeat"], options.get("fault"), options.get("unfenced", False)
         started_at = timezone.now()
-        runs = self.run_rows(rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, balancers=rows.balancers)
+        self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
+        runs = self.run_rows(
+            rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, balancers=rows.balancers, hot_row=rows.hot_row
+        )
         keys = rows.keys if fault else [(FLOOR, 1), *rows.keys]
         medians = runs if repeat == 1 else self.medians(runs, keys, rows.balancers)
+        for run in [*runs, *medians]:
+            with_hot_row_ratio(run, self.hot_rows)
         document = self.document(medians, started_at)
+        if self.hot_rows:
+            document["hot_row"] = self.hot_rows
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
         self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
@@ -81,11 +92,18 @@ class Command(BaseCommand):
             raise CommandError(f"invariants broken: {', '.join(broken)}")
 
     def run_rows(
-        self, keys: list[tuple[str, int]], plan: BurstPlan, *, repeat: int, unfenced: bool, balancers: list[str]
+        self,
+        keys: list[tuple[str, int]],
+        plan: BurstPlan,
+        *,
+        repeat: int,
+        unfenced: bool,
+        balancers: list[str],
+        hot_row: bool = False,
     ) -> list[dict]:
         """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
         times, with the processes the strategies need running; each row printed as it ends. A row is
-        a strategy at a BATCH size."""
+        a strategy at a BATCH size. With ``hot_row`` the hot-row limit's two rows come first."""
         fault = plan.fault
         names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
@@ -112,6 +130,8 @@ class Command(BaseCommand):
                     + ("; storage check off (INVENTORY_FENCED=0)" if unfenced else "")
                 )
             self.stdout.write(table_row([title for title, _ in COLUMNS]))
+            if hot_row:
+                self.hot_rows = self.run_hot_row(plan, largest=max(size for _, size in keys))
             for round_number in range(1, repeat + 1):
                 runs += self.run_round(keys, plan, balancers, round_number=round_number if repeat > 1 else None)
         except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
@@ -149,6 +169,36 @@ class Command(BaseCommand):
                 floor["round"] = round_number
             self.stdout.write(table_row(run_cells(floor)) + f"   (best floor round: {floor['floor_of']}'s pods)")
         return [floor for floor in floors if floor] + runs
+
+    def run_hot_row(self, plan: BurstPlan, *, largest: int) -> list[dict]:
+        """The hot-row limit (:mod:`loadtests.hotrow`) on the burst's own product, each shape printed as
+        a row: --requests purchases over --users connections (fewer if PostgreSQL has fewer to spare),
+        one per commit, then the largest --batch size (or 64) per commit; the sale reset afterwards."""
+        batch = largest if largest > 1 else HOT_ROW_BATCH
+        dsn = database_url()
+        shapes = []
+        product = prepare_product(sku=plan.sku, stock=plan.sale_stock)
+        try:
+            connections = min(plan.users, spare_connections(dsn, keep=SPARE_CONNECTIONS))
+            if connections < 1:
+                raise CommandError("--hot-row: PostgreSQL has no connection to spare for the hot row")
+            for size in (1, batch):
+                reset_sale(sku=plan.sku, stock=plan.sale_stock)
+                shape = run_shape(
+                    dsn, product_id=product.pk, purchases=plan.requests, connections=connections, batch=size
+                )
+                shapes.append(shape.as_dict())
+                self.stdout.write(table_row(hot_row_cells(shape.as_dict())))
+                if not shape.ok:
+                    raise CommandError(
+                        f"{shape.name}: the audit does not balance: sold {shape.sold}, {shape.orders} units ordered, "
+                        f"stock {shape.stock_final}, oversold {shape.oversold}"
+                    )
+        except psycopg.Error as exc:
+            raise CommandError(f"--hot-row: {str(exc).strip().splitlines()[0]}") from exc
+        finally:
+            reset_sale(sku=plan.sku, stock=plan.sale_stock)  # the rows after it start from a clean sale
+        return shapes
 
     def write_outputs(self, document: dict, *, json_path: str, report_path: str) -> None:
         """The runs as JSON at ``json_path`` and the HTML report at ``report_path``, each if given;

@@ -48,3 +48,10 @@ def test_one_process_sells_exactly_its_purchases(live_server, tmp_path, scenario
 def test_a_negative_purchase_count_is_refused_in_one_line(tmp_path):
     done = locust("-u", "1", "--host", "http://127.0.0.1:9", "--purchases", "-1")
     assert done.returncode != 0 and "--purchases must be 0 or more, not -1" in done.stderr
+
+
+def test_a_path_list_naming_no_endpoint_is_refused_in_one_line(tmp_path):
+    summary = tmp_path / "summary.json"
+    done = locust("-u", "1", "--host", "http://127.0.0.1:9", "--path", " , ", "--summary-json", str(summary))
+    assert done.returncode != 0 and "--path must name at least one endpoint" in done.stderr
+    assert not summary.exists()

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 import redis
+from django.apps import apps
 from django.conf import settings
 
 from inventory.soldout_local import MARKS
@@ -137,3 +138,32 @@ def private_static_root(settings, tmp_path):
     (the burst runner's) rewrites it. Static files then come from the app directories."""
     settings.STATIC_ROOT = tmp_path / "static"
     settings.STATIC_ROOT.mkdir()
+
+
+#: Test files that start ZooKeeper ensembles of their own or use the shop's.
+ZOOKEEPER_FILES = ("test_zookeeper.py", "test_zookeeper_strategy.py", "test_zookeeper_ensemble_command.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Every test that needs a ZooKeeper ensemble runs on one pytest-xdist worker (``xdist_group``):
+    each ensemble is three JVMs, and a worker that starts its own pays their start-up CPU again.
+    Then :func:`_no_post_migrate_replay`."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        zookeeper = item.path.name in ZOOKEEPER_FILES or "zookeeper" in params.values()
+        if zookeeper and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("zookeeper"))
+    _no_post_migrate_replay(items)
+
+
+def _no_post_migrate_replay(items):
+    """A transactional test empties every table after it (``flush``); Django then replays the
+    ``post_migrate`` signal, which recreates every content type and permission one query at a time:
+    about 0.3 s a test here. Naming the apps (all of them) skips that replay; a test that needs
+    permissions after another test's flush makes them (as the staff fixtures do)."""
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker and marker.kwargs.get("transaction") and "available_apps" not in marker.kwargs:
+            kwargs = {**marker.kwargs, "available_apps": [config.name for config in apps.get_app_configs()]}
+            item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)

@@ -43,3 +43,7 @@ for _name, _value in _slot_env().items():
 os.environ[_OURS] = f"{slots.SLOT}:{','.join(_mine)}"
 
 from shop.settings import *  # noqa: E402,F401,F403
+
+# Staff users are made in many tests: Django's default hasher (PBKDF2, a million iterations) costs
+# about 0.4 s per password on this machine. The tests check who may log in, not the hash's strength.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -65,15 +65,15 @@ def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_strategy, make
     use_strategy("redis", LOCK_TTL_MS=300, OPTIONS={**options, "BATCH": 4})
     product = make_product("late", stock=2)
     leader = get_strategy()
-    read, paused, resume = leader.read, threading.Event(), threading.Event()
+    read, paused, resume = leader.read_section, threading.Event(), threading.Event()
 
-    def pausing_read(product_id):
-        shelf = read(product_id)
+    def pausing_read(product_id, **kwargs):
+        first = read(product_id, **kwargs)
         paused.set()
         resume.wait(10)
-        return shelf
+        return first
 
-    leader.read = pausing_read
+    leader.read_section = pausing_read
     results = []
 
     def lead() -> None:

@@ -89,14 +89,14 @@ class FreezingAfterRead(EtcdLockStrategy):
 
     resume: threading.Event | None = None
 
-    def read(self, product_id):
-        shelf = super().read(product_id)
+    def read_section(self, product_id, **kwargs):
+        read = super().read_section(product_id, **kwargs)
         if self.resume is not None:
             resume, self.resume = self.resume, None
             self.client.freeze_sessions()
             self.paused.set()
             assert resume.wait(60), "the test never ended the freeze"
-        return shelf
+        return read
 
 
 @pytest.mark.slow

@@ -154,13 +154,13 @@ class PausingAfterRead:
 
     resume: threading.Event | None = None
 
-    def read(self, product_id):
-        shelf = super().read(product_id)
+    def read_section(self, product_id, **kwargs):
+        read = super().read_section(product_id, **kwargs)
         if self.resume is not None:
             resume, self.resume = self.resume, None
             self.paused.set()
             assert resume.wait(60), "the test never ended the pause"
-        return shelf
+        return read
 
 
 class PausingRedis(PausingAfterRead, RedisLockStrategy):
@@ -221,16 +221,16 @@ def test_optimistic_conflicts_are_retried_and_counted(actors, use_strategy, make
     use_strategy("optimistic")
     make_product(stock=5, limit=1)
     strategy = load_strategy("optimistic")
-    original_read = strategy.read
+    original_read = strategy.read_section
     interfered = []
 
-    def read_then_someone_buys(product_id):
-        shelf = original_read(product_id)
+    def read_then_someone_buys(product_id, **kwargs):
+        read = original_read(product_id, **kwargs)
         if not interfered:  # another shopper commits between this read and this write
             interfered.append(actors[1].do(lambda: purchase(sku="phone-x", customer="other", quantity=1)))
-        return shelf
+        return read
 
-    strategy.read = read_then_someone_buys
+    strategy.read_section = read_then_someone_buys
     result = purchase(sku="phone-x", customer="me", quantity=1, strategy=strategy)
     assert result.confirmed and (result.conflicts, result.retries) == (1, 1)
     assert interfered[0].confirmed

@@ -6,11 +6,11 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db.models.signals import pre_save
 
 from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
+from inventory.strategies import section
 from inventory.strategies.contract import Outcome
 from inventory.strategies.redis_stock import sale_key, units_key
 from tests.helpers import snapshot
@@ -39,21 +39,21 @@ class TestRedisStock:
         assert counter(redis_client) == 0 and Product.objects.get(sku="phone-x").stock == 0
         assert audit(sku="phone-x").ok
 
-    def test_a_failed_database_write_gives_the_units_back(self, use_strategy, redis_client, make_product):
+    def test_a_failed_database_write_gives_the_units_back(self, use_strategy, redis_client, make_product, monkeypatch):
         use_strategy("redis-stock")
         make_product(stock=5, limit=2)
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
         before = snapshot()
+        real = section.take_and_sell
 
-        def database_fails(sender, instance, **kwargs):
+        def database_fails(*args, **kwargs):
+            real(*args, **kwargs)  # the units, the stock and the order written, not yet committed
             raise RuntimeError("the database write fails halfway")
 
-        pre_save.connect(database_fails, sender=Order)
-        try:
-            with pytest.raises(RuntimeError, match="halfway"):
-                purchase(sku="phone-x", customer="b", quantity=2)
-        finally:
-            pre_save.disconnect(database_fails, sender=Order)
+        monkeypatch.setattr(section, "take_and_sell", database_fails)
+        with pytest.raises(RuntimeError, match="halfway"):
+            purchase(sku="phone-x", customer="b", quantity=2)
+        monkeypatch.undo()
         assert snapshot() == before
         assert counter(redis_client) == 4, "the 2 units went back to the counter"
         assert redis_client.hget(units_key("phone-x"), "b") is None

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase
-from inventory.strategies.section import checked_write
+from inventory.strategies.statements import checked_update
 from inventory.strategies.zookeeper import ZooKeeperLockStrategy
 from processes.needs import processes_for, project_ensemble
 from tests import slots
@@ -101,21 +101,21 @@ class SessionEndsAfterRead(ZooKeeperLockStrategy):
     """The first section reads, then its session ends (as when the process froze past the session
     timeout) and the next shopper buys; then the section goes on to write."""
 
-    def read(self, product_id):
-        shelf = super().read(product_id)
+    def read_section(self, product_id, **kwargs):
+        read = super().read_section(product_id, **kwargs)
         if not self.done.is_set():
             end_session_elsewhere(self)
             self.session_ended.set()
             assert self.other_bought.wait(60)
             self.done.set()
-        return shelf
+        return read
 
 
 class WritesWithoutAsking(SessionEndsAfterRead):
     """A write that gets past the session check (the loss not yet known to the holder)."""
 
-    def write(self, shelf, *, quantity, grant):
-        return checked_write(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
+    def stock_update(self, shelf, *, quantity, grant):
+        return checked_update(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
 
 
 @pytest.mark.parametrize("holder_class", [SessionEndsAfterRead, WritesWithoutAsking])

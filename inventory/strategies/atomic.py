@@ -9,9 +9,12 @@ several steps (check a payment, reserve elsewhere) that must see one consistent 
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from .base import Strategy
 from .contract import Grant, SectionResult, Shelf
-from .section import read_shelf, take_in_one_statement, take_units
+from .section import take_in_one_statement
+from .statements import Statement, take_update
 
 
 class AtomicUpdateStrategy(Strategy):
@@ -27,11 +30,8 @@ class AtomicUpdateStrategy(Strategy):
     # A batch (BATCH > 1) reads the row plainly, decides each purchase, and takes the batch's units
     # with the same conditional UPDATE; when the row no longer holds them, the batch reads again.
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id)
-
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        return take_units(shelf.product_id, quantity)
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        return take_update(shelf.product_id, quantity, now=timezone.now())
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         return grant

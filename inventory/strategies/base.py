@@ -30,7 +30,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .batch import Ask, BatchAttempt, batch_section
 from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
-from .section import attempt_section
+from .section import attempt_section, read_shelf, section_read
+from .statements import Statement, run_update
 
 
 class Strategy:
@@ -44,6 +45,8 @@ class Strategy:
     guarded: bool = False
     #: A control: it must fail under load. Loads only with ``ALLOW_UNSAFE_STRATEGY=1``.
     control: bool = False
+    #: The section reads the row with ``SELECT ... FOR UPDATE`` (``db``): the row's lock is the guard.
+    for_update: bool = False
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults; every strategy has ``BATCH``
     #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`).
     default_options: dict = {"BATCH": 1}
@@ -72,10 +75,21 @@ class Strategy:
         return nullcontext(NO_GRANT)
 
     def read(self, product_id: int) -> Shelf:
-        raise NotImplementedError("subclasses of Strategy must provide read()")
+        return read_shelf(product_id, for_update=self.for_update)
+
+    def read_section(
+        self, product_id: int, *, customer: str | None = None, key: str = ""
+    ) -> tuple[Shelf, int | None, int]:
+        """The section's first statement: the row and the customer's order and units (:func:`section_read`)."""
+        return section_read(self, product_id, customer=customer, key=key)
+
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        """The stock write, as one UPDATE statement (the section runs it with the inserts)."""
+        raise NotImplementedError("subclasses of Strategy must provide stock_update()")
 
     def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        raise NotImplementedError("subclasses of Strategy must provide write()")
+        """The stock write alone; False when its check refused it."""
+        return run_update(self.stock_update(shelf, quantity=quantity, grant=grant))
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         """One run of the section in one transaction; ``atomic`` replaces it with one statement."""

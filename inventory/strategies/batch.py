@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
-from .section import allocate_many, decide, new_order, section_transaction
+from .section import allocate_many, decide, new_order, saved, section_transaction
+from .statements import sell
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,8 @@ def batch_section(
     strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
-    with section_transaction(strategy):
-        shelf = strategy.read(product_id)
+    with section_transaction(strategy, bound_by_first_statement=True):
+        shelf, _, _ = strategy.read_section(product_id)
         verdicts = decide_batch(
             shelf,
             asks,
@@ -139,18 +140,23 @@ def batch_section(
 def _write_in_bulk(
     strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> dict[int, Order] | None:
-    """The sold asks' stock (one checked write), units and orders; None when the check refused."""
+    """The sold asks' stock (one checked write), units and orders in one statement
+    (:func:`~inventory.strategies.statements.sell`); None when the check refused."""
     sold = [index for index, verdict in enumerate(verdicts) if verdict.sell]
     if not sold:
         return {}
-    if not strategy.write(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant):
-        return None
     units = Counter()
     for index in sold:
         units[asks[index].customer] += asks[index].quantity
-    allocate_many(product_id=product_id, units=dict(units), cap=shelf.per_customer_limit)
-    orders = Order.objects.bulk_create([order_for(strategy, product_id, asks[i], grant) for i in sold])
-    return dict(zip(sold, orders, strict=True))
+    now = timezone.now()
+    orders = [order_for(strategy, product_id, asks[i], grant) for i in sold]
+    for order in orders:
+        order.created_at = now
+    update = strategy.stock_update(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant)
+    ids = sell(update, units=dict(units), cap=shelf.per_customer_limit, orders=orders)
+    if ids is None:
+        return None
+    return {index: saved(order, pk) for index, order, pk in zip(sold, orders, ids, strict=True)}
 
 
 def _write_one_by_one(

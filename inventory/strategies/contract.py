@@ -103,7 +103,14 @@ class SectionParts(Protocol):
 
     name: str
     row_lock_timeout_ms: int
+    for_update: bool  # the read takes the row's lock (SELECT ... FOR UPDATE)
 
     def read(self, product_id: int) -> Shelf: ...
+
+    def read_section(
+        self, product_id: int, *, customer: str | None = None, key: str = ""
+    ) -> tuple[Shelf, int | None, int]: ...
+
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> tuple[str, list]: ...
 
     def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .base import Strategy
 from .contract import Grant, Shelf
-from .section import checked_write, read_shelf
+from .statements import Statement, checked_update
 
 
 class RowLockStrategy(Strategy):
@@ -17,8 +17,7 @@ class RowLockStrategy(Strategy):
     guard_label = "SELECT … FOR UPDATE (row lock to commit)"
     check_label = "none needed (the row is locked)"
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id, for_update=True)
+    for_update = True
 
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        return checked_write(shelf, quantity=quantity, token=None, fenced=False)
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        return checked_update(shelf, quantity=quantity, token=None, fenced=False)

@@ -24,7 +24,7 @@ from locks import LockError, NotAcquired, NotOwned
 from ..models import Product
 from .base import Strategy
 from .contract import Grant, LockUnavailable, Shelf
-from .section import checked_write, read_shelf
+from .statements import Statement, checked_update
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +65,12 @@ class FencedLockStrategy(Strategy):
             except LockError:
                 logger.exception("releasing %s failed; it expires by its TTL", lease.name)
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id)
-
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
         if grant.held is not None and not grant.held():
             # Rolls the section back; the shopper is told busy. A write that got past this check
             # (the loss not yet known) is the storage check's to refuse.
             raise LockUnavailable("the lock was lost (its session was suspended or ended) before the write")
-        return checked_write(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
+        return checked_update(shelf, quantity=quantity, token=grant.token, fenced=self.fenced)
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         row_fence = Product.objects.values_list("fence", flat=True).get(pk=shelf.product_id)

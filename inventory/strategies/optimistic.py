@@ -13,7 +13,7 @@ import random
 
 from .base import Strategy
 from .contract import Grant, Shelf
-from .section import checked_write, read_shelf
+from .statements import Statement, checked_update
 
 
 class OptimisticStrategy(Strategy):
@@ -25,11 +25,8 @@ class OptimisticStrategy(Strategy):
         super().__init__(config=config)
         self.max_attempts = 1 + int(self.options["MAX_RETRIES"])
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id)
-
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        return checked_write(shelf, quantity=quantity, token=None, fenced=True)
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        return checked_update(shelf, quantity=quantity, token=None, fenced=True)
 
     def backoff_s(self, attempt: int) -> float:
         # Full jitter over an exponentially growing window: 0–2 ms, 0–4 ms, ... capped at 64 ms.

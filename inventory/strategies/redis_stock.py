@@ -26,7 +26,8 @@ from ..models import Allocation, Product
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section, keyed_orders
 from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
-from .section import find_order, lock_timed_out, read_shelf, take_in_one_statement, take_units
+from .section import find_order, lock_timed_out, take_in_one_statement
+from .statements import Statement, take_update
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +177,8 @@ class RedisStockStrategy(Strategy):
             self._compensate(keys, customer, quantity)  # refused, or a twin's order came back
         return attempt
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id)
-
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        return take_units(shelf.product_id, quantity)
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        return take_update(shelf.product_id, quantity, now=timezone.now())
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         return grant

@@ -26,11 +26,21 @@ from datetime import datetime
 from typing import Iterator
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Allocation, Order, Product
 from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shelf
+from .statements import (
+    SHELF_FIELDS,
+    checked_update,
+    first_read,
+    replay_read,
+    run_update,
+    sell,
+    side_reads,
+    take_and_sell,
+    take_update,
+)
 
 #: PostgreSQL's SQLSTATE for "lock_timeout passed while waiting for a lock" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
@@ -56,7 +66,7 @@ def timed_transactions() -> Iterator[list[float]]:
 
 
 @contextmanager
-def section_transaction(strategy: SectionParts) -> Iterator[None]:
+def section_transaction(strategy: SectionParts, *, bound_by_first_statement: bool = False) -> Iterator[None]:
     """The section's transaction, whose first statement bounds every wait for a row lock.
 
     A row lock held elsewhere (an open admin transaction, a stuck pod, ``psql``) would otherwise
@@ -65,12 +75,15 @@ def section_transaction(strategy: SectionParts) -> Iterator[None]:
     keep their own behaviour. A wait past it raises :class:`OperationalError` (55P03, see
     :func:`lock_timed_out`), which the purchase path answers busy. Its duration, from entering
     (the ``SET LOCAL`` opens it) to after the commit, goes to :func:`timed_transactions`.
+    ``bound_by_first_statement``: the caller's first statement sets it (``set_config``, see
+    :mod:`.statements`), one round trip fewer inside the hold.
     """
     began = time.perf_counter()
     try:
         with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
+            if not bound_by_first_statement:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
             yield
     finally:
         spans = _transaction_spans.get()
@@ -81,9 +94,6 @@ def section_transaction(strategy: SectionParts) -> Iterator[None]:
 def lock_timed_out(exc: OperationalError) -> bool:
     """True when ``exc`` is a row-lock wait that ran past the section's ``lock_timeout``."""
     return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
-
-
-SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
 
 
 def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:
@@ -119,14 +129,7 @@ def checked_write(shelf: Shelf, *, quantity: int, token: int | None, fenced: boo
     token is newer than the row's fence (which becomes the token). Unfenced: unconditionally,
     which is a lost update whenever two sections overlap.
     """
-    rows = Product.objects.filter(pk=shelf.product_id)
-    changes = {"stock": shelf.stock - quantity, "version": F("version") + 1}
-    if fenced:
-        rows = rows.filter(version=shelf.version)
-        if token is not None:
-            rows = rows.filter(fence__lt=token)
-            changes["fence"] = token
-    return rows.update(**changes) == 1
+    return run_update(checked_update(shelf, quantity=quantity, token=token, fenced=fenced))
 
 
 def held_units(product_id: int, customer: str) -> int:
@@ -189,66 +192,81 @@ def new_order(
     )
 
 
-def create_order(
-    strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
-) -> Order:
-    order = new_order(
-        strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
+def section_read(
+    strategy: SectionParts, product_id: int, *, customer: str | None = None, key: str = ""
+) -> tuple[Shelf, int | None, int]:
+    """The section's reads, its transaction's first statement (which sets its ``lock_timeout``):
+    (the row, the id of ``customer``'s order under ``key`` or None, their units); without a
+    ``customer`` the row alone (None, 0). One round trip; two after a ``FOR UPDATE`` read, whose
+    side reads must follow the row's lock to see what its last holder committed."""
+    read = first_read(
+        product_id,
+        lock_timeout_ms=strategy.row_lock_timeout_ms,
+        for_update=strategy.for_update,
+        customer=customer,
+        key=key,
     )
-    order.save(force_insert=True)
+    if customer is None or not strategy.for_update:
+        return read
+    return (read[0], *side_reads(product_id, customer=customer, key=key))
+
+
+def saved(order: Order, pk: int) -> Order:
+    """``order`` (built by :func:`new_order`, written by a statement of :mod:`.statements`) as saved."""
+    order.pk = pk
+    order._state.adding = False
+    order._state.db = connection.alias
     return order
 
 
 def attempt_section(
     strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
-    """One run of read → decide → write → record, in one transaction."""
-    with section_transaction(strategy):
-        shelf = strategy.read(product_id)
-        replay = find_order(product_id=product_id, customer=customer, key=key)
-        if replay is not None:
-            return SectionResult(order=replay, replayed=True)
-        refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=timezone.now())
+    """One run of read → decide → write → record, in one transaction: inside it two round trips
+    (three for a ``FOR UPDATE`` read) and the COMMIT (:mod:`.statements`)."""
+    with section_transaction(strategy, bound_by_first_statement=True):
+        shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
+        if replay_id is not None:
+            return SectionResult(order=Order.objects.get(pk=replay_id), replayed=True)
+        now = timezone.now()
+        refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
             return SectionResult(refusal=refusal)
-        if not strategy.write(shelf, quantity=quantity, grant=grant):
-            return SectionResult(conflict=shelf)
-        allocate(product_id=product_id, customer=customer, quantity=quantity, cap=shelf.per_customer_limit)
-        order = create_order(
-            strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+        order = new_order(
+            strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
         )
-    return SectionResult(order=order)
-
-
-def on_sale(now: datetime) -> Q:
-    return (Q(sale_starts_at__isnull=True) | Q(sale_starts_at__lte=now)) & (
-        Q(sale_ends_at__isnull=True) | Q(sale_ends_at__gt=now)
-    )
+        order.created_at = now
+        update = strategy.stock_update(shelf, quantity=quantity, grant=grant)
+        ids = sell(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=[order])
+        if ids is None:
+            return SectionResult(conflict=shelf)
+    return SectionResult(order=saved(order, ids[0]))
 
 
 def take_units(product_id: int, quantity: int, *, now: datetime | None = None) -> bool:
     """Take ``quantity`` units while the sale is on and the row holds them (one conditional UPDATE)."""
-    rows = Product.objects.filter(on_sale(now or timezone.now()), pk=product_id, stock__gte=quantity)
-    return rows.update(stock=F("stock") - quantity, version=F("version") + 1) == 1
+    return run_update(take_update(product_id, quantity, now=now or timezone.now()))
 
 
 def take_in_one_statement(
     strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
-    """The customer's units (upsert within the limit) and the stock (conditional UPDATE), then the order."""
+    """The customer's units (upsert within the limit), the stock (conditional UPDATE) and the order
+    in one statement, after the read of the key's order: two round trips and the COMMIT."""
     now = timezone.now()
-    with section_transaction(strategy):
-        replay = find_order(product_id=product_id, customer=customer, key=key)
-        if replay is not None:
-            return SectionResult(order=replay, replayed=True)
-        if not allocate(product_id=product_id, customer=customer, quantity=quantity, within_cap_only=True):
+    with section_transaction(strategy, bound_by_first_statement=True):
+        replay_id = replay_read(product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key)
+        if replay_id is not None:
+            return SectionResult(order=Order.objects.get(pk=replay_id), replayed=True)
+        order = new_order(
+            strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
+        )
+        order.created_at = now
+        added, order_id = take_and_sell(take_update(product_id, quantity, now=now), order=order)
+        if order_id is not None:
+            return SectionResult(order=saved(order, order_id))
+        if not added:
             return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
-        if take_units(product_id, quantity, now=now):
-            return SectionResult(
-                order=create_order(
-                    strategy, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
-                )
-            )
         # Nothing taken: undo the units, then say why from the row as it is now.
         transaction.set_rollback(True)
     shelf = read_shelf(product_id)

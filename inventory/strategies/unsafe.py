@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from .base import Strategy
 from .contract import Grant, Shelf
-from .section import checked_write, read_shelf
+from .statements import Statement, checked_update
 
 
 class UnsafeStrategy(Strategy):
     name = "unsafe"
     control = True
 
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id)
-
-    def write(self, shelf: Shelf, *, quantity: int, grant: Grant) -> bool:
-        return checked_write(shelf, quantity=quantity, token=None, fenced=False)
+    def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
+        return checked_update(shelf, quantity=quantity, token=None, fenced=False)

@@ -1,0 +1,191 @@
+"""The section's SQL, written so that the hold is a few round trips (issue 28: a short hold).
+
+Inside the guard a purchase used to take nine round trips: BEGIN, ``SET LOCAL lock_timeout``, the
+row, the customer's order under the key, their units, the stock UPDATE, the units upsert, the
+order INSERT, COMMIT; each ORM call also compiled its query in Python while the row (or the lock)
+was held. Here:
+
+* :func:`first_read`: the transaction's ``lock_timeout`` (``set_config(..., true)``, which is
+  ``SET LOCAL``), the row and, when nothing can have changed them since the statement began, the
+  customer's order under the key and their units, in one statement. A ``FOR UPDATE`` read may
+  wait for the row, and its subqueries would see the data as it was before that wait; it reads
+  them in a second statement (:func:`side_reads`).
+* :func:`sell`: the checked stock UPDATE, the units upsert and the order INSERT in one statement
+  (data-modifying CTEs). The upsert and the INSERT read the UPDATE's ``RETURNING``: when the
+  storage check refuses the write, nothing is inserted and no row comes back. A constraint that
+  refuses (the units' CHECK, the order's unique key) raises :class:`~django.db.IntegrityError` as
+  the separate statements did.
+
+No Django model query runs here: the statements are plain SQL on Django's connection, so they
+run inside the section's transaction (``transaction.atomic``) like the ORM's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Sequence
+
+from django.db import connection
+
+from ..models import Allocation, Order, Product
+from .contract import Shelf
+
+#: SQL text and its parameters.
+Statement = tuple[str, list]
+
+PRODUCT = Product._meta.db_table
+ORDER = Order._meta.db_table
+ALLOCATION = Allocation._meta.db_table
+
+SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
+_SHELF = ", ".join(f"p.{field}" for field in SHELF_FIELDS)
+#: The first statement's first column: the transaction's bound on every wait for a row lock.
+_LOCK_TIMEOUT = "set_config('lock_timeout', %s, true)"
+_REPLAY = f"(SELECT o.id FROM {ORDER} o WHERE o.product_id = %s AND o.customer = %s AND o.idempotency_key = %s)"
+_UNITS = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = %s AND a.customer = %s)"
+
+
+def _one_row(sql: str, params: Sequence) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def first_read(
+    product_id: int, *, lock_timeout_ms: int | None, for_update: bool, customer: str | None = None, key: str = ""
+) -> tuple[Shelf, int | None, int]:
+    """(the row, the id of the customer's order under ``key`` or None, their units) in one round
+    trip; with ``for_update`` or no ``customer`` only the row (None, 0: see :func:`side_reads`).
+    ``lock_timeout_ms`` (not None) makes this the transaction's first statement's bound."""
+    columns, params = [_SHELF], []
+    if lock_timeout_ms is not None:
+        columns.insert(0, _LOCK_TIMEOUT)
+        params.append(str(int(lock_timeout_ms)))
+    sides = customer is not None and not for_update
+    if sides:
+        columns += [_REPLAY if key else "NULL", _UNITS]
+        params += [product_id, customer, key] if key else []
+        params += [product_id, customer]
+    sql = f"SELECT {', '.join(columns)} FROM {PRODUCT} p WHERE p.id = %s" + (" FOR UPDATE" if for_update else "")
+    row = _one_row(sql, [*params, product_id])
+    if row is None:
+        raise Product.DoesNotExist(f"no product {product_id}")
+    row = row[1:] if lock_timeout_ms is not None else row
+    shelf = Shelf(*row[: len(SHELF_FIELDS)])
+    if not sides:
+        return shelf, None, 0
+    replay_id, units = row[len(SHELF_FIELDS) :]
+    return shelf, replay_id, units or 0
+
+
+def side_reads(product_id: int, *, customer: str, key: str) -> tuple[int | None, int]:
+    """(the id of the customer's order under ``key`` or None, their units), one round trip."""
+    replay = _REPLAY if key else "NULL"
+    params = [product_id, customer, key] if key else []
+    replay_id, units = _one_row(f"SELECT {replay}, {_UNITS}", [*params, product_id, customer])
+    return replay_id, units or 0
+
+
+def replay_read(product_id: int, *, lock_timeout_ms: int, customer: str, key: str) -> int | None:
+    """The transaction's first statement when there is no row to read first: its ``lock_timeout``
+    and the id of the customer's order under ``key`` (None without a key or an order)."""
+    replay = _REPLAY if key else "NULL"
+    params = [product_id, customer, key] if key else []
+    return _one_row(f"SELECT {_LOCK_TIMEOUT}, {replay}", [str(int(lock_timeout_ms)), *params])[1]
+
+
+def checked_update(shelf: Shelf, *, quantity: int, token: int | None, fenced: bool) -> Statement:
+    """The stock write of :func:`~inventory.strategies.section.checked_write`, as SQL."""
+    sets, set_params = ["stock = %s", "version = version + 1"], [shelf.stock - quantity]
+    where, where_params = ["id = %s"], [shelf.product_id]
+    if fenced:
+        where.append("version = %s")
+        where_params.append(shelf.version)
+        if token is not None:
+            where.append("fence < %s")
+            where_params.append(token)
+            sets.append("fence = %s")
+            set_params.append(token)
+    return f"UPDATE {PRODUCT} SET {', '.join(sets)} WHERE {' AND '.join(where)}", set_params + where_params
+
+
+def take_update(product_id: int, quantity: int, *, now: datetime) -> Statement:
+    """Take ``quantity`` units while the sale is on and the row holds them (a conditional UPDATE)."""
+    sql = (
+        f"UPDATE {PRODUCT} SET stock = stock - %s, version = version + 1 WHERE id = %s AND stock >= %s"
+        " AND (sale_starts_at IS NULL OR sale_starts_at <= %s) AND (sale_ends_at IS NULL OR sale_ends_at > %s)"
+    )
+    return sql, [quantity, product_id, quantity, now, now]
+
+
+def run_update(statement: Statement) -> bool:
+    """Run a one-row UPDATE; True when it changed the row."""
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        return cursor.rowcount == 1
+
+
+# The units upsert (the CHECK refuses a total past ``cap``) and the orders, both from ``taken``.
+_UNITS_FROM_TAKEN = f"""INSERT INTO {ALLOCATION} (product_id, customer, units, cap)
+SELECT taken.id, v.customer, v.units, v.cap FROM taken, (VALUES {{units}}) AS v(customer, units, cap)
+ON CONFLICT (product_id, customer)
+DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap"""
+_ORDERS_FROM_TAKEN = f"""INSERT INTO {ORDER}
+(product_id, customer, quantity, strategy, fence, idempotency_key, created_at)
+SELECT taken.id, v.customer, v.quantity, v.strategy, v.fence, v.idempotency_key, v.created_at
+FROM taken, (VALUES {{orders}}) AS v(n, customer, quantity, strategy, fence, idempotency_key, created_at)
+ORDER BY v.n RETURNING id"""
+_UNIT_ROW = "(%s::varchar, %s::integer, %s::integer)"
+_ORDER_ROW = "(%s::integer, %s::varchar, %s::integer, %s::varchar, %s::bigint, %s::varchar, %s::timestamptz)"
+
+
+def _order_params(orders: list[Order]) -> list:
+    fields = ("customer", "quantity", "strategy", "fence", "idempotency_key", "created_at")
+    return [value for n, order in enumerate(orders) for value in (n, *(getattr(order, field) for field in fields))]
+
+
+def _ids(sql: str, params: list) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def sell(update: Statement, *, units: dict[str, int], cap: int, orders: list[Order]) -> list[int] | None:
+    """The stock ``update``, each customer's ``units`` and the ``orders`` (built, not saved; at
+    least one) in one statement: the new orders' ids in the order given, or None when ``update``
+    changed no row. The ids come back sorted: the sequence hands them out in insertion order, which
+    is the order given (as Django's ``bulk_create`` relies on)."""
+    update_sql, update_params = update
+    unit_params = [value for customer, amount in units.items() for value in (customer, amount, cap)]
+    sql = (
+        f"WITH taken AS ({update_sql} RETURNING id),"
+        f" units AS ({_UNITS_FROM_TAKEN.format(units=', '.join([_UNIT_ROW] * len(units)))}),"
+        f" placed AS ({_ORDERS_FROM_TAKEN.format(orders=', '.join([_ORDER_ROW] * len(orders)))})"
+        " SELECT id FROM placed ORDER BY id"
+    )
+    ids = _ids(sql, [*update_params, *unit_params, *_order_params(orders)])
+    return ids or None
+
+
+# The atomic shape: the units first (within the product's limit, or nothing), the stock only if
+# they were added, the order only if the stock was taken.
+_TAKE_AND_SELL = f"""WITH units AS (INSERT INTO {ALLOCATION} (product_id, customer, units, cap)
+VALUES (%s, %s, %s, (SELECT per_customer_limit FROM {PRODUCT} WHERE id = %s))
+ON CONFLICT (product_id, customer)
+DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap
+WHERE {ALLOCATION}.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units),
+taken AS ({{take}} AND EXISTS (SELECT 1 FROM units) RETURNING id),
+placed AS ({_ORDERS_FROM_TAKEN.format(orders=_ORDER_ROW)})
+SELECT (SELECT count(*) FROM units), (SELECT id FROM placed)"""
+
+
+def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
+    """The customer's units within the limit, then ``take`` (a :func:`take_update`), then the
+    ``order`` (built, not saved), in one statement: (the units were added, the order's id or None).
+    Units added and no order: the caller rolls the units back."""
+    take_sql, take_params = take
+    unit_params = [order.product_id, order.customer, order.quantity, order.product_id]
+    with connection.cursor() as cursor:
+        cursor.execute(_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *_order_params([order])])
+        added, order_id = cursor.fetchone()
+    return added == 1, order_id

@@ -16,6 +16,9 @@ from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, haproxy_config, s
 from loadtests.connection import NETWORK_TIMEOUT_S
 from processes.children import free_port
 
+#: Slow lane: HAProxy and pods of its own.
+pytestmark = pytest.mark.slow
+
 HEALTH = "/api/products/x"
 
 

@@ -92,6 +92,7 @@ def test_restart_redis_forgets_the_node_s_keys(nodes):
     assert nodes[3].ping()  # only the node it was given
 
 
+@pytest.mark.slow  # a replicated pair started and failed over
 def test_failover_loses_the_writes_of_the_lag_and_the_front_reaches_the_promoted_replica(pair):
     front = redis.Redis.from_url(pair.front.url, socket_timeout=1.0)
     front.set("before", 1)

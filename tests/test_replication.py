@@ -47,6 +47,7 @@ def test_fail_over_drops_the_held_writes_and_the_front_follows_the_primary(pair)
     assert pair.running()
 
 
+@pytest.mark.slow  # a foreign server started and waited for (2 s)
 def test_a_port_held_by_a_server_the_pair_did_not_start_is_refused(tmp_path):
     foreign = RedisNode(port=BASE_PORT + 3, run_dir=tmp_path / "foreign")
     foreign.start()

@@ -39,6 +39,7 @@ def test_the_fence_lets_one_of_two_holders_write_and_redlock_refuses_the_second(
     assert list(Order.objects.filter(product=redlock).values_list("customer", flat=True)) == ["A"]
 
 
+@pytest.mark.slow  # a replicated pair started and failed over
 @pytest.mark.django_db(transaction=True)
 def test_unfenced_both_holders_write_and_the_audit_shows_the_oversell():
     text = run(unfenced=True)

@@ -101,6 +101,7 @@ class TestMarksDoNotOutliveARestock:
     """A mark lives about 2 s (``soldout.MARK_TTL_S``), in Redis and in each process, so a restock
     whose invalidation never arrived still ends "sold out" within a few seconds."""
 
+    @pytest.mark.slow  # waits out a mark's 2 s lifetime
     def test_a_mark_restored_from_an_older_rdb_runs_out(self, use_strategy, make_product, redis_client):
         use_strategy("db")
         make_product(stock=1)
@@ -115,6 +116,7 @@ class TestMarksDoNotOutliveARestock:
         assert outcome is Outcome.CONFIRMED, f"still {outcome.value} {WITHIN_S:.0f} s after the restock"
         assert Product.objects.get(sku="phone-x").stock == 0 and Order.objects.count() == 2
 
+    @pytest.mark.slow  # waits out a mark's 2 s lifetime
     def test_a_restock_whose_invalidation_failed_ends_sold_out_soon(self, use_strategy, make_product, redis_client):
         use_strategy("db")
         make_product(stock=1)

@@ -16,6 +16,10 @@ from tests import slots
 HOSTS = [f"127.0.0.1:{slots.LOCK_ZOOKEEPER_BASE_PORT + i}" for i in range(3)]
 
 
+#: Slow lane: starts and stops ZooKeeper ensembles.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def zookeeper_settings(settings, tmp_path):
     settings.INVENTORY = {**settings.INVENTORY, "ZOOKEEPER_HOSTS": HOSTS}

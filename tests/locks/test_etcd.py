@@ -83,6 +83,7 @@ def test_busy_lock_refuses_within_the_timeout_and_leaves_only_the_holders_key(cl
         assert keys_under(client, name) == [held.token.encode()]
 
 
+@pytest.mark.slow  # waits for a recheck interval (3 s)
 def test_waiter_is_woken_by_the_watch_well_before_a_recheck(client, name):
     holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
     first = holder.acquire()

@@ -95,6 +95,7 @@ def test_a_blpop_timed_out_on_a_frozen_node_is_not_read_as_an_acquire_reply(twin
     twin(fresh.release())
 
 
+@pytest.mark.slow  # waits out node timeouts (1.4 s each)
 @pytest.mark.parametrize("position", ["first", "last"])
 def test_an_unreachable_node_costs_one_node_timeout_not_one_per_round(twin, cluster, name, position):
     """Before: connects ran one node at a time with a 100 ms connect timeout, so an unreachable

@@ -29,6 +29,9 @@ from tests import slots
 from .netfaults import Proxy
 from .test_etcd import FencedRegister
 
+#: Slow lane: an ensemble of three JVMs of its own, and session timeouts waited out.
+pytestmark = pytest.mark.slow
+
 CLIENT_PORTS = [slots.LOCK_ZOOKEEPER_BASE_PORT + i for i in range(3)]
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-zookeeper-{slots.SLOT}"
 SESSION_MS = 2_000

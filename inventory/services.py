@@ -28,7 +28,8 @@ from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import decide, find_order, lock_timed_out, shelf_for_sku, timed_transactions
+from .strategies.section import decide, lock_timed_out, timed_transactions
+from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +106,12 @@ def purchase(
         if seen.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
-    shelf = shelf_for_sku(sku)
-    if shelf is None:
+    found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
+    if found is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
+    shelf, replay_id = found
     check_quantity(quantity, limit=shelf.per_customer_limit)
-    replay = find_order(product_id=shelf.product_id, customer=customer, key=idempotency_key)
+    replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
         timings.total_ms = _elapsed_ms(began)

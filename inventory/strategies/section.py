@@ -103,11 +103,6 @@ def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:
     return Shelf(*rows.values_list(*SHELF_FIELDS).get())
 
 
-def shelf_for_sku(sku: str) -> Shelf | None:
-    row = Product.objects.filter(sku=sku).values_list(*SHELF_FIELDS).first()
-    return None if row is None else Shelf(*row)
-
-
 def decide(shelf: Shelf, *, quantity: int, held: int, now: datetime) -> Refusal | None:
     """The sale's rules, for every strategy: None when ``quantity`` units may be sold.
 

@@ -5,6 +5,7 @@ checks the direction of every import and is run by ``make test``)."""
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -94,8 +95,9 @@ def module_file(parts: list[str]) -> Path | None:
     return None
 
 
-def defines(path: Path) -> set[str]:
-    """Names bound at ``path``'s top level other than by an import."""
+@functools.lru_cache(maxsize=None)
+def defines(path: Path) -> frozenset[str]:
+    """Names bound at ``path``'s top level other than by an import (parsed once per file)."""
     names = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -105,7 +107,7 @@ def defines(path: Path) -> set[str]:
             for target in targets:
                 elements = target.elts if isinstance(target, ast.Tuple) else [target]
                 names |= {element.id for element in elements if isinstance(element, ast.Name)}
-    return names
+    return frozenset(names)
 
 
 def borrowed(path: Path) -> list[str]:

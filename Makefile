@@ -42,7 +42,7 @@ test: lint-and-services
 
 # The fast lane, while working: the tests not marked slow or browser.
 check: lint-and-services
-	$(BIN)/python -m pytest -n $(CHECK_WORKERS) --dist loadgroup -m "not slow and not browser" -q
+	$(BIN)/python -m pytest -n $(CHECK_WORKERS) --dist loadgroup -m "not slow and not browser" -q --reuse-db
 
 venv: $(STAMP)
 

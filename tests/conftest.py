@@ -148,11 +148,14 @@ ZOOKEEPER_FILES = ("test_zookeeper.py", "test_zookeeper_strategy.py", "test_zook
 def pytest_collection_modifyitems(items):
     """Every test that needs a ZooKeeper ensemble runs on one pytest-xdist worker (``xdist_group``):
     each ensemble is three JVMs, and a worker that starts its own pays their start-up CPU again.
-    Then :func:`_no_post_migrate_replay`."""
+    They are ``slow`` too, so ``make check`` starts no JVM (``make test`` runs them all). Then
+    :func:`_no_post_migrate_replay`."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        zookeeper = item.path.name in ZOOKEEPER_FILES or "zookeeper" in params.values()
-        if zookeeper and not item.get_closest_marker("xdist_group"):
+        if not (item.path.name in ZOOKEEPER_FILES or "zookeeper" in params.values()):
+            continue
+        item.add_marker(pytest.mark.slow)
+        if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("zookeeper"))
     _no_post_migrate_replay(items)
 

@@ -13,6 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
+from loadtests.report.base import BREAKDOWN_PARTS, ms
+from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
 from tests.slots import LOCUST_MASTER_PORT
 
@@ -192,6 +194,12 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     assert alone["breakdown"]["queue_wait_ms"] == 0 < batched["breakdown"]["queue_wait_ms"]
     # A batch's section sends about the statements of one purchase alone, whatever its size.
     assert batched["breakdown"]["sql_statements"] <= alone["breakdown"]["sql_statements"] + 1
+    # The report of this run: each row named with its size, its time said and drawn from these means.
+    html = render_report(document)
+    assert "db ×1: sold 200 of 200 units" in html and "db ×8: sold 200 of 200 units" in html
+    total = sum(batched["breakdown"][part] for part in BREAKDOWN_PARTS)  # as the sentence adds it
+    said = f"db ×8: {ms(total)} ms per purchase on the server (mean of 200"
+    assert said in html and html.count("chart-stacked") == 3  # one per row, one in the batching section
 
 
 @pytest.mark.django_db(transaction=True)

@@ -100,11 +100,15 @@ def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id:
     for ticket, result in zip(tickets, results, strict=True):
         timings = result.timings
         timings.db_ms, timings.batch = db.db_ms, len(tickets)
-        timings.queue_wait_ms = _ms(ticket.queued_at, ticket.taken_at)
+        # Queued until the guard wait of its section began (or it arrived during it): the queue, the
+        # guard wait and the hold follow one another, so none counts another's time.
+        waited_from = min(max(ticket.queued_at, waiting), granted)
+        timings.queue_wait_ms = _ms(ticket.queued_at, max(ticket.queued_at, waited_from))
         if strategy.guarded:
-            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waiting, granted), _ms(granted, released)
-        elif transactions:
-            timings.lock_hold_ms = sum(transactions)  # no lock: the hold is the batch's transaction(s)
+            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waited_from, granted), _ms(granted, released)
+        elif transactions.ms:
+            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the batch's transaction(s)
+        timings.note_transactions(transactions)
         combiner.answer(ticket, result)
 
 

@@ -15,7 +15,7 @@ from django.db import IntegrityError
 
 from .strategies.base import Strategy
 from .strategies.contract import Grant, Outcome, Refusal, SectionResult
-from .strategies.section import find_order
+from .strategies.section import Spans, find_order
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,22 @@ class Timings:
     total_ms: float = 0.0
     queue_wait_ms: float | None = None  # queued for a combining leader (None: BATCH=1, no queue)
     batch: int | None = None  # purchases served by the section that served this one
+    commit_ms: float | None = None  # the section's COMMITs themselves, inside the hold (None: none ran)
+    sql_statements: int | None = None  # SQL statements the section's transactions sent (None: none ran)
+
+    @property
+    def outside_ms(self) -> float | None:
+        """The purchase's time outside its section: the total less the queue, the guard wait and the
+        hold, which follow one another (None when no section ran for it)."""
+        if self.lock_hold_ms is None:
+            return None
+        inside = (self.queue_wait_ms or 0.0) + (self.lock_wait_ms or 0.0) + self.lock_hold_ms
+        return max(0.0, self.total_ms - inside)
+
+    def note_transactions(self, spans: Spans) -> None:
+        """The section's commits and statements (each purchase of a batch gets its section's)."""
+        if spans.ms:
+            self.commit_ms, self.sql_statements = spans.commit_ms, spans.statements
 
 
 @dataclass(frozen=True)

@@ -152,8 +152,9 @@ def _alone(
             )
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
-        elif transactions:
-            timings.lock_hold_ms = sum(transactions)  # no lock: the hold is the section's transaction(s)
+        elif transactions.ms:
+            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the section's transaction(s)
+        timings.note_transactions(transactions)
     except LockUnavailable:
         timings.lock_wait_ms = _elapsed_ms(waiting)
         result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)

@@ -138,6 +138,7 @@ def floor_row(runs: list[dict]) -> dict | None:
         "phases": [],
         "hold_p50": None,  # the floor takes no lock and runs no transaction
         "hold_p99": None,
+        "breakdown": None,
         "peak_db_connections": best["peak_db_connections"],  # the row's: its pods, both rounds
         "batch": 1,
     }
@@ -396,6 +397,7 @@ ROW_FIGURES = (
     "server_timing",
     "hold_p50",
     "hold_p99",
+    "breakdown",
     "max_lock_wait_ms",
     "resumed_after_s",
     "longest_gap_s",

@@ -26,10 +26,16 @@ TIMING_KEYS = {
     "queue": "queue_wait_ms",
     "lock": "lock_wait_ms",
     "hold": "lock_hold_ms",
+    "commit": "commit_ms",  # inside the hold
+    "sql": "sql_statements",  # not a duration: statements the section's transactions sent
     "batch": "batch_size",  # not a duration: purchases in the section that served the answer
+    "outside": "outside_ms",  # the total less queue, lock and hold: only answers whose section ran
     "db": "db_ms",
     "total": "total_ms",
 }
+#: The parts of a purchase whose section ran, added up per answer (:func:`add_breakdown`): queue,
+#: lock, hold and outside follow one another and add up to total; commit lies inside the hold.
+BREAKDOWN = ("queue", "lock", "hold", "commit", "outside", "sql", "total")
 
 #: Counters that merge by addition: a worker's totals and the counts from the response bodies.
 COUNTS = (*TOTALS, *BODY_COUNTS)
@@ -54,6 +60,28 @@ def parse_server_timing(header: str | None) -> dict[str, float]:
                 with contextlib.suppress(ValueError):
                     durations[name] = float(value.strip().strip('"'))
     return durations
+
+
+def add_breakdown(sums: Counter, timing: dict[str, float]) -> None:
+    """Add one answer's parts to a worker's running sums, if its section ran (its ``outside`` says
+    so); a part it lacks (no queue at BATCH=1, no lock for a strategy without one) adds 0, so every
+    part's sum is over the same answers and the means add up."""
+    if "outside" not in timing:
+        return
+    sums["answers"] += 1
+    for name in BREAKDOWN:
+        sums[name] += timing.get(name, 0.0)
+
+
+def breakdown(sums: Counter) -> dict | None:
+    """Where the time of a purchase whose section ran went, as means over those answers (ms, 0.01;
+    statements to 0.1), keyed as under ``server_timing``, with ``answers``: how many. Means, not
+    medians, so that queue + lock + hold + outside = total. None when no section ran."""
+    answers = sums.get("answers", 0)
+    if not answers:
+        return None
+    means = {TIMING_KEYS[name]: round(sums.get(name, 0.0) / answers, 1 if name == "sql" else 2) for name in BREAKDOWN}
+    return {"answers": answers, **means}
 
 
 def log_buckets(largest: float) -> list[float]:
@@ -122,7 +150,9 @@ def merge(summaries: list[dict]) -> dict:
     status_counts, outcomes = Counter(), Counter()
     latencies: list[float] = []
     timings = {name: [] for name in TIMING_KEYS}
+    parts = Counter()
     for summary in summaries:
+        parts.update(summary.get("breakdown") or {})
         status_counts.update(summary.get("status_counts", {}))
         outcomes.update(summary.get("outcomes", {}))
         latencies.extend(summary.get("latencies_ms", []))
@@ -156,6 +186,7 @@ def merge(summaries: list[dict]) -> dict:
         p99_ms=round(percentile(ordered, 0.99), 1),
         server_timing={TIMING_KEYS[name]: spread(values) for name, values in timings.items()},
         max_lock_wait_ms=round(max(timings["lock"]), 1) if timings["lock"] else None,
+        breakdown=breakdown(parts),
         latency_histogram_ms=latency_histogram(latencies),
         **sections(timings["batch"]),
         **holds(timings["hold"]),

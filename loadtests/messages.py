@@ -45,5 +45,6 @@ LATEST = (
     "last_sent_at",
     "last_answered_at",
     "last_confirmed_at",
+    "breakdown",
     "whole",
 )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from gevent.event import Event
 
-from loadtests.figures import TIMING_KEYS, parse_server_timing
+from loadtests.figures import TIMING_KEYS, add_breakdown, parse_server_timing
 from loadtests.messages import BODY_COUNTS, SERIES, TOTALS
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class Sale:
         # and was resent]
         self.purchases_done: list[list] = []
         self.timing: dict[str, list[float]] = {name: [] for name in TIMING_KEYS}
+        self.breakdown: Counter[str] = Counter()  # the parts of the answers whose section ran, summed
         self.first_sent_at: float | None = None  # the earliest send of the round, whichever answer came first
         self.last_sent_at: float | None = None
         self.last_answered_at: float | None = None
@@ -136,6 +137,7 @@ class Sale:
         for name, value in timing.items():
             if name in self.timing:
                 self.timing[name].append(value)
+        add_breakdown(self.breakdown, timing)
         self.purchases_done.append(
             [round(started, 4), round(finished, 4), status, timing.get("lock"), busy_at, reset_at]
         )
@@ -175,6 +177,7 @@ class Sale:
             "last_sent_at": self.last_sent_at,
             "last_answered_at": self.last_answered_at,
             "last_confirmed_at": self.last_confirmed_at,
+            "breakdown": dict(self.breakdown),
         }
         for name in SERIES:
             data[name] = self._since_last(name, getattr(self, name if name != "purchases" else "purchases_done"))

@@ -120,6 +120,19 @@ def steps_line(run: dict) -> str | None:
     return "  time: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items()) + f" (s; {total:.1f} s)"
 
 
+def breakdown_line(run: dict) -> str | None:
+    """Where the server time of the row's purchases went (means over those whose section ran):
+    ``  server ms: queue 1.2 + lock 3.4 + hold 5.6 (commit 0.3, 7 SQL) + outside 2.1 = 12.3 (mean of 300)``."""
+    parts = run.get("breakdown")
+    if not parts:
+        return None
+    return (
+        f"  server ms: queue {parts['queue_wait_ms']:.1f} + lock {parts['lock_wait_ms']:.1f} + hold "
+        f"{parts['lock_hold_ms']:.1f} (commit {parts['commit_ms']:.1f}, {parts['sql_statements']:g} SQL) + outside "
+        f"{parts['outside_ms']:.1f} = {parts['total_ms']:.1f} (mean of {parts['answers']})"
+    )
+
+
 def phase_lines(run: dict) -> list[str]:
     """A fault run's phases under its row: seconds since the opening, final statuses and p99 of the
     purchases sent in it, the 503 answers received in it; then the longest lock wait, how soon

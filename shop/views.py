@@ -57,16 +57,30 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
 
 
 def server_timing(result: PurchaseResult) -> str:
-    """The ``Server-Timing`` header: where the server spent this purchase (browsers show it)."""
+    """The ``Server-Timing`` header: where the server spent this purchase (browsers show it).
+
+    queue, lock, hold and outside follow one another and add up to total; commit lies inside the
+    hold; sql and batch are counts, not durations. A part that did not happen is left out.
+    """
     t = result.timings
-    lock = "" if t.lock_wait_ms is None else f'lock;dur={t.lock_wait_ms:.2f};desc="lock wait", '
     # The hold: the lock's grant to release, or (no lock taken) the section's transaction, BEGIN to COMMIT.
     held = "lock held" if t.lock_wait_ms is not None else "section transaction"
-    hold = "" if t.lock_hold_ms is None else f'hold;dur={t.lock_hold_ms:.2f};desc="{held}", '
-    queue = "" if t.queue_wait_ms is None else f'queue;dur={t.queue_wait_ms:.2f};desc="queued for a batch", '
-    # Not a duration: how many purchases the section that served this one served (BATCH option).
-    batch = "" if t.batch is None else f'batch;dur={t.batch};desc="purchases in its section", '
-    return f"{queue}{lock}{hold}{batch}db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
+    parts = [
+        ("queue", t.queue_wait_ms, "queued for a batch"),
+        ("lock", t.lock_wait_ms, "lock wait"),
+        ("hold", t.lock_hold_ms, held),
+        ("commit", t.commit_ms, "COMMIT (inside the hold)"),
+        ("sql", t.sql_statements, "SQL statements in the section"),
+        ("batch", t.batch, "purchases in its section"),  # the BATCH option: how many the section served
+        ("outside", t.outside_ms, "outside the section"),
+    ]
+    said = "".join(f'{name};dur={_dur(value)};desc="{desc}", ' for name, value, desc in parts if value is not None)
+    return f"{said}db;dur={t.db_ms:.2f}, total;dur={t.total_ms:.2f}"
+
+
+def _dur(value: float) -> str:
+    """A count as a whole number, a duration in ms to 0.01."""
+    return str(value) if isinstance(value, int) else f"{value:.2f}"
 
 
 def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpResponse:

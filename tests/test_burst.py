@@ -13,6 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import BurstRun, Order, Product
+from loadtests.report.base import BREAKDOWN_PARTS, ms
+from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
 from tests.slots import LOCUST_MASTER_PORT
 
@@ -180,6 +182,24 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     assert batched["server_timing"]["queue_wait_ms"]["p50"] >= 0 and alone["server_timing"]["queue_wait_ms"] is None
     for run in (alone, batched):
         assert run["status_counts"] == {"201": 200} and run["invariants_ok"] is True
+        # Where each purchase's time went, from every answer's Server-Timing: means that add up.
+        parts = run["breakdown"]
+        assert parts["answers"] == 200 and parts["lock_wait_ms"] == 0  # db takes no lock: its row lock is in the hold
+        beside = parts["queue_wait_ms"] + parts["lock_hold_ms"] + parts["outside_ms"]
+        assert beside == pytest.approx(parts["total_ms"], abs=0.05)
+        assert 0 < parts["commit_ms"] < parts["lock_hold_ms"] and parts["sql_statements"] >= 3
+        for key in ("commit_ms", "outside_ms", "sql_statements"):
+            assert 0 < run["server_timing"][key]["p50"] <= run["server_timing"][key]["p99"]
+    assert printed.count("(mean of 200)") == 2  # each row's breakdown line under it
+    assert alone["breakdown"]["queue_wait_ms"] == 0 < batched["breakdown"]["queue_wait_ms"]
+    # A batch's section sends about the statements of one purchase alone, whatever its size.
+    assert batched["breakdown"]["sql_statements"] <= alone["breakdown"]["sql_statements"] + 1
+    # The report of this run: each row named with its size, its time said and drawn from these means.
+    html = render_report(document)
+    assert "db ×1: sold 200 of 200 units" in html and "db ×8: sold 200 of 200 units" in html
+    total = sum(batched["breakdown"][part] for part in BREAKDOWN_PARTS)  # as the sentence adds it
+    said = f"db ×8: {ms(total)} ms per purchase on the server (mean of 200"
+    assert said in html and html.count("chart-stacked") == 3  # one per row, one in the batching section
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from loadtests.figures import (
+    add_breakdown,
     latency_histogram,
     log_buckets,
     median_run,
@@ -83,6 +86,37 @@ def test_hold_percentiles_come_from_the_answers_that_carried_hold():
     assert merged["hold_p50"] == merged["server_timing"]["lock_hold_ms"]["p50"]
     floor = merge([summary(server_timing={"total": [0.1, 0.2]})])
     assert floor["hold_p50"] is floor["hold_p99"] is None
+
+
+def test_the_breakdown_is_the_mean_of_the_answers_whose_section_ran():
+    """Each worker sums the parts of the answers that carried ``outside`` (a section ran); a part an
+    answer lacks adds 0, an answer refused before any section (or queued, then busy) adds nothing, so
+    the merged means over every worker's answers add up: queue + lock + hold + outside = total."""
+    sections = [
+        parse_server_timing(
+            "queue;dur=4, lock;dur=2, hold;dur=6, commit;dur=1, sql;dur=7, outside;dur=3, total;dur=15"
+        ),
+        parse_server_timing("lock;dur=1, hold;dur=5, commit;dur=0.5, sql;dur=6, outside;dur=2, db;dur=3, total;dur=8"),
+    ]
+    first, second = Counter(), Counter()
+    add_breakdown(first, sections[0])
+    add_breakdown(first, parse_server_timing("db;dur=0.2, total;dur=0.5"))  # sold out from the shelf's read
+    add_breakdown(first, parse_server_timing("queue;dur=3000, total;dur=3000"))  # left the queue busy
+    add_breakdown(second, sections[1])
+    merged = merge([summary(breakdown=dict(first)), summary(breakdown=dict(second))])
+    assert merged["breakdown"] == {
+        "answers": 2,
+        "queue_wait_ms": 2.0,
+        "lock_wait_ms": 1.5,
+        "lock_hold_ms": 5.5,
+        "commit_ms": 0.75,
+        "outside_ms": 2.5,
+        "sql_statements": 6.5,
+        "total_ms": 11.5,
+    }
+    parts = merged["breakdown"]
+    assert sum(parts[key] for key in ("queue_wait_ms", "lock_wait_ms", "lock_hold_ms", "outside_ms")) == 11.5
+    assert merge([summary()])["breakdown"] is None  # the floor: no section ran
 
 
 def test_merge_without_any_answer_has_no_times():

@@ -1,9 +1,15 @@
-"""The report's batching section: computed from a strategy's BATCH=1 row and its batched row."""
+"""The report's batching section: computed from a strategy's BATCH=1 row and its batched row; where
+their purchases' time went (sentences and the stacked breakdown chart); the hot-row limit."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from loadtests.report.batching import batching_sentence
 from loadtests.report.page import render_report
+from loadtests.report.sentences import sentences, time_sentence
 
 
 def row(backend: str, *, batch: int, rps: float, sections: int | None, drain_s: float, locked: bool = True) -> dict:
@@ -42,3 +48,112 @@ def test_the_section_appears_only_with_a_strategy_run_both_ways():
     assert 'id="batching"' in html and "41 purchases per lock acquisition" in html
     assert "redis ×64" in html
     assert 'id="batching"' not in render_report({"runs": [floor, alone]})
+
+
+def timed(run: dict, queue: float, lock: float, hold: float, outside: float, commit: float, sql: float) -> dict:
+    """``run`` with a breakdown (means over 3,000 purchases whose section ran), stock and hold figures."""
+    parts = {"queue_wait_ms": queue, "lock_wait_ms": lock, "lock_hold_ms": hold, "outside_ms": outside}
+    return {
+        **run,
+        **{"stock_initial": 3000, "stock_final": 0, "orders": 3000, "oversold": 0},
+        "hold_p50": hold,
+        "hold_p99": hold * 3,
+        "breakdown": {
+            "answers": 3000,
+            **parts,
+            "commit_ms": commit,
+            "sql_statements": sql,
+            "total_ms": sum(parts.values()),
+        },
+    }
+
+
+HOT_ROW = [
+    {"name": "hot-row 1", "batch": 1, "connections": 20, "sold": 3000, "seconds": 3.3, "rps": 900.0, "commits": 3000},
+    {"name": "hot-row 64", "batch": 64, "connections": 4, "sold": 3000, "seconds": 0.75, "rps": 4000.0, "commits": 47},
+]
+
+
+def deep_document() -> dict:
+    """A floor, db and redis alone and batched, with breakdowns, and the hot-row limit."""
+    db = {"locked": False}
+    return {
+        "runs": [
+            {"row": "floor", "batch": 1, "rps": 2000.0, "requests": 3000},
+            timed(
+                {**row("db", batch=1, rps=132.0, sections=3000, drain_s=22.7, **db), "hot_row_ratio": 0.15},
+                *(0.0, 0.0, 9.0, 3.0, 0.4, 6.0),
+            ),
+            timed(
+                {**row("db", batch=64, rps=283.0, sections=330, drain_s=10.6, **db), "hot_row_ratio": 0.07},
+                *(18.0, 0.0, 14.0, 4.0, 0.5, 7.0),
+            ),
+            timed(row("redis", batch=1, rps=95.0, sections=3000, drain_s=31.6), *(0.0, 21.0, 8.0, 4.0, 0.3, 6.0)),
+            timed(row("redis", batch=64, rps=176.0, sections=170, drain_s=17.0), *(30.0, 6.0, 12.0, 2.0, 0.4, 7.0)),
+        ],
+        "hot_row": [{**shape, "ok": True} for shape in HOT_ROW],
+    }
+
+
+def test_each_sentence_names_its_batch_size():
+    """A strategy run alone and batched reads as two rows, not as two identical "db: sold ..." lines;
+    a document where nothing ran batched keeps the plain names."""
+    html = render_report(deep_document())
+    showed = re.search(r'<section aria-labelledby="showed">(.*?)</section>', html, re.S).group(1)
+    said = [re.sub(r"<[^>]+>", "", line).strip() for line in re.findall(r"<a [^>]*>(.*?)</a>", showed)]
+    assert [line.split(":")[0] for line in said] == ["floor", "db ×1", "db ×64", "redis ×1", "redis ×64"]
+    assert len(set(said)) == len(said)
+    assert said[1] == "db ×1: sold 3,000 of 3,000 units, none oversold; 0.07× floor."
+    assert sentences(deep_document())[1:3] == said[1:3]
+    plain = render_report({"runs": [deep_document()["runs"][1]]})
+    assert "db: sold" in plain and "db ×1" not in plain
+
+
+def test_where_the_time_went_is_computed_from_the_breakdown():
+    """One sentence per row, the largest part first with its share, the hold with its statements and
+    commit; a row without a breakdown says nothing rather than guessing."""
+    runs = deep_document()["runs"]
+    assert time_sentence(runs[4], name="redis ×64") == (
+        "redis ×64: 50 ms per purchase on the server (mean of 3,000 that reached their section): "
+        "queued for a batch 30 ms (60%), holding the lock 12 ms (24%; its section sent 7 SQL statements, "
+        "commit 0.4 ms), waiting for the lock 6.0 ms (12%), outside the section 2.0 ms (4%)"
+    )
+    alone = time_sentence(runs[1])
+    assert alone.startswith("db: 12 ms per purchase") and "in its transaction 9.0 ms (75%" in alone
+    assert "queued" not in alone and "waiting for the lock" not in alone  # a zero part is not said
+    assert time_sentence(runs[0]) is None and time_sentence({**runs[1], "breakdown": None}) is None
+
+
+def test_the_batching_section_draws_the_breakdown_and_says_it():
+    html = render_report(deep_document())
+    section = re.search(r'<section aria-labelledby="batching">.*?</section>', html, re.S).group(0)
+    assert section.count("ms per purchase on the server") == 4
+    assert '<div class="table-scroll"><table class="comparison">' in section  # a phone scrolls it in its box
+    assert "redis ×64: 50 ms per purchase on the server" in section
+    chart = re.search(r"<svg[^>]*chart-stacked.*?</svg>", section, re.S).group(0)
+    labels = re.findall(r'class="tick row-label"[^>]*>([^<]+)</text>', chart)
+    assert labels == ["db ×1", "db ×64", "redis ×1", "redis ×64"]
+    # Each bar: its parts end to end (zero parts drawn not at all), the commit inside the hold, its sum.
+    assert re.findall(r'class="value"[^>]*>([^<]+)</text>', chart) == ["12", "36", "33", "50"]
+    assert "redis ×64 queue: 30 ms per purchase (mean)" in chart
+    assert "db ×1 queue" not in chart and "db ×1 acquire" not in chart
+    assert chart.count("commit (in hold):") == 4 and "redis ×1 commit (in hold): 0.3 ms" in chart
+    hold = re.search(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)"[^>]*><title>redis ×1 hold:', chart)
+    commit = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"[^>]*><title>redis ×1 commit', chart)
+    hold_end, commit_end = float(hold[1]) + float(hold[3]), float(commit[1]) + float(commit[2])
+    assert commit_end == pytest.approx(hold_end, abs=0.15) and float(commit[1]) > float(hold[1])
+
+
+def test_each_row_has_its_breakdown_chart_and_the_page_shows_hold_and_the_hot_row():
+    html = render_report(deep_document())
+    articles = re.findall(r'<article class="strategy".*?</article>', html, re.S)
+    assert ["Where a purchase&#x27;s time went" in article for article in articles] == [False, True, True, True, True]
+    assert "db ×64: 36 ms per purchase on the server" in articles[2]
+    table = re.search(r'<table class="runs">.*?</table>', html, re.S).group(0)
+    assert '<th scope="col">hold p50 ms</th>' in table and '<th scope="col">× hot row</th>' in table
+    assert ">9.0</td>" in table and ">0.07×</td>" in table
+    hot = re.search(r'<section aria-labelledby="hot-row">.*?</section>', html, re.S).group(0)
+    assert "hot-row 64" in hot and ">4,000</td>" in hot
+    assert "db ×1 0.15× hot-row 1, db ×64 0.07× hot-row 64" in hot
+    older = render_report({"runs": [row("redis", batch=1, rps=1.0, sections=1, drain_s=1.0)]})
+    assert 'id="hot-row"' not in older and "hold p50 ms" not in older and "chart-stacked" not in older

@@ -20,8 +20,9 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterator
 
@@ -45,19 +46,37 @@ from .statements import (
 #: PostgreSQL's SQLSTATE for "lock_timeout passed while waiting for a lock" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
 
-#: Where :func:`section_transaction` notes how long each of its transactions lasted (ms), while a
-#: runner collects them (:func:`timed_transactions`); None: nobody is collecting.
-_transaction_spans: ContextVar[list[float] | None] = ContextVar("transaction_spans", default=None)
+
+@dataclass
+class Spans:
+    """What the section transactions run inside :func:`timed_transactions` came to."""
+
+    ms: list[float] = field(default_factory=list)  # each transaction, BEGIN to COMMIT (or ROLLBACK)
+    commit_ms: float = 0.0  # their COMMITs themselves (a ROLLBACK ending a refused write counts too)
+    # SQL statements they sent, SET LOCAL included: outside psycopg's pipeline mode one round trip
+    # each, and BEGIN (psycopg sends it alone before the first) and COMMIT one more each.
+    statements: int = 0
+
+    def count(self, execute, sql, params, many, context):
+        """A ``connection.execute_wrapper``: one more statement."""
+        self.statements += 1
+        return execute(sql, params, many, context)
+
+
+#: Where :func:`section_transaction` notes its transactions (:class:`Spans`) while a runner collects
+#: them (:func:`timed_transactions`); None: nobody is collecting.
+_transaction_spans: ContextVar[Spans | None] = ContextVar("transaction_spans", default=None)
 
 
 @contextmanager
-def timed_transactions() -> Iterator[list[float]]:
-    """Collect the milliseconds, BEGIN to COMMIT (or ROLLBACK), of every section transaction run inside.
+def timed_transactions() -> Iterator[Spans]:
+    """Collect the milliseconds, BEGIN to COMMIT (or ROLLBACK), of every section transaction run
+    inside, their COMMITs' own milliseconds and the SQL statements they sent.
 
-    For a strategy without a lock this is its hold: what a purchase keeps the row (and its
-    connection) for, as a lock's hold is grant to release.
+    For a strategy without a lock the transactions are its hold: what a purchase keeps the row (and
+    its connection) for, as a lock's hold is grant to release.
     """
-    spans: list[float] = []
+    spans = Spans()
     token = _transaction_spans.set(spans)
     try:
         yield spans
@@ -73,22 +92,26 @@ def section_transaction(strategy: SectionParts, *, bound_by_first_statement: boo
     hold the section, its guard and its batch's followers for as long as it is held. ``SET LOCAL``
     ends with the transaction, so pooled connections, ``reset_sale``, ``restock`` and migrations
     keep their own behaviour. A wait past it raises :class:`OperationalError` (55P03, see
-    :func:`lock_timed_out`), which the purchase path answers busy. Its duration, from entering
-    (the ``SET LOCAL`` opens it) to after the commit, goes to :func:`timed_transactions`.
+    :func:`lock_timed_out`), which the purchase path answers busy. While :func:`timed_transactions`
+    collects, it gets the duration (from entering, as the ``SET LOCAL`` opens the transaction, to
+    after the commit), the commit's own (the body's end to after the commit) and the statements sent.
     ``bound_by_first_statement``: the caller's first statement sets it (``set_config``, see
     :mod:`.statements`), one round trip fewer inside the hold.
     """
-    began = time.perf_counter()
+    spans = _transaction_spans.get()
+    began = body_done = time.perf_counter()
     try:
-        with transaction.atomic():
+        with connection.execute_wrapper(spans.count) if spans is not None else nullcontext(), transaction.atomic():
             if not bound_by_first_statement:
                 with connection.cursor() as cursor:
                     cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
             yield
+            body_done = time.perf_counter()
     finally:
-        spans = _transaction_spans.get()
         if spans is not None:
-            spans.append((time.perf_counter() - began) * 1000)
+            ended = time.perf_counter()
+            spans.ms.append((ended - began) * 1000)
+            spans.commit_ms += (ended - body_done) * 1000 if body_done > began else 0.0
 
 
 def lock_timed_out(exc: OperationalError) -> bool:

@@ -101,3 +101,34 @@ def with_floor_ratios(runs: list[dict]) -> list[dict]:
             run = {**run, "floor_ratio": figure(run, "rps") / floor_rps}
         filled.append(run)
     return filled
+
+
+def batched(runs: list[dict]) -> bool:
+    """True when some row of the document ran with purchases sharing sections (BATCH > 1)."""
+    return any(isinstance(run.get("batch"), int) and run["batch"] > 1 for run in runs)
+
+
+def row_label(run: dict, *, with_batch_1: bool = False) -> str:
+    """The row's name (a strategy, or floor) with its BATCH size when purchases shared sections
+    (``redis ×64``), and ``×1`` too when ``with_batch_1`` (a document where rows ran batched, so that
+    ``db ×1`` and ``db ×64`` never read alike)."""
+    batch = run.get("batch")
+    if run["row"] == "floor" or isinstance(batch, bool) or not isinstance(batch, int):
+        return run["row"]
+    return run["row"] + (f" ×{batch}" if batch > 1 or (with_batch_1 and batch == 1) else "")
+
+
+#: A purchase's server time, part by part, as the row's ``breakdown`` keys them: queue, guard wait,
+#: hold and outside follow one another (their sum is the total); the commit lies inside the hold.
+BREAKDOWN_PARTS = ("queue_wait_ms", "lock_wait_ms", "lock_hold_ms", "outside_ms")
+
+
+def breakdown_of(run: dict) -> dict | None:
+    """The row's ``breakdown`` (means over the purchases whose section ran), each part a number
+    (0.0 when missing), with ``locked``: whether its strategy took a lock. None when it has none."""
+    found = run.get("breakdown")
+    if not isinstance(found, dict) or not figure(found, "answers"):
+        return None
+    keys = (*BREAKDOWN_PARTS, "commit_ms", "sql_statements", "total_ms", "answers")
+    parts = {key: max(figure(found, key) or 0.0, 0.0) for key in keys}
+    return {**parts, "locked": timing(run, "lock_wait_ms", "p50") is not None}

@@ -1,15 +1,19 @@
-"""The report's batching section: each strategy alone in its section (BATCH=1) beside its batched rows.
+"""The report's batching section: each strategy alone in its section (BATCH=1) beside its batched rows,
+where their purchases' time went, and the hot-row limit they are read against.
 
 A row's ``sections`` is the number of guard acquisitions (or, unguarded, transactions) that served
-its purchases; ``rps`` its purchases per second. Each sentence is computed from the two rows of
-one strategy in the same document, never written by hand.
+its purchases; ``rps`` its purchases per second; ``breakdown`` the means of its purchases' server
+time, part by part. Each sentence is computed from the rows of the same document, never written
+by hand.
 """
 
 from __future__ import annotations
 
 from django.utils.html import escape as esc
 
-from .base import count, figure, ms, ratio, timing
+from .base import breakdown_of, count, figure, ms, ratio, timing
+from .charts import breakdown_chart
+from .sentences import time_sentence
 from .views import View
 
 HEAD = ["strategy", "BATCH", "purchases/s", "sections/s", "purchases per section", "batch p50", "p99 ms", "× alone"]
@@ -70,7 +74,7 @@ def batching_section(shown: list[View]) -> str:
         return ""
     rows, said = [], []
     for alone, batched in found:
-        rows.append(f"<tr><th scope=row>{esc(alone.name)}</th>{_cells(alone.run, None)}</tr>")
+        rows.append(f"<tr><th scope=row>{esc(alone.label)}</th>{_cells(alone.run, None)}</tr>")
         rows.append(f"<tr><th scope=row>{esc(batched.label)}</th>{_cells(batched.run, alone.run)}</tr>")
         text = batching_sentence(alone.run, batched.run)
         if text:
@@ -82,5 +86,74 @@ def batching_section(shown: list[View]) -> str:
         "(one guard, one read, one stock write, one commit). Sections are guard acquisitions, or transactions "
         "for the unguarded strategies.</p>"
         f'<ul class="sentences">{"".join(said)}</ul>'
-        f'<table class="comparison"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>'
+        f'<div class="table-scroll"><table class="comparison"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+        f"{where_time_went([view for pair in found for view in pair])}</section>"
     )
+
+
+def where_time_went(shown: list[View]) -> str:
+    """A sentence per row on where its purchases' server time went and one stacked bar each (queue,
+    acquire, hold with its commit, outside); nothing when no row has a breakdown."""
+    found = [v for v in shown if breakdown_of(v.run) is not None]
+    if not found:
+        return ""
+    said = "".join(f"<li>{esc(time_sentence(v.run, name=v.label))}.</li>" for v in found)
+    chart = breakdown_chart([(v.label, v.run) for v in found], title="Where a purchase's server time went")
+    return (
+        '<h3 id="time-went">Where a purchase\'s time went</h3>'
+        "<p>Means over the purchases whose section ran: queued for a batch, waiting for the guard (acquire), "
+        "holding it (without a lock: the section's transaction, BEGIN to COMMIT, which holds db's row lock "
+        "and so contains its wait; its COMMIT drawn inside), and the rest of the request outside the section. "
+        "The four add up to the purchase's server time.</p>"
+        f'<ul class="sentences">{said}</ul><figure class="card overview">{chart}</figure>'
+    )
+
+
+#: The hot-row table: (heading, key of a shape, format).
+HOT_ROW_COLUMNS = [
+    ("connections", "connections", count),
+    ("purchases per commit", "batch", count),
+    ("sold", "sold", count),
+    ("seconds", "seconds", lambda value: f"{value:.2f}"),
+    ("purchases/s", "rps", count),
+    ("commits", "commits", count),
+]
+
+
+def hot_row_section(shapes: object, shown: list[View]) -> str:
+    """The hot-row limit (``flashsale --hot-row``): each shape's row, and each strategy row's
+    purchases/s as a share of the shape of its BATCH; nothing when the document has none."""
+    shapes = [s for s in shapes if isinstance(s, dict)] if isinstance(shapes, list) else []
+    if not shapes:
+        return ""
+    head = "".join(f"<th scope=col>{esc(title)}</th>" for title in ["shape", *(c[0] for c in HOT_ROW_COLUMNS), "audit"])
+    rows = []
+    for shape in shapes:
+        cells = "".join(
+            f'<td class="num">{esc(fmt(figure(shape, key)) if figure(shape, key) is not None else "–")}</td>'
+            for _, key, fmt in HOT_ROW_COLUMNS
+        )
+        audit = "ok" if shape.get("ok") is True else "broke" if shape.get("ok") is False else "–"
+        rows.append(f"<tr><th scope=row>{esc(shape.get('name', '–'))}</th>{cells}<td>{esc(audit)}</td></tr>")
+    read = [
+        f"{v.label} {ratio(figure(v.run, 'hot_row_ratio'))} {_shape_of(v.run, shapes)}"
+        for v in shown
+        if figure(v.run, "hot_row_ratio") is not None
+    ]
+    against = f"<p>Each strategy row's purchases/s against the shape of its BATCH: {esc(', '.join(read))}.</p>"
+    return (
+        '<section aria-labelledby="hot-row"><h2 id="hot-row">The hot-row limit</h2>'
+        "<p>What this machine's PostgreSQL gives the sale's product row with no shop around it: plain psycopg, "
+        "no Django, no HTTP; each connection's transaction is a conditional UPDATE, the orders' INSERT and a "
+        "COMMIT, for one purchase or for many. No strategy row can beat the shape of its BATCH.</p>"
+        f'<div class="table-scroll"><table class="comparison"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{against if read else ''}</section>"
+    )
+
+
+def _shape_of(run: dict, shapes: list[dict]) -> str:
+    """The name of the hot-row shape a row is read against: many purchases per commit for a batched row."""
+    batched = isinstance(run.get("batch"), int) and run["batch"] > 1
+    found = (s for s in shapes if isinstance(s.get("batch"), int) and (s["batch"] > 1) == batched)
+    return str(next(found, {}).get("name", "its shape"))

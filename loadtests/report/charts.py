@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from django.utils.safestring import SafeString, mark_safe
 
 from . import svg
-from .base import count, figure, ms, number, ratio, timing
-from .sentences import phases
+from .base import BREAKDOWN_PARTS, breakdown_of, count, figure, ms, number, ratio, timing
+from .sentences import phases, time_sentence
 from .views import View, cell
 
 
@@ -28,6 +28,8 @@ class Figure:
     instead: str = ""
     #: (upper bound ms, count) rows shown in a table under a histogram.
     buckets: tuple[tuple[str, str], ...] = ()
+    #: A sentence under the chart that says what it shows.
+    said: str = ""
 
 
 def floor_chart(shown: list[View]) -> Figure | None:
@@ -194,3 +196,45 @@ def split_figure(v: View) -> Figure:
         value_format=ms,
     )
     return Figure("Server-side split", mark_safe(chart), note=note)
+
+
+#: The breakdown chart's parts (name, colour), in the order they follow one another in a purchase,
+#: and the commit drawn inside the hold.
+BREAKDOWN_COLOURS = [("queue", "#cbd5e1"), ("acquire", "#f59e0b"), ("hold", "#2563eb"), ("outside", "#64748b")]
+COMMIT_INSET = (2, "commit (in hold)", "#0f172a")
+
+
+def breakdown_chart(labelled: list[tuple[str, dict]], *, title: str) -> str:
+    """One stacked bar per (label, run): queue, acquire, hold (with its commit) and outside, the
+    means of the run's ``breakdown``; the runs without one are left out (the caller checks one has)."""
+    stacks, said = [], []
+    for label, run in labelled:
+        parts = breakdown_of(run)
+        if parts is None:
+            continue
+        values = [parts[key] for key in BREAKDOWN_PARTS]
+        stacks.append(svg.Stack(label, values, inset=parts["commit_ms"]))
+        named = ", ".join(f"{name} {ms(value)}" for (name, _), value in zip(BREAKDOWN_COLOURS, values, strict=True))
+        said.append(f"{label}: {named}, of which commit {ms(parts['commit_ms'])} (ms, means)")
+    return svg.stacked_bar_chart(
+        stacks,
+        parts=BREAKDOWN_COLOURS,
+        inset=COMMIT_INSET,
+        unit="ms per purchase (mean)",
+        title=title,
+        desc="; ".join(said),
+        value_format=ms,
+    )
+
+
+def breakdown_figure(v: View) -> Figure | None:
+    """Where the row's purchases spent their server time; None for a row without a breakdown (the
+    floor, which runs no section, and documents written before it was measured)."""
+    parts = breakdown_of(v.run)
+    if parts is None:
+        return None
+    chart = breakdown_chart([(v.label, v.run)], title=f"{v.label}: where a purchase's server time went")
+    note = f"means over the {count(parts['answers'])} purchases whose section ran; the commit lies inside the hold"
+    return Figure(
+        "Where a purchase's time went", mark_safe(chart), note=note, said=f"{time_sentence(v.run, name=v.label)}."
+    )

@@ -23,8 +23,16 @@ from .base import (
     validate,
     with_floor_ratios,
 )
-from .batching import batching_section
-from .charts import floor_chart, floor_share, histogram_figure, rate_figure, split_figure, timeline_figure
+from .batching import batching_section, hot_row_section
+from .charts import (
+    breakdown_figure,
+    floor_chart,
+    floor_share,
+    histogram_figure,
+    rate_figure,
+    split_figure,
+    timeline_figure,
+)
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, kill_stalls, phases
 from .views import View, cell, views
@@ -77,6 +85,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         "lede": _lede(shown, started),
         "strategies": [_strategy(v, machine) for v in shown],
         "comparison": _comparison(shown),
+        "hot_row": mark_safe(hot_row_section(data.get("hot_row"), shown)),  # escaped as it is built
         "batching": mark_safe(batching_section(shown)),  # built with every figure and label escaped
         "command": command if isinstance(command, str) else "",
         "machine_rows": machine_rows(machine),
@@ -110,8 +119,13 @@ def _num(value: float | None, formatter=count, *, bad: bool = False) -> dict:
     return {"text": cell(value, formatter), "bad": bool(bad and value)}
 
 
+#: Columns of the side-by-side table shown only when some run has the figure: (heading, key, format).
+SOMETIMES = [("hold p50 ms", "hold_p50", ms), ("hold p99 ms", "hold_p99", ms), ("× hot row", "hot_row_ratio", ratio)]
+
+
 def _comparison(shown: list[View]) -> dict:
     runs = [v.run for v in shown]
+    extra = [column for column in SOMETIMES if any(figure(run, column[1]) is not None for run in runs)]
     statuses = sorted({s for run in runs if isinstance(run.get("status_counts"), dict) for s in run["status_counts"]})
     head = [
         "strategy",
@@ -130,6 +144,7 @@ def _comparison(shown: list[View]) -> dict:
         "peak DB conn.",
         "p50 ms",
         "p99 ms",
+        *[heading for heading, _, _ in extra],
         "verdict",
     ]
     rows = []
@@ -149,6 +164,7 @@ def _comparison(shown: list[View]) -> dict:
             _num(figure(run, "peak_db_connections")),
             _num(figure(run, "p50_ms"), ms),
             _num(figure(run, "p99_ms"), ms),
+            *[_num(figure(run, key), formatter) for _, key, formatter in extra],
         ]
         rows.append({"view": v, "scenario": scenario or MISSING, "cells": cells, "verdict": _verdict(run)})
     return {"head": head, "rows": rows, "chart": floor_chart(shown)}
@@ -166,7 +182,7 @@ def _strategy(v: View, machine: dict) -> dict:
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",
     ]
-    figures = [timeline_figure(v), rate_figure(v), histogram_figure(v), split_figure(v)]
+    figures = [timeline_figure(v), rate_figure(v), histogram_figure(v), split_figure(v), breakdown_figure(v)]
     return {
         "view": v,
         "verdict": _verdict(run),

@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
-from .base import CONTROLS, count, figure, ms, plural, ratio, status_count, timing, validate, with_floor_ratios
+from .base import (
+    BREAKDOWN_PARTS,
+    CONTROLS,
+    batched,
+    breakdown_of,
+    count,
+    figure,
+    ms,
+    plural,
+    ratio,
+    row_label,
+    status_count,
+    timing,
+    validate,
+    with_floor_ratios,
+)
 
 # The sentence: what this run showed, from its own figures only.
 
 
-def sentence(run: dict) -> str:
+def sentence(run: dict, *, name: str | None = None) -> str:
     """One plain sentence saying what ``run`` showed: first whether the stock came out right, then
     what it cost (connections, conflicts, busy answers, lock waits, throughput against the floor),
-    then what a fault did. Figures the run lacks are left out, never guessed."""
-    name = str(run.get("row", run.get("backend")))  # "backend": a document from before the rename
+    then what a fault did. Figures the run lacks are left out, never guessed. It opens with ``name``
+    (by default the row's, with its BATCH size when above 1: ``db ×64``)."""
+    row = str(run.get("row", run.get("backend")))  # "backend": a document from before the rename
+    name = name or row_label({**run, "row": row})
     rps = figure(run, "rps")
-    if name == "floor":
+    if row == "floor":
         said = f"{count(rps)} requests/s" if rps is not None else "no throughput figure"
         if run.get("floor_of"):  # each row measured its own floor round; this row is the best of them
             return (
@@ -21,8 +38,8 @@ def sentence(run: dict) -> str:
                 "each strategy's ratio is against the floor round on its own pods."
             )
         return f"floor: {said} with no storage touched; every ratio in this report is against it."
-    outcome = _outcome(run, name)
-    costs = _costs(run, name)
+    outcome = _outcome(run, row)
+    costs = _costs(run, row)
     text = (
         f"{name}: {'; '.join(filter(None, [', '.join(outcome), ', '.join(costs)]))}"
         if outcome or costs
@@ -118,8 +135,43 @@ def kill_stalls(run: dict) -> str:
 
 
 def sentences(data: dict) -> list[str]:
-    """One :func:`sentence` per run of a burst document, in its order."""
-    return [sentence(run) for run in with_floor_ratios(validate(data))]
+    """One :func:`sentence` per run of a burst document, in its order (each strategy row naming its
+    BATCH size when some row ran batched, as the page does)."""
+    runs = with_floor_ratios(validate(data))
+    return [sentence(run, name=row_label(run, with_batch_1=batched(runs))) for run in runs]
+
+
+def _share(part: float, total: float) -> str:
+    return f"{part / total:.0%}" if total else "–"
+
+
+def time_sentence(run: dict, *, name: str | None = None) -> str | None:
+    """Where the server time of the row's purchases went, from its ``breakdown`` (means over the
+    purchases whose section ran), the largest part first: ``redis ×64: 31 ms per purchase on the
+    server (mean of 2,000 that reached their section): queued for a batch 18 ms (58%), holding the
+    lock 7.1 ms (23%; its section sent 7 SQL statements, commit 0.4 ms), ...``. None without one."""
+    parts = breakdown_of(run)
+    if parts is None:
+        return None
+    hold = "holding the lock" if parts["locked"] else "in its transaction"
+    words = dict(
+        zip(BREAKDOWN_PARTS, ("queued for a batch", "waiting for the lock", hold, "outside the section"), strict=True)
+    )
+    total = sum(parts[key] for key in BREAKDOWN_PARTS)
+    said = []
+    for key in sorted(BREAKDOWN_PARTS, key=lambda key: -parts[key]):
+        if parts[key] <= 0:
+            continue
+        text = f"{words[key]} {ms(parts[key])} ms ({_share(parts[key], total)}"
+        if key == "lock_hold_ms":
+            statements = f"{parts['sql_statements']:.1f}".removesuffix(".0")
+            text += f"; its section sent {statements} SQL statements, commit {ms(parts['commit_ms'])} ms"
+        said.append(text + ")")
+    name = name or row_label(run)
+    return (
+        f"{name}: {ms(total)} ms per purchase on the server (mean of {count(parts['answers'])} that reached "
+        f"their section): {', '.join(said)}"
+    )
 
 
 def phases(run: dict) -> list[dict]:

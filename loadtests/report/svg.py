@@ -316,3 +316,97 @@ def hbar_chart(
 
 def _suffix(series: str, per_row: int) -> str:
     return f" {series}" if per_row > 1 else ""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One bar of :func:`stacked_bar_chart`: its label, a value per part (in the chart's part
+    order), and the share of part ``inset_of`` that the inset takes (drawn at that part's end)."""
+
+    label: str
+    values: Sequence[float]
+    inset: float = 0.0
+
+
+def _legend(entries: Sequence[tuple[str, str]], *, left: int, y: int) -> tuple[list[str], int]:
+    """Swatches with names, wrapped onto more lines as they fill the width; returns the parts and
+    the y below the last line."""
+    parts, x = [], left
+    for name, colour in entries:
+        width = 14 + 5.8 * len(name) + 10  # about 5.8 units per character at 11 px
+        if x + width > WIDTH and x > left:
+            x, y = left, y + 15
+        parts.append(f'<rect x="{num(x)}" y="{y - 9}" width="10" height="10" rx="2" fill="{esc(colour)}"/>')
+        parts.append(f'<text class="tick legend" x="{num(x + 14)}" y="{y}">{esc(name)}</text>')
+        x += width
+    return parts, y + 10
+
+
+def stacked_bar_chart(
+    stacks: Sequence[Stack],
+    *,
+    parts: Sequence[tuple[str, str]],
+    inset: tuple[int, str, str] | None = None,
+    unit: str,
+    title: str,
+    desc: str,
+    value_format: Callable[[float], str] = fmt,
+) -> str:
+    """Horizontal bars, one per :class:`Stack`, each split into ``parts`` (name, colour) laid end to
+    end (a zero part draws nothing), the sum printed at the end; ``inset`` (part index, name,
+    colour) draws a thinner bar inside that part, over its last ``Stack.inset`` units (the commit
+    at the end of the hold). A legend names the parts above the bars."""
+    legend, top = _legend([*parts, *([inset[1:]] if inset else [])], left=8, y=14)
+    bar_h, gap = 14, 10
+    height = top + 8 + len(stacks) * (bar_h + gap) + 30
+    biggest = max((sum(stack.values) for stack in stacks), default=1) or 1
+    plot = Plot(height=height, x_max=biggest * 1.18, y_max=1, left=84, right=14, top=top + 4, bottom=30)
+    body = legend + [
+        f'<line class="grid" x1="{num(plot.x(tick))}" x2="{num(plot.x(tick))}" y1="{plot.top}" y2="{plot.base}"/>'
+        for tick in plot.x_ticks
+    ]
+    body += plot.x_axis(unit)
+    y = plot.top + gap / 2
+    for stack in stacks:
+        body.append(
+            f'<text class="tick row-label" x="{plot.left - 6}" y="{num(y + bar_h / 2 + 4)}" '
+            f'text-anchor="end">{esc(stack.label)}</text>'
+        )
+        body += _stacked_bar(stack, plot, y=y, height=bar_h, parts=parts, inset=inset, unit=unit)
+        body.append(
+            f'<text class="value" x="{num(plot.x(sum(stack.values)) + 4)}" y="{num(y + bar_h - 3)}">'
+            f"{esc(value_format(sum(stack.values)))}</text>"
+        )
+        y += bar_h + gap
+    return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-stacked")
+
+
+def _stacked_bar(
+    stack: Stack,
+    plot: Plot,
+    *,
+    y: float,
+    height: int,
+    parts: Sequence[tuple[str, str]],
+    inset: tuple[int, str, str] | None,
+    unit: str,
+) -> list[str]:
+    """One bar of :func:`stacked_bar_chart`: its parts end to end, and the inset."""
+    body, start = [], 0.0
+
+    def rect(begin: float, width: float, top: float, tall: float, colour: str, name: str) -> str:
+        x1, x2 = plot.x(begin), plot.x(begin + width)
+        return (
+            f'<rect x="{num(min(x1, x2 - 1))}" y="{num(top)}" width="{num(max(x2 - x1, 1))}" height="{num(tall)}" '
+            f'fill="{esc(colour)}"><title>{esc(stack.label)} {esc(name)}: {fmt(width)} {esc(unit)}</title></rect>'
+        )
+
+    for index, ((name, colour), value) in enumerate(zip(parts, stack.values, strict=True)):
+        if value <= 0:
+            continue
+        body.append(rect(start, value, y, height, colour, name))
+        if inset and index == inset[0] and stack.inset > 0:
+            inner = min(stack.inset, value)
+            body.append(rect(start + value - inner, inner, y + height / 4, height / 2, inset[2], inset[1]))
+        start += value
+    return body

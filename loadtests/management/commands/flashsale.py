@@ -30,7 +30,16 @@ from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
-from loadtests.table import COLUMNS, holder_note, hot_row_cells, phase_lines, run_cells, steps_line, table_row
+from loadtests.table import (
+    COLUMNS,
+    breakdown_line,
+    holder_note,
+    hot_row_cells,
+    phase_lines,
+    run_cells,
+    steps_line,
+    table_row,
+)
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
@@ -161,7 +170,7 @@ class Command(BaseCommand):
                     run["round"] = round_number
                 runs.append(run)
                 self.stdout.write(table_row(run_cells(run)))
-                for line in filter(None, [steps_line(run), *phase_lines(run)]):
+                for line in filter(None, [steps_line(run), breakdown_line(run), *phase_lines(run)]):
                     self.stdout.write(line)
         floors = [floor_row([run for run in runs if run["balancer"] == balancer]) for balancer in balancers]
         for floor in (floor for floor in floors if floor):

@@ -6,7 +6,11 @@ to and read from a connection's socket directly (``_sync/io.py``): redis-py's
 lock's own code. That reaches into redis-py's internals, which a release may change without
 notice:
 
-* a connection's socket (``Connection._sock``) and its reply parser (``Connection._parser``);
+* a connection's socket (``Connection._sock``) and its reply parser (``Connection._parser``): with
+  hiredis, the parser's ``hiredis.Reader`` and buffer (``_reader``, ``_buffer``, the module's
+  ``NOT_ENOUGH_DATA``), fed from the socket directly; without it, how the parser reports a receive
+  that the kernel's timeout ended (a ``ConnectionError`` raised while handling the
+  :class:`BlockingIOError`);
 * connecting without the health check and without redis-py's own retry
   (``connect_check_health(check_health=False, retry_socket_connect=False)``), and on a socket the
   library connected itself, without blocking (``Connection._connect`` replaced for one call);
@@ -23,6 +27,13 @@ upgrade that breaks one fails there, by name, before any lock test does.
 from __future__ import annotations
 
 import socket
+
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
+from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_NO_READER = object()
 
 #: Keys of a pool's ``connection_kwargs`` that are the pool's own bookkeeping, not connection settings.
 POOL_ONLY_KWARGS = (
@@ -48,8 +59,48 @@ def socket_of(conn) -> socket.socket | None:
 
 
 def read_reply(conn):
-    """Read one reply on a blocking connection with its parser (no health check, no retry)."""
-    return conn._parser.read_response()
+    """Read one reply on a blocking connection (no health check, no retry); a reply that is an
+    error (``ResponseError`` and its kinds, ``NoScriptError`` among them) is raised.
+
+    With hiredis (redis-py's ``_HiredisParser``) the bytes go straight from the socket into the
+    parser's own ``hiredis.Reader`` (its ``_reader``, ``_buffer`` and ``NOT_ENOUGH_DATA``): redis-py's
+    ``read_response`` around the same two calls costs more than the lock's own Python per reply.
+    Without hiredis the parser's ``read_response`` reads. Either way, on a socket whose kernel bounds
+    the wait (``_connections.bound_blocking``) a receive that runs out raises ``TimeoutError``, as a
+    socket timeout does, and a server that closed the connection raises ``ConnectionError``."""
+    parser = conn._parser
+    reader = getattr(parser, "_reader", _NO_READER)
+    if reader is _NO_READER:
+        reply = _read_with_parser(parser)
+    else:
+        if reader is None:
+            raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+        reply = reader.gets()
+        while reply is NOT_ENOUGH_DATA:
+            buffer = parser._buffer
+            try:
+                count = conn._sock.recv_into(buffer)
+            except BlockingIOError as error:
+                raise RedisTimeoutError("no reply within the socket's timeout") from error
+            except TimeoutError as error:  # a socket left with Python's own timeout
+                raise RedisTimeoutError("no reply within the socket's timeout") from error
+            if not count:
+                raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+            reader.feed(buffer, 0, count)
+            reply = reader.gets()
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _read_with_parser(parser):
+    try:
+        return parser.read_response()
+    except RedisConnectionError as error:
+        # The parser reports a receive that the kernel's timeout ended as a ConnectionError.
+        if isinstance(error.__context__, BlockingIOError):
+            raise RedisTimeoutError(f"no reply within the socket's timeout ({error})") from error
+        raise
 
 
 def connect_quietly(conn) -> None:

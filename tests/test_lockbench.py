@@ -1,5 +1,6 @@
-"""``lockbench`` with a tiny measuring time: the JSON has every row, each with positive figures, and
-the ratios it prints against its targets are the JSON's, each judged met or not by its target."""
+"""``lockbench`` with a tiny measuring time: the JSON has every row (the asyncio peers' included),
+each with positive figures, and the ratios it prints against its targets are the JSON's, each
+judged met or not by its target; a peer that cannot be imported is one line, not a crash."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from loadtests.management.commands.lockbench import TARGETS
+from loadtests.management.commands.lockbench import TARGETS, Command
 from tests import slots
 
 ROWS = [
@@ -24,6 +25,7 @@ ROWS = [
     "ours-redis-async",
     "ours-redlock-async",
     "redis-py-lock-async",
+    "aioredlock",
     "contended-polling",
     "contended-notified",
     "floor-etcd",
@@ -40,8 +42,9 @@ def test_lockbench_writes_every_row_with_positive_figures(tmp_path):
     path = tmp_path / "lockbench.json"
     out, err = StringIO(), StringIO()
     call_command("lockbench", json=str(path), seconds=0.3, base_port=BASE_PORT, stdout=out, stderr=err)
-    rows = json.loads(path.read_text())["rows"]
-    assert [row["name"] for row in rows] == ROWS
+    written = json.loads(path.read_text())
+    rows = written["rows"]
+    assert [row["name"] for row in rows] == ROWS and written["unmeasured"] == {}
     for row in rows:
         assert row["ops_per_s"] > 0 and row["us_per_op"] > 0, row
         if row["name"].startswith("contended-"):
@@ -56,5 +59,26 @@ def test_lockbench_writes_every_row_with_positive_figures(tmp_path):
     # The two claims with a margin far above a loaded machine's noise (about 3x and 10x measured,
     # docs/locks.md; the slices are interleaved, so noise hits both rows of a ratio alike).
     assert by_name["ours-redlock"] > by_name["redlock-py"] and by_name["ours-redlock"] > by_name["pottery-redlock"]
-    assert "ours-redis-async / redis-py-lock-async" in text
     assert "round" in err.getvalue()
+
+
+def test_the_asyncio_rows_stand_beside_their_asyncio_peers_with_a_target_each():
+    """Issue 29's rows: each asyncio twin against its asyncio peer, at least 1.0x; issue 28's
+    five-node floor target is there too."""
+    assert ("ours-redis-async", "redis-py-lock-async", 1.0) in TARGETS
+    assert ("ours-redlock-async", "aioredlock", 1.0) in TARGETS
+    assert ("ours-redlock", "floor-5nodes", 0.9) in TARGETS
+    assert {numerator for numerator, _, _ in TARGETS} >= {"ours-redis-async", "ours-redlock-async"}
+
+
+def test_a_peer_that_cannot_be_imported_is_one_line_and_its_target_says_not_measured(tmp_path):
+    rows = [{"name": name, "ops_per_s": 100.0, "us_per_op": 10_000.0} for name in ROWS if name != "aioredlock"]
+    out = StringIO()
+    command = Command(stdout=out)
+    why = "TypeError: duplicate base class TimeoutError"
+    command.unmeasured = {"aioredlock": why}
+    command._report(rows, tmp_path / "lockbench.json")
+    lines = out.getvalue().splitlines()
+    assert f"aioredlock: not measured, it cannot be imported here ({why})" in lines
+    assert "  ours-redlock-async / aioredlock: not measured  (target >= 1.0x)" in lines
+    assert "  ours-redis-async / redis-py-lock-async =  1.00x  (target >= 1.0x)  met" in lines

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet
+from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet, went_away
 from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
 from .._redis_py import connect_quietly_async, stream_of, unread_bytes
 
@@ -61,18 +61,27 @@ class NodeConnections:
     async def take(self):
         """An idle connection of this loop, or a new one; one whose server went away is closed,
         with every other idle one, and handed out unconnected (see ``_connections.NodeConnections.take``)."""
+        conn = self.take_unchecked()
+        if conn.is_connected and not _quiet(conn):
+            await self.went_away(conn)
+        return conn
+
+    def take_unchecked(self):
+        """:meth:`take` without the check: the caller checks with :func:`_went_away` (one ``poll``
+        for every node of a round), then calls :meth:`went_away` for each that did."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._idle = deque()
             self._loop = loop
         try:
-            conn = self._idle.pop()
+            return self._idle.pop()
         except IndexError:
             return self._factory()
-        if conn.is_connected and not _quiet(conn):
-            await _disconnect(conn)
-            await self.drop_idle()
-        return conn
+
+    async def went_away(self, conn) -> None:
+        """``conn``'s server went away: close it and every idle connection of this node."""
+        await _disconnect(conn)
+        await self.drop_idle()
 
     def fresh(self):
         return self._factory()
@@ -91,11 +100,17 @@ def _quiet(conn) -> bool:
     """Whether an idle connection has nothing to read and no hang-up. The loop may already have
     read the EOF a dead server left (the stream is at EOF, the transport closing); if not, the
     socket polls readable."""
+    sock = _idle_socket(conn)
+    return sock is not None and quiet(sock)
+
+
+def _idle_socket(conn):
+    """The socket still to poll of an idle connection, or None when the loop already saw that its
+    server went away (or it has no socket)."""
     reader, transport = stream_of(conn)
     if transport.is_closing() or reader.at_eof() or unread_bytes(reader):
-        return False
-    sock = transport.get_extra_info("socket")
-    return sock is not None and quiet(sock)
+        return None
+    return transport.get_extra_info("socket")
 
 
 async def _disconnect(conn) -> None:
@@ -187,8 +202,10 @@ async def eval_all(
     contract as ``_sync/io.py``'s ``eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
     round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
-    for index, node in enumerate(nodes):
-        await round_.send(index, node)
+    await round_.take_all()
+    for index, conn in enumerate(round_.conns):
+        if conn is not None:
+            await round_.send(index, conn)
     await round_.finish_connects()
     await round_.read_all()
     round_.give_back(held)
@@ -212,17 +229,34 @@ class _Round(Round):
         self.connects: dict = {}
         self.round_open = [True]
 
-    async def send(self, index: int, node: NodeConnections) -> None:
+    async def take_all(self) -> None:
+        """A connection per node, as ``_sync/io.py``'s ``_Round.take_all``: a connect left pending once
+        it completed, else an idle one (all checked in one ``poll``), else a new one."""
+        idle: dict = {}
+        for index, node in enumerate(self.nodes):
+            conn = None
+            if node.pending is not None and not self.fresh:
+                if node.pending[1].get_loop() is not self.loop:
+                    node.pending = None
+                else:
+                    conn, self.replies[index] = _pending_connect(node, self.started)
+                    if self.replies[index] is not None:
+                        continue
+            if conn is None:
+                conn = node.fresh() if self.fresh else node.take_unchecked()
+                if conn.is_connected:
+                    sock = _idle_socket(conn)
+                    if sock is None:
+                        await node.went_away(conn)
+                    else:
+                        idle[sock.fileno()] = index
+            self.conns[index] = conn
+        if idle:
+            for fd in went_away(list(idle)):
+                await self.nodes[idle[fd]].went_away(self.conns[idle[fd]])
+
+    async def send(self, index: int, conn) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
-        conn = None
-        if node.pending is not None and not self.fresh:
-            if node.pending[1].get_loop() is not self.loop:
-                node.pending = None
-            else:
-                conn, self.replies[index] = _pending_connect(node, self.started)
-                if self.replies[index] is not None:
-                    return
-        conn = self.conns[index] = conn or (node.fresh() if self.fresh else await node.take())
         if not conn.is_connected:
             self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
             return

@@ -25,6 +25,7 @@ from .._core import (
     HANDOFF_WINDOW_MS,
     RAISE_FENCE,
     RELEASE,
+    RELEASED,
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
@@ -249,6 +250,8 @@ class AsyncRedlock(BaseLock):
         fresh connections, within one node timeout. Each node that still failed is logged: its
         key stays until its TTL ends."""
         replies = await self._unlock_all(token)
+        if replies.count(1) == len(replies):
+            return RELEASED  # every node released it, the usual case: no outcome to weigh
         again = [index for index, reply in enumerate(replies) if transport_error(reply)]
         retried: dict = {}
         if again:

@@ -8,8 +8,9 @@ Everything that waits lives here, and every wait has a deadline:
   same deadline; a connect that outlasts it (SYNs dropped) stays pending and is not waited for
   again for ``_connections.CONNECT_BACKOFF_S``. ``NOSCRIPT`` is answered with ``EVAL`` on the same connection under
   the same deadline.
-* :func:`eval_one` is the single node's round trip; its reads are bounded by the connection's
-  socket timeout, which is the node timeout (see :class:`NodeConnections`).
+* :func:`eval_one` is the single node's round trip; its sends and reads are bounded by the
+  kernel's socket timeouts, set to the node timeout (``_connections.bound_blocking``: a round trip is
+  one send and one receive, no ``poll`` before each).
 * A connection whose reply did not come in time is closed, never reused: a late reply can
   never be read as the answer to a later command.
 """
@@ -29,9 +30,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._connections import (
     NodeConnections,
+    bound_blocking,
     finish_connect,
     pending_connect,
     start_connect,
+    went_away,
     writable,
 )
 from .._core import Round, Script, pack_eval, pack_evalsha, signal_key
@@ -51,13 +54,11 @@ def _send(conn, packed: list[bytes]) -> None:
 
 
 def _read(conn):
+    """One reply; an error reply is raised (``read_reply``), a reset connection as ``ConnectionError``."""
     try:
-        reply = read_reply(conn)
-    except OSError as error:  # the parser passes a reset connection through as a bare OSError
+        return read_reply(conn)
+    except OSError as error:  # a reset connection comes through as a bare OSError
         raise RedisConnectionError(f"error reading from the node: {error}") from error
-    if isinstance(reply, ResponseError):
-        raise reply
-    return reply
 
 
 def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
@@ -78,12 +79,12 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
             return _read(conn)
         except NoScriptError:
             _send(conn, pack_eval(script, keys, argv))
-            socket_of(conn).settimeout(max(node.timeout_s - (time.monotonic() - started), 0.001))
+            bound_blocking(socket_of(conn), node.timeout_s - (time.monotonic() - started))
             try:
                 return _read(conn)
             finally:
                 if socket_of(conn) is not None:
-                    socket_of(conn).settimeout(node.timeout_s)
+                    bound_blocking(socket_of(conn), node.timeout_s)
     except ResponseError:
         raise
     except RedisConnectionError:
@@ -129,10 +130,13 @@ def eval_all(
     With ``fresh``, every node gets a new connection (a retry that must not meet an old one).
     """
     round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
-    for index, node in enumerate(nodes):
-        round_.send(index, node)
+    round_.take_all()
+    for index, conn in enumerate(round_.conns):
+        if conn is not None:
+            round_.send(index, conn)
     round_.poll()
-    round_.time_out()
+    if round_.by_fd:
+        round_.time_out()
     round_.give_back(held)
     return round_.replies
 
@@ -155,52 +159,74 @@ class _Round(Round):
         self.retried: set[int] = set()
         self.poller = select.poll()
 
-    def send(self, index: int, node: NodeConnections) -> None:
+    def take_all(self) -> None:
+        """A connection per node: a connect an earlier round left pending once it completed (one
+        still pending is that node's reply), else an idle one, else a new one. The idle ones are
+        checked together (one ``poll``): one whose server went away is closed, with its node's
+        other idle ones, and connected afresh (``NodeConnections.take``, for every node at once)."""
+        idle: dict = {}
+        for index, node in enumerate(self.nodes):
+            conn = None
+            if node.pending and not self.fresh:
+                conn, self.replies[index] = pending_connect(node, self.started)
+                if self.replies[index] is not None:
+                    continue
+            if conn is None:
+                conn = node.fresh() if self.fresh else node.take_unchecked()
+                sock = socket_of(conn)
+                if sock is not None:
+                    idle[sock.fileno()] = index
+            self.conns[index] = conn
+        if idle:
+            for fd in went_away(list(idle)):
+                self.nodes[idle[fd]].went_away(self.conns[idle[fd]])
+
+    def send(self, index: int, conn) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
-        conn = None
-        if node.pending and not self.fresh:
-            conn, self.replies[index] = pending_connect(node, self.started)
-            if self.replies[index] is not None:
-                return
-        conn = self.conns[index] = conn or (node.fresh() if self.fresh else node.take())
+        sock = socket_of(conn)
         try:
-            if socket_of(conn) is None:
-                sock = start_connect(node, conn)
+            if sock is None:
+                sock = start_connect(self.nodes[index], conn)
                 if sock is not None:
                     fd = sock.fileno()
                     self.connecting[index] = sock
                     self.by_fd[fd] = index
                     self.poller.register(fd, select.POLLOUT)
                     return
-            _send(conn, self.packed)
+                sock = socket_of(conn)
+            sock.sendall(self.packed[0])
+        except OSError as error:
+            self.fail(index, RedisConnectionError(f"error writing to the node: {error}"))
+            return
         except Exception as error:  # noqa: BLE001 - a node's failure is a vote, not a crash
             self.fail(index, error)
             return
-        fd = socket_of(conn).fileno()
+        fd = sock.fileno()
         self.by_fd[fd] = index
         self.poller.register(fd, select.POLLIN)
 
     def poll(self) -> None:
         """Read the replies (and finish the connects) as they come, until all are in or the deadline."""
-        while self.by_fd:
-            events = self.poller.poll(max((self.deadline - time.monotonic()) * 1000.0, 0.0))
+        by_fd, poller = self.by_fd, self.poller
+        while by_fd:
+            events = poller.poll(max((self.deadline - time.monotonic()) * 1000.0, 0.0))
             if not events:
                 return
             for fd, _ in events:
-                if self._ready(fd, self.by_fd[fd]):
-                    del self.by_fd[fd]
-                    self.poller.unregister(fd)
+                if self._ready(fd, by_fd[fd]):
+                    del by_fd[fd]
+                    poller.unregister(fd)
 
     def _ready(self, fd: int, index: int) -> bool:
         """Act on a socket that is ready; True when that node's reply is final."""
         conn = self.conns[index]
         try:
-            if self.connecting and index in self.connecting:
+            if index in self.connecting:
                 finish_connect(self.nodes[index], conn, self.connecting.pop(index), self.deadline - time.monotonic())
                 _send(conn, self.packed)
                 self.poller.modify(fd, select.POLLIN)
                 return False
-            self.replies[index] = _read(conn)
+            self.replies[index] = read_reply(conn)
         except NoScriptError as error:
             self.replies[index] = error
             if index not in self.retried:
@@ -214,6 +240,8 @@ class _Round(Round):
                     self.replies[index] = send_error
         except ResponseError as error:
             self.replies[index] = error
+        except OSError as error:  # a reset connection comes through as a bare OSError
+            self.fail(index, RedisConnectionError(f"error reading from the node: {error}"))
         except Exception as error:  # noqa: BLE001
             self.fail(index, error)
         return True
@@ -242,14 +270,15 @@ class _Round(Round):
 
     def give_back(self, held: list | None) -> None:
         """Every connection back to its node, but the first refusing one when ``held`` asks for it."""
+        nodes, replies = self.nodes, self.replies
         for index, conn in enumerate(self.conns):
             if conn is None:
                 continue
-            reply = self.replies[index]
-            if held is not None and not held and socket_of(conn) is not None and type(reply) is int and reply <= 0:
+            reply = replies[index]
+            if held is not None and not held and type(reply) is int and reply <= 0 and socket_of(conn) is not None:
                 held.append((index, conn))
             else:
-                self.nodes[index].give(conn)
+                nodes[index].give(conn)
 
 
 def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:
@@ -266,6 +295,9 @@ def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> No
             return
         conn.send_command("BLPOP", signal_key(name), f"{wait_s:.3f}", check_health=False)
         conn.read_response(timeout=wait_s + node.timeout_s)
+        # redis-py leaves the socket with Python's timeout after a read with its own: back to the
+        # kernel's (still set to the node timeout), which costs no poll per call.
+        socket_of(conn).settimeout(None)
     except Exception:  # noqa: BLE001 - the caller retries the lock; a dead node only ends the wait
         conn.disconnect()
 

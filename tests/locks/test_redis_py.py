@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
+import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from locks import _redis_py
+from locks._connections import bound_blocking
 
 
 def new_connection(client):
@@ -47,6 +51,29 @@ def test_the_socket_and_the_parser_of_a_connection(cluster):
         conn.disconnect()
         assert _redis_py.socket_of(conn) is None
     finally:
+        client.close()
+
+
+def test_a_reply_is_read_within_the_kernels_timeout_and_an_error_reply_is_raised(cluster):
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    conn = new_connection(client)
+    try:
+        _redis_py.connect_quietly(conn)
+        sock = _redis_py.socket_of(conn)
+        bound_blocking(sock, 0.05)  # blocking mode: the kernel bounds the receive
+        assert sock.gettimeout() is None
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            _redis_py.read_reply(conn)  # nothing was sent, so no reply comes
+        assert time.monotonic() - started < 0.5
+        sock.sendall(b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n" + b"0" * 40 + b"\r\n$1\r\n0\r\n")
+        with pytest.raises(NoScriptError):
+            _redis_py.read_reply(conn)
+        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+        assert _redis_py.read_reply(conn) == b"PONG"  # the error reply was read whole
+    finally:
+        conn.disconnect()
         client.close()
 
 

@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ["shop", "inventory", "locks", "processes", "faults", "loadtests", "tests", "scripts"]
 #: Tests of one private module, which they import by name (white-box), and why.
 WHITE_BOX = {"tests/locks/test_redis_py.py": "runs locks/_redis_py.py against the installed redis-py"}
+#: Modules that may import another package's private names, which package, and why.
+INTERNALS = {
+    "locks/_redis_py.py": (
+        "redis",
+        "the one module that uses redis-py beyond its documented API (its docstring lists each use)",
+    )
+}
 
 
 def test_the_lock_package_imports_without_django():
@@ -66,7 +73,15 @@ def test_no_module_imports_another_packages_underscore_names():
     files = [path for room in ROOMS for path in (ROOT / room).rglob("*.py")]
     files = [path for path in files if str(path.relative_to(ROOT)) not in WHITE_BOX]
     assert len(files) > 100
-    assert [found for path in files for found in crossings(path)] == []
+    found = [found for path in files for found in crossings(path)]
+    assert [line for line in found if not allowed_internal(line)] == []
+
+
+def allowed_internal(line: str) -> bool:
+    """``line`` (as :func:`crossings` words it) is an import :data:`INTERNALS` allows."""
+    path, _, rest = line.partition(":")
+    package = INTERNALS.get(path, (None, ""))[0]
+    return package is not None and rest.split(" imports ", 1)[1].startswith(f"{package}.")
 
 
 def test_the_rule_sees_a_crossing(tmp_path, monkeypatch):

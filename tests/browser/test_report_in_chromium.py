@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 
 from loadtests.report.page import write_report
 from loadtests.report.sentences import sentences
+from tests.slots import LOCUST_MASTER_PORT
 
 pytestmark = pytest.mark.browser
 
@@ -87,6 +88,7 @@ def test_report_of_a_real_burst(browser, tmp_path):
             requests=200,
             stock=20,
             sku="report-burst",
+            master_port=LOCUST_MASTER_PORT,  # the slot's: 7390 may be a running make demo's
             json_path=str(burst_json),
             report_path=str(report_html),
             stdout=out,

@@ -96,6 +96,9 @@ def test_a_blpop_timed_out_on_a_frozen_node_is_not_read_as_an_acquire_reply(twin
 
 
 @pytest.mark.slow  # waits out node timeouts (1.4 s each)
+# A wall-clock bound: in full runs, beside a burst on the other xdist worker, one of 20 acquires
+# overran it (2 of about 12 full runs on 2026-12-02); it passes alone and must pass in one of three.
+@pytest.mark.flaky(reruns=2)
 @pytest.mark.parametrize("position", ["first", "last"])
 def test_an_unreachable_node_costs_one_node_timeout_not_one_per_round(twin, cluster, name, position):
     """Before: connects ran one node at a time with a 100 ms connect timeout, so an unreachable

@@ -49,6 +49,7 @@ class BurstPlan:
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
     yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
     floor_round: bool = True  # each row posts to the floor endpoint on its own pods before it buys
+    server: str = "wsgi"  # SHOP_SERVER of the pods: wsgi (gthread) or asgi (uvicorn workers)
 
     @property
     def sale_stock(self) -> int:

@@ -85,6 +85,8 @@ INSTALLED_APPS = [
 SHOP_SERVER = os.environ.get("SHOP_SERVER", "wsgi")
 if SHOP_SERVER not in {"wsgi", "asgi"}:
     raise ImproperlyConfigured(f"SHOP_SERVER={SHOP_SERVER!r}: use wsgi or asgi")
+# Debugging aid (tests/test_asgi.py): every purchase answer says where its view ran (X-Served-On).
+SHOP_SERVED_ON_HEADER = env_bool("SHOP_SERVED_ON_HEADER", False)
 # Static files: WhiteNoise under WSGI; its fork ServeStatic under ASGI, whose middleware is
 # async-only (under WSGI Django would run it through a new event loop per request).
 STATIC_MIDDLEWARE = {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import threading
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -74,7 +76,20 @@ def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpRes
     if result.outcome is Outcome.BUSY:
         response["Retry-After"] = RETRY_AFTER_SECONDS
     response["Server-Timing"] = server_timing(result)
+    if settings.SHOP_SERVED_ON_HEADER:
+        response["X-Served-On"] = served_on()
     return response
+
+
+def served_on() -> str:
+    """Where the view answering runs: ``event loop in <thread>`` (ASGI, an ``async def`` view awaited
+    on the worker's loop) or ``thread <thread>`` (WSGI, or a sync view that Django put on a thread)."""
+    thread = threading.current_thread().name
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return f"thread {thread}"
+    return f"event loop in {thread}"
 
 
 def shopper_id(request: HttpRequest) -> str:
@@ -275,16 +290,29 @@ def api_session(request: HttpRequest) -> JsonResponse:
 def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
     """``POST {"quantity": n}``: 201 confirmed, 409 refused, 503 busy, 4xx bad input."""
     try:
-        quantity = purchase_quantity(request)
+        quantity, key, customer = purchase_request(request)
+        result = purchase(sku=sku, customer=customer, quantity=quantity, idempotency_key=key)
     except Refused as refused:
         return refused.response
-    key = request.headers.get("Idempotency-Key", "")
-    try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
-    except ProductNotFound as exc:
-        return json_error(404, str(exc))
     except InventoryError as exc:
-        return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+        return purchase_error(exc)
+    return purchase_answer(result, quantity)
+
+
+def purchase_request(request: HttpRequest) -> tuple[object, str, str]:
+    """The purchase's quantity (not yet validated), Idempotency-Key and shopper; raises :class:`Refused`."""
+    quantity = purchase_quantity(request)
+    return quantity, request.headers.get("Idempotency-Key", ""), shopper_id(request)
+
+
+def purchase_error(exc: InventoryError) -> JsonResponse:
+    """Bad input the services refused: 404 for an unknown product, else 400 with the reason."""
+    if isinstance(exc, ProductNotFound):
+        return json_error(404, str(exc))
+    return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+
+
+def purchase_answer(result: PurchaseResult, quantity: int) -> JsonResponse:
     payload = {
         "outcome": result.outcome.value,
         "message": outcome_message(result, quantity),

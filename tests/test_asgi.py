@@ -3,13 +3,26 @@ sync middleware in the chain, so the purchase view runs on the event loop."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
 from pathlib import Path
 
 import pytest
+
+from inventory.models import Order, Product
+from inventory.strategies import strategy_class
+from loadtests.plan import BurstPlan
+from loadtests.pods import server_environment
+from processes.children import Child, free_port, wait_until_answers
+from tests.helpers import WORKING_STRATEGIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,3 +90,117 @@ def test_gunicorn_runs_uvicorn_workers_for_asgi():
     wsgi = json.loads(fresh_process(code, SHOP_SERVER="wsgi").stdout)
     assert asgi == ["shop.asgi:application", "uvicorn_worker.UvicornWorker"]
     assert wsgi == ["shop.wsgi:application", "gthread"]
+
+
+# --- A real ASGI pod: gunicorn + uvicorn workers on the test database ------------------------------
+
+SKU = "asgi-phone"
+CSRF = "a" * 32  # any 32 letters are a valid CSRF secret; the same in the header passes the check
+#: Every strategy that serves on the event loop (etcd and ZooKeeper are refused: blocking clients).
+ON_LOOP = [name for name in WORKING_STRATEGIES if not strategy_class(name).loop_refusal]
+
+
+def post(base: str, *, shopper: str, body: bytes = b'{"quantity": 1}', key: str = "") -> tuple[int, Message, dict]:
+    """One purchase as shopper ``shopper`` (its own session cookie): status, headers, JSON body."""
+    headers = {"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}; {shopper}"}
+    if key:
+        headers["Idempotency-Key"] = key
+    request = urllib.request.Request(f"{base}/api/products/{SKU}/purchase", data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, json.loads(exc.read() or b"{}")
+
+
+def session_cookie(base: str) -> str:
+    """A new shopper: the session cookie ``/api/session`` sets."""
+    with urllib.request.urlopen(f"{base}/api/session", timeout=10) as response:
+        cookies = [c.split(";", 1)[0] for c in response.headers.get_all("Set-Cookie")]
+    return next(c for c in cookies if c.startswith("sessionid="))
+
+
+@contextlib.contextmanager
+def asgi_pod(tmp_path: Path, strategy: str, *, workers: int = 2, threads: int = 4, pool: int = 4, **env: str):
+    """An ASGI pod serving ``strategy`` on a free port; yields its base URL, stopped after."""
+    port = free_port()
+    plan = BurstPlan(
+        requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server="asgi"
+    )
+    server = Child(
+        "gunicorn (asgi)",
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+        cwd=ROOT,
+        env=server_environment(
+            backend=strategy,
+            port=port,
+            plan=plan,
+            access_log=tmp_path / "access.log",
+            overrides={"SHOP_SERVED_ON_HEADER": "1", **env},
+        ),
+        log_path=tmp_path / "gunicorn.log",
+    )
+    server.start()
+    try:
+        wait_until_answers(server, f"http://127.0.0.1:{port}/api/products/{SKU}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ON_LOOP)
+def test_the_purchase_view_runs_on_the_event_loop(name, use_strategy, make_product, tmp_path):
+    """Under a real uvicorn worker the purchase is answered by the ``async def`` view on the worker's
+    own loop (its main thread, no thread per request), with the same answers as under WSGI: 201 and
+    an order, the same order again for the same Idempotency-Key, Server-Timing, a 4xx that changes
+    nothing, and 409 once sold out."""
+    use_strategy(name)
+    make_product(SKU, stock=1, limit=1)
+    with asgi_pod(tmp_path, name) as base:
+        first, again = session_cookie(base), session_cookie(base)
+        bad = post(base, shopper=first, body=b'{"quantity": 0}')
+        status, headers, body = post(base, shopper=first, key="order-1")
+        replayed = post(base, shopper=first, key="order-1")
+        late = post(base, shopper=again)
+    assert bad[0] == 400 and "quantity" in bad[2]["error"]
+    assert (status, body["outcome"], body["backend"]) == (201, "confirmed", name)
+    assert headers["X-Served-On"] == "event loop in MainThread"
+    assert "total;dur=" in headers["Server-Timing"]
+    assert ("lock;dur=" in headers["Server-Timing"]) == strategy_class(name).guarded
+    assert (replayed[0], replayed[2]["order_id"]) == (201, body["order_id"])
+    assert (late[0], late[2]["outcome"]) == (409, "sold_out")
+    assert late[1]["X-Served-On"] == "event loop in MainThread"
+    product = Product.objects.get(sku=SKU)
+    assert product.stock == 0
+    assert list(Order.objects.filter(product=product).values_list("id", "strategy")) == [(body["order_id"], name)]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ON_LOOP)
+def test_an_asgi_pod_never_oversells(name, use_strategy, make_product, tmp_path):
+    """Two uvicorn workers, 40 shoppers at once for 10 units: exactly 10 orders, one per shopper."""
+    use_strategy(name)
+    make_product(SKU, stock=10, limit=1)
+    with asgi_pod(tmp_path, name) as base:
+        shoppers = [session_cookie(base) for _ in range(40)]
+        with ThreadPoolExecutor(40) as pool:
+            answers = list(pool.map(lambda shopper: post(base, shopper=shopper), shoppers))
+    statuses = Counter(status for status, _, _ in answers)
+    assert set(statuses) <= {201, 409, 503}, statuses
+    product = Product.objects.get(sku=SKU)
+    orders = Order.objects.filter(product=product)
+    assert statuses[201] == orders.count() == 10 - product.stock
+    assert product.stock == 0 or statuses[503], statuses  # all sold, unless some were told busy
+    assert orders.values("customer").distinct().count() == orders.count()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["etcd", "zookeeper"])
+def test_a_strategy_with_a_blocking_client_is_refused_on_asgi(name):
+    result = fresh_process("import shop.asgi", SHOP_SERVER="asgi", INVENTORY_STRATEGY=name)
+    assert result.returncode != 0
+    assert f"INVENTORY_STRATEGY={name} cannot serve under SHOP_SERVER=asgi: " in result.stderr
+    assert "is a blocking client" in result.stderr

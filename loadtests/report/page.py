@@ -162,6 +162,7 @@ def _strategy(v: View, machine: dict) -> dict:
         str(run.get("scenario") or ""),
         plural(pods, "pod", "pods") if pods else "",
         f"through {balancer}" if isinstance(balancer, str) and balancer != "none" else "",
+        "ASGI (uvicorn workers)" if run.get("server") == "asgi" else "",
         f"Locust master + {plural(workers, 'worker', 'workers')}" if workers else "",
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",

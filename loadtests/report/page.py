@@ -27,6 +27,7 @@ from .batching import batching_section
 from .charts import floor_chart, floor_share, histogram_figure, rate_figure, split_figure, timeline_figure
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, kill_stalls, phases
+from .servers import servers_section
 from .views import View, cell, views
 
 
@@ -78,6 +79,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         "strategies": [_strategy(v, machine) for v in shown],
         "comparison": _comparison(shown),
         "batching": mark_safe(batching_section(shown)),  # built with every figure and label escaped
+        "servers": mark_safe(servers_section(shown)),  # the same
         "command": command if isinstance(command, str) else "",
         "machine_rows": machine_rows(machine),
         "durability": [

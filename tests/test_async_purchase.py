@@ -1,7 +1,7 @@
 """The purchase on an event loop (``inventory.async_purchase``), in-process against real PostgreSQL
 and Redis: the asyncio lock awaited on a loop, the section on the ORM threads, the same outcomes as
 the sync purchase; a holder paused past its lease refused by the fence, beside a WSGI shopper of the
-same sale; a fence advanced from an ORM thread through the loop's lock."""
+same sale (tests/test_matrix.py advances a forgotten fence from an ORM thread through the loop's lock)."""
 
 from __future__ import annotations
 
@@ -83,16 +83,3 @@ def test_a_loop_holder_paused_past_its_lease_is_refused_by_the_fence(lock, setti
     assert results["b"].confirmed, "B got the lock once A's lease ran out"
     assert results["a"].outcome.value == "busy" and results["a"].conflicts == 1
     assert audit(sku="phone-x").ok and Order.objects.count() == 1
-
-
-@pytest.mark.parametrize("lock", ["redis", "redlock"])
-def test_a_loop_holder_advances_a_forgotten_fence(lock, use_strategy, make_product, redis_client, fresh_redlock_nodes):
-    """The row remembers fence 1,000,000, the lock service starts over: the section, on an ORM
-    thread, has the asyncio lock (on the loop) advance its fence and writes on its second try."""
-    use_strategy(lock)
-    product = make_product(stock=5)
-    Product.objects.filter(pk=product.pk).update(fence=1_000_000)
-    first = buy(sku="phone-x", customer="a", quantity=1)
-    assert first.confirmed and (first.conflicts, first.retries) == (1, 1)
-    assert first.fence > 1_000_000
-    assert audit(sku="phone-x").ok

@@ -105,6 +105,19 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "shop.middleware.PoolExhaustedMiddleware",
 ]
+if SHOP_SERVER == "asgi":
+    # The same middleware with its hooks inline on the event loop, not on a thread per request
+    # (shop/loop_middleware.py says why and what keeps it safe).
+    ON_LOOP = {
+        "django.middleware.security.SecurityMiddleware": "SecurityOnLoop",
+        "django.contrib.sessions.middleware.SessionMiddleware": "SessionOnLoop",
+        "django.middleware.common.CommonMiddleware": "CommonOnLoop",
+        "django.middleware.csrf.CsrfViewMiddleware": "CsrfOnLoop",
+        "django.contrib.auth.middleware.AuthenticationMiddleware": "AuthenticationOnLoop",
+        "django.contrib.messages.middleware.MessageMiddleware": "MessageOnLoop",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware": "XFrameOptionsOnLoop",
+    }
+    MIDDLEWARE = [f"shop.loop_middleware.{ON_LOOP[path]}" if path in ON_LOOP else path for path in MIDDLEWARE]
 
 ROOT_URLCONF = "shop.urls"
 WSGI_APPLICATION = "shop.wsgi.application"

@@ -6,8 +6,8 @@ from inventory.dashboard import dashboard_report_view, dashboard_stock_view, das
 
 from . import async_views, floor, views
 
-# The purchase and its floor run as the server runs natively: sync views under WSGI, ``async def``
-# views awaited on the event loop under ASGI (shop/async_views.py).
+# The purchases (the API's and the form's) and the floor run as the server runs natively: sync views
+# under WSGI, ``async def`` views awaited on the event loop under ASGI (shop/async_views.py).
 ON_LOOP = settings.SHOP_SERVER == "asgi"
 
 handler400 = "shop.views.bad_request"
@@ -16,7 +16,7 @@ handler404 = "shop.views.not_found"
 urlpatterns = [
     path("", views.home, name="home"),
     path("products/<slug:sku>/", views.product_page, name="product"),
-    path("products/<slug:sku>/buy", views.buy, name="buy"),
+    path("products/<slug:sku>/buy", async_views.buy if ON_LOOP else views.buy, name="buy"),
     path("api/session", views.api_session, name="api-session"),
     path("api/products/<slug:sku>", views.api_product, name="api-product"),
     path(

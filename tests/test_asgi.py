@@ -3,11 +3,11 @@ sync middleware in the chain, so the purchase view runs on the event loop."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -16,13 +16,12 @@ from email.message import Message
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from redis import Redis
 
 from inventory.models import Order, Product
 from inventory.strategies import strategy_class
-from loadtests.plan import BurstPlan
-from loadtests.pods import server_environment
-from processes.children import Child, free_port, wait_until_answers
-from tests.helpers import WORKING_STRATEGIES
+from tests.helpers import WORKING_STRATEGIES, asgi_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +64,10 @@ def test_the_asgi_chain_adapts_no_middleware():
     loaded = json.loads(result.stdout)
     assert "servestatic.middleware.ServeStaticMiddleware" in loaded["middleware"]
     assert "shop.middleware.PoolExhaustedMiddleware" in loaded["middleware"]
+    # Django's own, with their hooks inline on the loop: no thread per request (shop/loop_middleware.py)
+    assert "shop.loop_middleware.SessionOnLoop" in loaded["middleware"]
+    assert "shop.loop_middleware.CsrfOnLoop" in loaded["middleware"]
+    assert not [path for path in loaded["middleware"] if path.startswith("django.")]
     assert not [message for message in loaded["logged"] if "adapted" in message], loaded["logged"]
 
 
@@ -120,34 +123,6 @@ def session_cookie(base: str) -> str:
     return next(c for c in cookies if c.startswith("sessionid="))
 
 
-@contextlib.contextmanager
-def asgi_pod(tmp_path: Path, strategy: str, *, workers: int = 2, threads: int = 4, pool: int = 4, **env: str):
-    """An ASGI pod serving ``strategy`` on a free port; yields its base URL, stopped after."""
-    port = free_port()
-    plan = BurstPlan(
-        requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server="asgi"
-    )
-    server = Child(
-        "gunicorn (asgi)",
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-        cwd=ROOT,
-        env=server_environment(
-            backend=strategy,
-            port=port,
-            plan=plan,
-            access_log=tmp_path / "access.log",
-            overrides={"SHOP_SERVED_ON_HEADER": "1", **env},
-        ),
-        log_path=tmp_path / "gunicorn.log",
-    )
-    server.start()
-    try:
-        wait_until_answers(server, f"http://127.0.0.1:{port}/api/products/{SKU}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ON_LOOP)
@@ -158,7 +133,7 @@ def test_the_purchase_view_runs_on_the_event_loop(name, use_strategy, make_produ
     nothing, and 409 once sold out."""
     use_strategy(name)
     make_product(SKU, stock=1, limit=1)
-    with asgi_pod(tmp_path, name) as base:
+    with asgi_pod(tmp_path, name, sku=SKU) as base:
         first, again = session_cookie(base), session_cookie(base)
         bad = post(base, shopper=first, body=b'{"quantity": 0}')
         status, headers, body = post(base, shopper=first, key="order-1")
@@ -184,7 +159,7 @@ def test_an_asgi_pod_never_oversells(name, use_strategy, make_product, tmp_path)
     """Two uvicorn workers, 40 shoppers at once for 10 units: exactly 10 orders, one per shopper."""
     use_strategy(name)
     make_product(SKU, stock=10, limit=1)
-    with asgi_pod(tmp_path, name) as base:
+    with asgi_pod(tmp_path, name, sku=SKU) as base:
         shoppers = [session_cookie(base) for _ in range(40)]
         with ThreadPoolExecutor(40) as pool:
             answers = list(pool.map(lambda shopper: post(base, shopper=shopper), shoppers))
@@ -204,3 +179,41 @@ def test_a_strategy_with_a_blocking_client_is_refused_on_asgi(name):
     assert result.returncode != 0
     assert f"INVENTORY_STRATEGY={name} cannot serve under SHOP_SERVER=asgi: " in result.stderr
     assert "is a blocking client" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fenced", [True, False])
+def test_a_blocked_event_loop_writes_late_and_the_fence_refuses_it(fenced, use_strategy, make_product, tmp_path):
+    """A's ASGI worker holds the asyncio lock (lease 300 ms), reads stock 1, then its event loop is
+    blocked by sync work for 2 s; B, on another pod, waits out the lease, buys the unit and commits;
+    A's loop wakes and writes from its stale read. Fenced: refused, A is told busy, one order.
+    Unfenced: A's write lands, two orders for one unit (so the test does reach the race)."""
+    use_strategy("redis", LOCK_TTL_MS=300, OPTIONS={"FENCED": fenced})
+    make_product(SKU, stock=1, limit=1)
+    lock_key = f"flashsale:lock:{SKU}"
+    redis = Redis.from_url(settings.INVENTORY["REDIS_URL"])
+    env = {"LOCK_TTL_MS": "300", "ACQUIRE_TIMEOUT_MS": "10000", "INVENTORY_FENCED": "1" if fenced else "0"}
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    with (
+        asgi_pod(a_dir, "tests.loop_pause.LoopBlockingRedis", sku=SKU, workers=1, LOOP_BLOCK_S="2", **env) as a_pod,
+        asgi_pod(b_dir, "redis", sku=SKU, workers=1, **env) as b_pod,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        a = pool.submit(post, a_pod, shopper=session_cookie(a_pod))
+        deadline = time.monotonic() + 10
+        while not redis.exists(lock_key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert redis.exists(lock_key), "A never took the lock"
+        b = post(b_pod, shopper=session_cookie(b_pod))
+        a = a.result()
+    assert (b[0], b[2]["outcome"]) == (201, "confirmed")
+    orders = Order.objects.filter(product__sku=SKU)
+    if fenced:
+        assert (a[0], a[2]["outcome"], a[2]["conflicts"]) == (503, "busy", 1)
+        assert a[1]["Retry-After"] == "1"
+        assert orders.count() == 1 and Product.objects.get(sku=SKU).stock == 0
+    else:
+        assert (a[0], a[2]["outcome"]) == (201, "confirmed")
+        assert orders.count() == 2  # one unit, two orders: the lost update the fence prevents

@@ -7,8 +7,9 @@ one strategy in the same document, never written by hand.
 
 from __future__ import annotations
 
+from django.utils.html import escape as esc
+
 from .base import count, figure, ms, ratio, timing
-from .pairs import pairs_section
 from .views import View
 
 HEAD = ["strategy", "BATCH", "purchases/s", "sections/s", "purchases per section", "batch p50", "p99 ms", "× alone"]
@@ -47,10 +48,10 @@ def batching_sentence(alone: dict, batched: dict) -> str | None:
     )
 
 
-def _cells(run: dict, alone: dict | None) -> list[str]:
+def _cells(run: dict, alone: dict | None) -> str:
     shared, per_s = per_section(run), sections_per_s(run)
     rps, rps_alone = figure(run, "rps"), figure(alone, "rps") if alone else None
-    return [
+    values = [
         str(run.get("batch", "–")),
         count(rps) if rps is not None else "–",
         count(per_s) if per_s is not None else "–",
@@ -59,18 +60,27 @@ def _cells(run: dict, alone: dict | None) -> list[str]:
         ms(figure(run, "p99_ms")) if figure(run, "p99_ms") is not None else "–",
         ratio(rps / rps_alone) if alone and rps and rps_alone else "–",
     ]
+    return "".join(f'<td class="num">{esc(value)}</td>' for value in values)
 
 
 def batching_section(shown: list[View]) -> str:
     """The section, or nothing when no strategy ran both alone and batched."""
-    return pairs_section(
-        pairs(shown),
-        anchor="batching",
-        title="Batching: many purchases per section",
-        intro="Each strategy alone in its section (BATCH=1) and with purchases of one worker sharing a section "
+    found = pairs(shown)
+    if not found:
+        return ""
+    rows, said = [], []
+    for alone, batched in found:
+        rows.append(f"<tr><th scope=row>{esc(alone.name)}</th>{_cells(alone.run, None)}</tr>")
+        rows.append(f"<tr><th scope=row>{esc(batched.label)}</th>{_cells(batched.run, alone.run)}</tr>")
+        text = batching_sentence(alone.run, batched.run)
+        if text:
+            said.append(f"<li>{esc(text)}.</li>")
+    head = "".join(f"<th scope=col>{esc(title)}</th>" for title in HEAD)
+    return (
+        '<section aria-labelledby="batching"><h2 id="batching">Batching: many purchases per section</h2>'
+        "<p>Each strategy alone in its section (BATCH=1) and with purchases of one worker sharing a section "
         "(one guard, one read, one stock write, one commit). Sections are guard acquisitions, or transactions "
-        "for the unguarded strategies.",
-        head=HEAD,
-        cells=_cells,
-        sentence=batching_sentence,
+        "for the unguarded strategies.</p>"
+        f'<ul class="sentences">{"".join(said)}</ul>'
+        f'<table class="comparison"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>'
     )

@@ -9,8 +9,9 @@ grant to release, or the section's transaction) and the database time.
 
 from __future__ import annotations
 
+from django.utils.html import escape as esc
+
 from .base import count, figure, ms, ratio, timing
-from .pairs import pairs_section
 from .views import View
 
 HEAD = ["strategy", "server", "purchases/s", "× WSGI", "×floor", "floor purchases/s", "hold p50 ms", "db p99 ms"]
@@ -51,9 +52,9 @@ def server_sentence(wsgi: dict, asgi: dict) -> str | None:
     return said
 
 
-def _cells(run: dict, wsgi: dict | None) -> list[str]:
+def _cells(run: dict, wsgi: dict | None) -> str:
     rps, floor_rps, db = figure(run, "rps"), _floor_rps(run), timing(run, "db_ms", "p99")
-    return [
+    values = [
         server_of(run),
         count(rps) if rps is not None else "–",
         ratio(rps / figure(wsgi, "rps")) if wsgi and rps and figure(wsgi, "rps") else "–",
@@ -62,19 +63,27 @@ def _cells(run: dict, wsgi: dict | None) -> list[str]:
         ms(figure(run, "hold_p50")) if figure(run, "hold_p50") is not None else "–",
         ms(db) if db is not None else "–",
     ]
+    return "".join(f'<td class="num">{esc(value)}</td>' for value in values)
 
 
 def servers_section(shown: list[View]) -> str:
     """The section, or nothing when no strategy ran on both servers."""
-    return pairs_section(
-        server_pairs(shown),
-        anchor="servers",
-        title="Two servers: WSGI threads and the ASGI event loop",
-        intro="Each strategy on gunicorn's threads (WSGI) and on uvicorn workers, where the purchase is an async "
-        "view holding the asyncio lock on the event loop and the section runs on ORM threads (ASGI). Each row's "
-        "×floor is read against the floor round on its own pods.",
-        head=HEAD,
-        cells=_cells,
-        sentence=server_sentence,
-        first_label=lambda view: view.label,
+    found = server_pairs(shown)
+    if not found:
+        return ""
+    rows, said = [], []
+    for wsgi, asgi in found:
+        rows.append(f"<tr><th scope=row>{esc(wsgi.label)}</th>{_cells(wsgi.run, None)}</tr>")
+        rows.append(f"<tr><th scope=row>{esc(asgi.label)}</th>{_cells(asgi.run, wsgi.run)}</tr>")
+        text = server_sentence(wsgi.run, asgi.run)
+        if text:
+            said.append(f"<li>{esc(text)}.</li>")
+    head = "".join(f"<th scope=col>{esc(title)}</th>" for title in HEAD)
+    return (
+        '<section aria-labelledby="servers"><h2 id="servers">Two servers: WSGI threads and the ASGI event loop</h2>'
+        "<p>Each strategy on gunicorn's threads (WSGI) and on uvicorn workers, where the purchase is an async view "
+        "holding the asyncio lock on the event loop and the section runs on ORM threads (ASGI). Each row's ×floor "
+        "is read against the floor round on its own pods.</p>"
+        f'<ul class="sentences">{"".join(said)}</ul>'
+        f'<table class="comparison"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>'
     )

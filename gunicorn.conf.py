@@ -6,16 +6,24 @@ import os
 os.environ.setdefault("DJANGO_DEBUG", "0")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
 
-wsgi_app = "shop.wsgi:application"
+# SHOP_SERVER (shop/settings.py): wsgi, gthread workers and the WSGI application; asgi, uvicorn
+# workers (gunicorn still supervises: timeouts, restarts, signals) and the ASGI application.
+server = os.environ.get("SHOP_SERVER", "wsgi")
+if server not in ("wsgi", "asgi"):
+    raise SystemExit(f"SHOP_SERVER={server!r}: use wsgi or asgi")
+wsgi_app = f"shop.{server}:application"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 # Several processes, so the lock is contended across processes as in production, and a few
 # threads each, so a worker blocked on a lock does not idle its whole process.
 workers = int(os.environ.get("GUNICORN_WORKERS", "4"))
-worker_class = "gthread"
+worker_class = "gthread" if server == "wsgi" else "uvicorn_worker.UvicornWorker"
 # Load the app once in the arbiter and fork the workers from it: a pod is up in a fraction of the
 # time when its workers need not each import Django (nothing connects or starts a thread at import).
 preload_app = os.environ.get("GUNICORN_PRELOAD", "1") == "1"
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+# Under ASGI one event loop per worker serves every request; its database work runs on this many
+# threads (shop/settings.py ASGI_DB_THREADS), the same number gthread would run requests on.
+os.environ.setdefault("ASGI_DB_THREADS", str(threads))
 # Each worker process gets a bounded pool of at most one connection per thread (a thread holds one
 # at a time), so one instance never holds more than workers × threads PostgreSQL connections.
 os.environ.setdefault("DATABASE_POOL_MAX_SIZE", str(threads))

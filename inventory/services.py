@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import redis
 from django.conf import settings
@@ -28,7 +29,7 @@ from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import decide, lock_timed_out, timed_transactions
+from .strategies.section import Spans, decide, lock_timed_out, timed_transactions
 from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,20 @@ def _elapsed_ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
 
+@dataclass
+class Ready:
+    """A purchase the plain read could not answer: it goes through the strategy's section."""
+
+    sku: str
+    customer: str
+    quantity: int
+    key: str
+    shelf: Shelf
+    seen: soldout.Reading | None
+    began: float
+    timings: Timings
+
+
 def purchase(
     *, sku: str, customer: str, quantity: int, idempotency_key: str = "", strategy: Strategy | None = None
 ) -> PurchaseResult:
@@ -92,8 +107,19 @@ def purchase(
     read stock this one has not yet written. The same ``idempotency_key`` from the same
     customer gets the same confirmed order back, never a second one.
     """
-    began = time.perf_counter()
     strategy = strategy or get_strategy()
+    ready = prepare(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
+    if isinstance(ready, PurchaseResult):
+        return ready
+    return finish(in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+
+
+def prepare(
+    strategy: Strategy, *, sku: str, customer: str, quantity: int, idempotency_key: str
+) -> PurchaseResult | Ready:
+    """Check the input and answer what the plain read can (sold out, a replayed key, a refusal
+    the shelf shows); the rest is :class:`Ready` for the section. Both servers start here."""
+    began = time.perf_counter()
     if not customer:
         raise InventoryError("a purchase needs a customer")
     if idempotency_key and not IDEMPOTENCY_KEY.match(idempotency_key):
@@ -111,54 +137,75 @@ def purchase(
         raise ProductNotFound(f"no product with sku {sku!r}")
     shelf, replay_id = found
     check_quantity(quantity, limit=shelf.per_customer_limit)
+    ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
     replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
-        timings.total_ms = _elapsed_ms(began)
-        result = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
-        return _remember(result, sku=sku, shelf=shelf, seen=seen, customer=customer, key=idempotency_key)
-    if strategy.batch > 1:
-        result = purchase_in_batch(
-            strategy, sku=sku, product_id=shelf.product_id, customer=customer, quantity=quantity, key=idempotency_key
-        )
-        timings = result.timings
-    else:
-        result = _alone(
-            strategy,
-            sku=sku,
-            product_id=shelf.product_id,
-            customer=customer,
-            quantity=quantity,
-            key=idempotency_key,
-            timings=timings,
-        )
-    timings.total_ms = _elapsed_ms(began)
-    return _remember(result, sku=sku, shelf=shelf, seen=seen, customer=customer, key=idempotency_key)
+        return finish(result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings), ready)
+    return ready
 
 
-def _alone(
-    strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str, timings: Timings
-) -> PurchaseResult:
+def in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:
+    """The purchase queued for a section shared with others (``BATCH`` > 1)."""
+    return purchase_in_batch(
+        strategy,
+        sku=ready.sku,
+        product_id=ready.shelf.product_id,
+        customer=ready.customer,
+        quantity=ready.quantity,
+        key=ready.key,
+    )
+
+
+def finish(result: PurchaseResult, ready: Ready) -> PurchaseResult:
+    """The purchase's total time, and what it leaves for later shoppers (:func:`_remember`)."""
+    result.timings.total_ms = _elapsed_ms(ready.began)
+    return _remember(result, sku=ready.sku, shelf=ready.shelf, seen=ready.seen, customer=ready.customer, key=ready.key)
+
+
+def _alone(strategy: Strategy, ready: Ready) -> PurchaseResult:
     """One purchase in its own section: take the guard, run the section, commit, release."""
     waiting = time.perf_counter()
     try:
         with ExitStack() as held:
             transactions = held.enter_context(timed_transactions())
-            grant = held.enter_context(strategy.guard(sku))
+            grant = held.enter_context(strategy.guard(ready.sku))
             granted = time.perf_counter()
-            timings.batch = 1
-            result = run_section(
-                strategy, grant, product_id=product_id, customer=customer, quantity=quantity, key=key, timings=timings
-            )
-        if strategy.guarded:
-            timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
-        elif transactions.ms:
-            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the section's transaction(s)
-        timings.note_transactions(transactions)
+            result = section_of(strategy, grant, ready)
+        held_for(strategy, ready.timings, waiting=waiting, granted=granted, transactions=transactions)
     except LockUnavailable:
-        timings.lock_wait_ms = _elapsed_ms(waiting)
-        result = PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
+        result = busy(strategy, ready.timings, waiting=waiting)
     return result
+
+
+def section_of(strategy: Strategy, grant: Grant, ready: Ready) -> PurchaseResult:
+    """:func:`run_section` for one purchase alone (its batch of 1)."""
+    ready.timings.batch = 1
+    return run_section(
+        strategy,
+        grant,
+        product_id=ready.shelf.product_id,
+        customer=ready.customer,
+        quantity=ready.quantity,
+        key=ready.key,
+        timings=ready.timings,
+    )
+
+
+def held_for(strategy: Strategy, timings: Timings, *, waiting: float, granted: float, transactions: Spans) -> None:
+    """Note a section's lock wait and hold (a lock's grant to release, or, with no lock, its
+    transactions) and what its transactions came to (their COMMITs, their statements)."""
+    if strategy.guarded:
+        timings.lock_wait_ms, timings.lock_hold_ms = (granted - waiting) * 1000, _elapsed_ms(granted)
+    elif transactions.ms:
+        timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the section's transaction(s)
+    timings.note_transactions(transactions)
+
+
+def busy(strategy: Strategy, timings: Timings, *, waiting: float) -> PurchaseResult:
+    """The guard was not granted in time: nothing ran, the shopper is told busy."""
+    timings.lock_wait_ms = _elapsed_ms(waiting)
+    return PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
 
 
 def _past(moment: float | None) -> bool:

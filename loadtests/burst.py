@@ -112,7 +112,8 @@ def floor_row(runs: list[dict]) -> dict | None:
     counts = floor["status_counts"] or {}
     errors_5xx = sum(n for status, n in counts.items() if int(status) >= 500)
     ok = floor["sent"] == floor["answered"] and not errors_5xx
-    plan_keys = ("scenario", "fault", "fault_description", "fenced", "pods", "balancer", "locust_workers", "sizing")
+    plan_keys = ("scenario", "fault", "fault_description", "fenced", "pods", "balancer", "server", "locust_workers")
+    plan_keys += ("sizing",)
     return {
         **{key: best[key] for key in plan_keys},
         **{key: floor[key] for key in ("rps", "drain_s", "arrival_window_s", "p50_ms", "p95_ms", "p99_ms")},
@@ -356,6 +357,7 @@ def record(
         "fenced": plan.fenced,
         "pods": plan.pods,
         "balancer": plan.balancer,
+        "server": plan.server,
         "locust_workers": plan.locust_workers,
         **audited(report, plan),
         "errors_5xx": errors_5xx,

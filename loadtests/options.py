@@ -18,7 +18,7 @@ from faults.registry import FAULT_NAMES
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.balancer import BalancerError, haproxy_binary
-from loadtests.plan import BALANCERS, SCENARIOS, BurstPlan, default_locust_workers
+from loadtests.plan import BALANCERS, SCENARIOS, SERVERS, BurstPlan, default_locust_workers
 from processes.ports import LOCUST_MASTER_PORT
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
@@ -74,6 +74,12 @@ def add_run_arguments(parser) -> None:
         default="none",
         help="how shoppers reach the pods: none (each straight to one) or haproxy; a list "
         "(none,haproxy) runs every row through each, interleaved",
+    )
+    parser.add_argument(
+        "--server",
+        default="wsgi",
+        help="the pods' server: wsgi (gunicorn's threads) or asgi (gunicorn with uvicorn workers, the purchase "
+        "on the event loop); a list (wsgi,asgi) runs every row on each, side by side",
     )
     parser.add_argument(
         "--master-port", type=int, default=LOCUST_MASTER_PORT, help="the Locust master's port for its workers"
@@ -313,6 +319,18 @@ def check_balancers(balancer: str, *, master_port: int) -> list[str]:
     return names
 
 
+def check_servers(server: str, *, names: list[str]) -> list[str]:
+    """The servers --server names (each once), and no strategy on ASGI that would block its event loop."""
+    servers = [name.strip() for name in server.split(",") if name.strip()]
+    if not servers or set(servers) - set(SERVERS) or len(set(servers)) != len(servers):
+        raise CommandError(f"--server {server!r}: use one or both of {', '.join(SERVERS)}, each once")
+    blocking = [name for name in names if strategy_class(name).loop_refusal] if "asgi" in servers else []
+    if blocking:
+        reasons = "; ".join(f"{name}: {strategy_class(name).loop_refusal}" for name in blocking)
+        raise CommandError(f"--server asgi cannot run {', '.join(blocking)} ({reasons}): run it with --server wsgi")
+    return servers
+
+
 @dataclass(frozen=True)
 class Rows:
     """What ``flashsale`` runs: every row's plan but its BATCH size and balancer, each row's key
@@ -323,6 +341,12 @@ class Rows:
     balancers: list[str]
     batch_threads: int
     hot_row: bool = False  # the hot-row limit rows run first (deep only)
+    servers: tuple[str, ...] = ("wsgi",)  # every row runs on each, in turn
+
+    @property
+    def vias(self) -> list[tuple[str, str]]:
+        """How each row is run in turn: (balancer, server) pairs."""
+        return [(balancer, server) for balancer in self.balancers for server in self.servers]
 
 
 def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
@@ -341,6 +365,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     )
     check_paths(sku=options["sku"], json_path=options["json_path"], report_path=options.get("report_path", ""))
     balancers = check_balancers(options["balancer"], master_port=options["master_port"])
+    servers = check_servers(options.get("server", "wsgi"), names=names)
     sizing = {name: numbers[name] for name in ("threads", "users", "pods", "workers")}
     batch_threads = threads_for_batches(options.get("batch_threads"), **sizing)
     check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
@@ -363,5 +388,10 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         floor_round=options.get("floor_round", True),
     )
     return Rows(
-        plan=plan, keys=keys, balancers=balancers, batch_threads=batch_threads, hot_row=options.get("hot_row", False)
+        plan=plan,
+        keys=keys,
+        balancers=balancers,
+        batch_threads=batch_threads,
+        hot_row=options.get("hot_row", False),
+        servers=tuple(servers),
     )

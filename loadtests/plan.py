@@ -11,6 +11,9 @@ from processes.ports import LOCUST_MASTER_PORT
 FLOOR = "floor"
 #: How the shoppers reach the pods: each straight to one (round robin by user), or through HAProxy.
 BALANCERS = ("none", "haproxy")
+#: The pods' servers (SHOP_SERVER): gunicorn's threads and sync views, or uvicorn workers (the purchase on
+#: the event loop).
+SERVERS = ("wsgi", "asgi")
 SCENARIOS = ("spike", "deep", "flash")
 SAMPLE_INTERVAL_S = 0.25
 #: Shoppers one Locust worker releases within the arrival target on this machine: one worker wrote
@@ -49,6 +52,7 @@ class BurstPlan:
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
     yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
     floor_round: bool = True  # each row posts to the floor endpoint on its own pods before it buys
+    server: str = "wsgi"  # SHOP_SERVER of the pods: one of SERVERS
 
     @property
     def sale_stock(self) -> int:

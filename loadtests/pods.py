@@ -67,6 +67,7 @@ def server_environment(
     env["INVENTORY_BATCH"] = str(plan.batch)
     env.update(
         DJANGO_SETTINGS_MODULE="shop.settings",
+        SHOP_SERVER=plan.server,
         DATABASE_URL=database_url(),
         DATABASE_POOL_MAX_SIZE=str(plan.pool_max_size),
         DATABASE_POOL_TIMEOUT=str(plan.pool_timeout_s),

@@ -9,6 +9,7 @@ from .report.sentences import ARTICLE_CLAIM
 COLUMNS = [
     ("row", 11),
     ("via", 7),
+    ("server", 6),
     ("requests", 8),
     ("2xx", 5),
     ("409", 5),
@@ -58,6 +59,7 @@ def run_cells(run: dict) -> list:
     return [
         run["row"] + (f" #{run['round']}" if run.get("round") else ""),
         run.get("balancer", "none"),
+        run.get("server", "wsgi"),  # an older document's rows all ran under gunicorn's threads
         run["requests"],
         sum(n for status, n in counts.items() if status.startswith("2")),
         counts.get("409", 0),

@@ -21,6 +21,15 @@ from .views import Refused, json_error, purchase_quantity, shopper_id
 
 def api_floor(request: HttpRequest, sku: str) -> JsonResponse:
     """``POST {"quantity": n}``: 200 ``{"outcome": "floor"}``, or the purchase endpoint's 4xx for bad input."""
+    return floor_answer(request, sku)
+
+
+async def api_floor_on_loop(request: HttpRequest, sku: str) -> JsonResponse:
+    """The floor under ASGI: an ``async def`` view, as the purchase is there (nothing in it awaits)."""
+    return floor_answer(request, sku)
+
+
+def floor_answer(request: HttpRequest, sku: str) -> JsonResponse:
     started = time.perf_counter()
     try:
         quantity = check_quantity(purchase_quantity(request))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from psycopg_pool import PoolTimeout
 
@@ -33,10 +34,15 @@ def pool_timeout(exception: BaseException | None) -> PoolTimeout | None:
 
 
 class PoolExhaustedMiddleware:
+    sync_capable = True
+    async_capable = True
+
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)  # then __call__ returns get_response's coroutine, awaited above
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest):
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:

@@ -78,9 +78,25 @@ INSTALLED_APPS = [
     "shop",
 ]
 
+# The server a pod runs (gunicorn.conf.py reads it too): ``wsgi``, gunicorn's threads and the sync
+# views; ``asgi``, uvicorn workers under gunicorn, Django's ASGI handler and the purchase as an
+# ``async def`` view holding the asyncio lock. Every middleware in the chain is async-capable on
+# asgi, or Django would run the whole chain, and the view, in a thread per request.
+SHOP_SERVER = os.environ.get("SHOP_SERVER", "wsgi")
+if SHOP_SERVER not in {"wsgi", "asgi"}:
+    raise ImproperlyConfigured(f"SHOP_SERVER={SHOP_SERVER!r}: use wsgi or asgi")
+# Debugging aid (tests/test_asgi.py): every purchase answer says where its view ran (X-Served-On).
+SHOP_SERVED_ON_HEADER = env_bool("SHOP_SERVED_ON_HEADER", False)
+# Static files: WhiteNoise under WSGI; its fork ServeStatic under ASGI, whose middleware is
+# async-only (under WSGI Django would run it through a new event loop per request).
+STATIC_MIDDLEWARE = {
+    "wsgi": "whitenoise.middleware.WhiteNoiseMiddleware",
+    "asgi": "servestatic.middleware.ServeStaticMiddleware",
+}[SHOP_SERVER]
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    STATIC_MIDDLEWARE,
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -89,9 +105,23 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "shop.middleware.PoolExhaustedMiddleware",
 ]
+if SHOP_SERVER == "asgi":
+    # The same middleware with its hooks inline on the event loop, not on a thread per request
+    # (shop/loop_middleware.py says why and what keeps it safe).
+    ON_LOOP = {
+        "django.middleware.security.SecurityMiddleware": "SecurityOnLoop",
+        "django.contrib.sessions.middleware.SessionMiddleware": "SessionOnLoop",
+        "django.middleware.common.CommonMiddleware": "CommonOnLoop",
+        "django.middleware.csrf.CsrfViewMiddleware": "CsrfOnLoop",
+        "django.contrib.auth.middleware.AuthenticationMiddleware": "AuthenticationOnLoop",
+        "django.contrib.messages.middleware.MessageMiddleware": "MessageOnLoop",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware": "XFrameOptionsOnLoop",
+    }
+    MIDDLEWARE = [f"shop.loop_middleware.{ON_LOOP[path]}" if path in ON_LOOP else path for path in MIDDLEWARE]
 
 ROOT_URLCONF = "shop.urls"
 WSGI_APPLICATION = "shop.wsgi.application"
+ASGI_APPLICATION = "shop.asgi.application"
 
 TEMPLATES = [
     {
@@ -133,6 +163,12 @@ if DATABASE_POOL_MAX_SIZE:
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": _pool_timeout,
     }
+# Under ASGI the ORM (sync only in Django 5.2) runs on this many threads per worker process, the
+# twin of gunicorn's threads under WSGI (gunicorn.conf.py sets it to GUNICORN_THREADS): a thread
+# holds at most one connection at a time, so the pool and its fast 503 keep WSGI's meaning.
+ASGI_DB_THREADS = env_int("ASGI_DB_THREADS", 4)
+if ASGI_DB_THREADS < 1:
+    raise ImproperlyConfigured(f"ASGI_DB_THREADS={ASGI_DB_THREADS}: use 1 or more")
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL: row locks and CHECK constraints rely on it")
 
@@ -161,6 +197,7 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
+SERVESTATIC_USE_FINDERS = DEBUG
 
 # Production hardening; `manage.py check --deploy` is clean with FLASHSALE_ENV=production
 # behind a TLS-terminating proxy (see README).

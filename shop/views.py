@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import threading
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -88,7 +90,25 @@ def purchase_response(response: HttpResponse, result: PurchaseResult) -> HttpRes
     if result.outcome is Outcome.BUSY:
         response["Retry-After"] = RETRY_AFTER_SECONDS
     response["Server-Timing"] = server_timing(result)
+    return served_here(response)
+
+
+def served_here(response: HttpResponse) -> HttpResponse:
+    """With ``SHOP_SERVED_ON_HEADER``, say where the view answering runs (``X-Served-On``)."""
+    if settings.SHOP_SERVED_ON_HEADER:
+        response["X-Served-On"] = served_on()
     return response
+
+
+def served_on() -> str:
+    """Where the view answering runs: ``event loop in <thread>`` (ASGI, an ``async def`` view awaited
+    on the worker's loop) or ``thread <thread>`` (WSGI, or a sync view that Django put on a thread)."""
+    thread = threading.current_thread().name
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return f"thread {thread}"
+    return f"event loop in {thread}"
 
 
 def shopper_id(request: HttpRequest) -> str:
@@ -115,7 +135,7 @@ def json_error(status: int, message: str, **extra) -> JsonResponse:
 class Refused(Exception):
     """A request turned away before it reached the services; ``response`` is the 4xx answer to send."""
 
-    def __init__(self, response: JsonResponse) -> None:
+    def __init__(self, response: HttpResponse) -> None:
         super().__init__(response.status_code)
         self.response = response
 
@@ -219,6 +239,19 @@ def error_page(request: HttpRequest, product: Product | None, status: int, headi
 
 def buy(request: HttpRequest, sku: str) -> HttpResponse:
     """The HTML form's target: works without JavaScript."""
+    try:
+        product, quantity = buy_form(request, sku)
+    except Refused as refused:
+        return refused.response
+    try:
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+    except InventoryError as exc:
+        return buy_refused(request, product, exc)
+    return buy_answer(request, product, result, quantity)
+
+
+def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
+    """The product and quantity the form posts; raises :class:`Refused` with the error page to send."""
     product = Product.objects.filter(sku=sku).first()
     if request.method != "POST":
         response = error_page(
@@ -229,25 +262,28 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
             "Orders are placed with the buy button on the product page.",
         )
         response["Allow"] = "POST"
-        return response
+        raise Refused(response)
     if product is None:
-        return error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale.")
+        raise Refused(error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale."))
     length = declared_length(request)
     if length is None or length > MAX_BODY_BYTES:
-        return error_page(request, product, 413, "Check your order", "The order form sent too much data.")
+        raise Refused(error_page(request, product, 413, "Check your order", "The order form sent too much data."))
     raw = request.POST.get("quantity", "1")
     try:
-        quantity = int(raw)
+        return product, int(raw)
     except ValueError:
-        return error_page(
-            request, product, 400, "Check your order", f"The quantity must be a whole number. {quantity_hint(product)}"
-        )
-    try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
-    except InvalidQuantity:
-        return error_page(request, product, 400, "Check your order", quantity_hint(product))
-    except InventoryError as exc:
-        return error_page(request, product, 400, "Check your order", str(exc))
+        hint = f"The quantity must be a whole number. {quantity_hint(product)}"
+        raise Refused(error_page(request, product, 400, "Check your order", hint)) from None
+
+
+def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> HttpResponse:
+    """The form's page for input the services refused (a quantity outside the shopper's limit)."""
+    message = quantity_hint(product) if isinstance(exc, InvalidQuantity) else str(exc)
+    return error_page(request, product, 400, "Check your order", message)
+
+
+def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, quantity: int) -> HttpResponse:
+    """The form's result page: the outcome, and the product as it is after the purchase."""
     product.refresh_from_db()
     context = {
         **product_context(product),
@@ -289,16 +325,29 @@ def api_session(request: HttpRequest) -> JsonResponse:
 def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
     """``POST {"quantity": n}``: 201 confirmed, 409 refused, 503 busy, 4xx bad input."""
     try:
-        quantity = purchase_quantity(request)
+        quantity, key, customer = purchase_request(request)
+        result = purchase(sku=sku, customer=customer, quantity=quantity, idempotency_key=key)
     except Refused as refused:
         return refused.response
-    key = request.headers.get("Idempotency-Key", "")
-    try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
-    except ProductNotFound as exc:
-        return json_error(404, str(exc))
     except InventoryError as exc:
-        return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+        return purchase_error(exc)
+    return purchase_answer(result, quantity)
+
+
+def purchase_request(request: HttpRequest) -> tuple[object, str, str]:
+    """The purchase's quantity (not yet validated), Idempotency-Key and shopper; raises :class:`Refused`."""
+    quantity = purchase_quantity(request)
+    return quantity, request.headers.get("Idempotency-Key", ""), shopper_id(request)
+
+
+def purchase_error(exc: InventoryError) -> JsonResponse:
+    """Bad input the services refused: 404 for an unknown product, else 400 with the reason."""
+    if isinstance(exc, ProductNotFound):
+        return json_error(404, str(exc))
+    return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+
+
+def purchase_answer(result: PurchaseResult, quantity: int) -> JsonResponse:
     payload = {
         "outcome": result.outcome.value,
         "message": outcome_message(result, quantity),

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from pathlib import Path
+
 from inventory.models import Order, Product
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
+from loadtests.plan import BurstPlan
+from loadtests.pods import server_environment
+from processes.children import Child, free_port, wait_until_answers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Every strategy that must work; the controls (``local``, ``unsafe``) are tested for failing.
 WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).control]
@@ -16,3 +25,32 @@ def snapshot(sku: str = "phone-x") -> tuple[int, int, int]:
     """(stock, fence, all orders) for one product: what a refusal must leave unchanged."""
     product = Product.objects.get(sku=sku)
     return product.stock, product.fence, Order.objects.count()
+
+
+@contextlib.contextmanager
+def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, workers: int = 2, threads: int = 4, pool: int = 4, **env: str):
+    """An ASGI pod (gunicorn + uvicorn workers) serving ``strategy`` on a free port, answering for
+    ``sku`` once up, every purchase answer saying where its view ran; yields its base URL."""
+    port = free_port()
+    plan = BurstPlan(
+        requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server="asgi"
+    )
+    server = Child(
+        "gunicorn (asgi)",
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+        cwd=ROOT,
+        env=server_environment(
+            backend=strategy,
+            port=port,
+            plan=plan,
+            access_log=tmp_path / "access.log",
+            overrides={"SHOP_SERVED_ON_HEADER": "1", **env},
+        ),
+        log_path=tmp_path / "gunicorn.log",
+    )
+    server.start()
+    try:
+        wait_until_answers(server, f"http://127.0.0.1:{port}/api/products/{sku}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

@@ -59,6 +59,7 @@ RUN_KEYS = {
     "timeline",
     "latency_histogram_ms",
     "balancer",
+    "server",
     "locust_workers",
     "transport_resends",
     "balancer_answers",
@@ -296,6 +297,13 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
         ({"balancer": "haproxy,haproxy"}, "each once"),
         ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),
+        ({"server": "tornado"}, "--server 'tornado': use one or both of wsgi, asgi, each once"),
+        ({"server": "asgi,asgi"}, "--server 'asgi,asgi': use one or both of wsgi, asgi, each once"),
+        (
+            {"server": "wsgi,asgi", "backends": "db,etcd"},
+            "--server asgi cannot run etcd (etcd: etcd3gw is a blocking client: its waits for the lock would "
+            "stall the event loop): run it with --server wsgi",
+        ),
         ({"batch": "1,0"}, "--batch '1,0'"),
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
@@ -341,3 +349,40 @@ def test_rows_through_haproxy_interleave_with_direct_ones_and_say_so(tmp_path):
     assert via_haproxy["status_counts"]["201"] == 20 and via_haproxy["oversold"] == 0
     assert via_haproxy["floor_ratio"] == pytest.approx(via_haproxy["rps"] / runs[1]["rps"], rel=0.01)
     assert Order.objects.filter(product__sku=SKU).count() == 20
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_on_wsgi_and_asgi_run_side_by_side_and_say_so(tmp_path, redis_client):
+    """``--server wsgi,asgi``: every row on gunicorn's threads, then on uvicorn workers (the purchase
+    on the event loop, the asyncio lock for redis), each against the floor of its own server."""
+    document, printed, error = burst(
+        tmp_path, scenario="spike", backends="db,redis", requests=400, stock=20, server="wsgi,asgi"
+    )
+
+    assert error is None, f"{error}\n{printed}"
+    runs = document["runs"]
+    assert [(run["row"], run["server"]) for run in runs] == [
+        ("floor", "wsgi"),
+        ("floor", "asgi"),
+        ("db", "wsgi"),
+        ("db", "asgi"),
+        ("redis", "wsgi"),
+        ("redis", "asgi"),
+    ]
+    for run in runs:
+        assert run["invariants_ok"] is True, run["problems"]
+        # uvicorn's access log counts them as gunicorn's does: every purchase, and every resend of one
+        assert run["requests"] == 400 and run["server_purchases"] == 400 + run["client_retries"], printed
+        assert run["errors_5xx"] == run["transport_errors"] == 0
+    for run in runs[2:]:
+        assert (run["status_counts"]["201"], run["oversold"], run["undersold"]) == (20, 0, 0)
+        assert run["floor"]["rps"] and run["floor_ratio"] == pytest.approx(run["rps"] / run["floor"]["rps"], rel=0.01)
+    assert runs[5]["server_timing"]["lock_wait_ms"]["p50"] >= 0  # the asyncio lock's wait, in Server-Timing
+    header = printed.splitlines()[1].split()
+    assert header[:3] == ["row", "via", "server"]
+    assert [line.split()[2] for line in printed.splitlines() if line.startswith(("db ", "redis "))] == [
+        "wsgi",
+        "asgi",
+        "wsgi",
+        "asgi",
+    ]

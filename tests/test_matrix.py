@@ -6,6 +6,7 @@ so the interleavings are exact, not left to the scheduler.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Callable
 import pytest
 from django.db import connection, transaction
 
+from inventory.async_purchase import apurchase
 from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase
@@ -238,17 +240,20 @@ def test_optimistic_conflicts_are_retried_and_counted(actors, use_strategy, make
     assert audit(sku="phone-x").ok
 
 
+@pytest.mark.parametrize("server", ["wsgi", "asgi"])
 @pytest.mark.parametrize("lock", ["redis", "redlock"])
 def test_a_holder_recovers_when_the_lock_service_forgot_its_counter(
-    lock, use_strategy, make_product, redis_client, fresh_redlock_nodes
+    lock, server, use_strategy, make_product, redis_client, fresh_redlock_nodes
 ):
     """After a restart the counter starts over while the row remembers a high fence: the holder
     raises the counter past it under its lock and writes on its second try (before: 503s until
-    the counter caught up, one burned token per attempt)."""
+    the counter caught up, one burned token per attempt). On ASGI the section, on an ORM thread,
+    has the asyncio lock advance its fence on the event loop."""
     use_strategy(lock)
     product = make_product(stock=5)
     Product.objects.filter(pk=product.pk).update(fence=1_000_000)
-    first = purchase(sku="phone-x", customer="a", quantity=1)
+    buy = purchase if server == "wsgi" else lambda **kwargs: asyncio.run(apurchase(**kwargs))
+    first = buy(sku="phone-x", customer="a", quantity=1)
     assert first.confirmed and (first.conflicts, first.retries) == (1, 1)
     assert first.fence > 1_000_000
     second = purchase(sku="phone-x", customer="b", quantity=1)

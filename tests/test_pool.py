@@ -5,6 +5,9 @@ A real gunicorn (one worker, 8 threads, a pool of 2 connections, 0.5 s pool time
 connection, so the two buyers that get a pooled connection block on it while holding that
 connection (the ``db`` strategy's known cost); the other six wait for the pool, time out and must
 be told "busy, retry", not a 500. Then the lock is released and the audit must balance.
+
+The same on an ASGI pod (one uvicorn worker whose ORM runs on 8 threads, ``ASGI_DB_THREADS``):
+the pool and its timeout mean what they mean under gunicorn's threads.
 """
 
 from __future__ import annotations
@@ -50,11 +53,14 @@ def buy(base: str) -> tuple[int, str | None, dict]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_more_buyers_than_connections_get_503_not_500(make_product, tmp_path):
+@pytest.mark.parametrize("server", ["wsgi", "asgi"])
+def test_more_buyers_than_connections_get_503_not_500(server, make_product, tmp_path):
     make_product(SKU, stock=10)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    plan = BurstPlan(requests=BUYERS, stock=10, workers=1, threads=BUYERS, pool_max_size=POOL, pool_timeout_s=0.5)
+    plan = BurstPlan(
+        requests=BUYERS, stock=10, workers=1, threads=BUYERS, pool_max_size=POOL, pool_timeout_s=0.5, server=server
+    )
     server = Child(
         "gunicorn",
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],

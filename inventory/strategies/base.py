@@ -19,11 +19,16 @@ Two mechanisms protect the section and the strategies vary them one at a time: t
 A strategy also describes itself, so the commands and the checks need no list of their own:
 ``needs()`` (what must be running: :class:`Needed` values, kind and URLs), ``server_env()``
 (what its gunicorn children need in their environment) and ``checks()`` (system checks).
+
+Under ASGI (``SHOP_SERVER=asgi``) the purchase awaits ``aguard(sku)`` on the event loop instead
+of ``guard``: the same grant, from an asyncio lock. A strategy whose guard would block the loop
+says why in ``loop_refusal`` and is refused there.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
+from typing import AsyncIterator
 
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
@@ -52,6 +57,8 @@ class Strategy:
     default_options: dict = {"BATCH": 1}
     #: How often the section runs before the shopper is told "busy" (optimistic retries).
     max_attempts: int = 1
+    #: Why this strategy cannot serve on an event loop (ASGI), or "" when it can.
+    loop_refusal: str = ""
 
     def __init__(self, *, config: dict) -> None:
         if self.control and not config.get("ALLOW_UNSAFE"):
@@ -73,6 +80,12 @@ class Strategy:
 
     def guard(self, sku: str) -> AbstractContextManager[Grant]:
         return nullcontext(NO_GRANT)
+
+    def aguard(self, sku: str) -> AbstractAsyncContextManager[Grant]:
+        """``guard`` on the event loop (ASGI); a strategy that overrides ``guard`` overrides this too."""
+        if type(self).guard is not Strategy.guard:
+            raise NotImplementedError("subclasses of Strategy that provide guard() must provide aguard() for ASGI")
+        return _no_guard()
 
     def read(self, product_id: int) -> Shelf:
         return read_shelf(product_id, for_update=self.for_update)
@@ -134,3 +147,8 @@ class Strategy:
 
     def close(self) -> None:
         """Release connections held by the strategy."""
+
+
+@asynccontextmanager
+async def _no_guard() -> AsyncIterator[Grant]:
+    yield NO_GRANT

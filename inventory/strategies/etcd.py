@@ -29,6 +29,7 @@ class EtcdLockStrategy(FencedLockStrategy):
     name = "etcd"
     guard_label = "etcd: session lease, lowest create revision, watch"
     check_label = "fence (create revision) + version"
+    loop_refusal = "etcd3gw is a blocking client: its waits for the lock would stall the event loop"
 
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)

@@ -16,10 +16,12 @@ and one that advanced while another writer slipped in still finds a new version 
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator
 
-from locks import LockError, NotAcquired, NotOwned
+from asgiref.sync import async_to_sync
+
+from locks import Lease, LockError, NotAcquired, NotOwned
 
 from ..models import Product
 from .base import Strategy
@@ -43,6 +45,10 @@ class FencedLockStrategy(Strategy):
     def make_lock(self, name: str):
         raise NotImplementedError("subclasses of FencedLockStrategy must provide make_lock()")
 
+    def make_async_lock(self, name: str):
+        """The asyncio twin of ``make_lock`` (``locks._async``), for ``aguard`` on the event loop."""
+        raise NotImplementedError("subclasses of FencedLockStrategy must provide make_async_lock() to serve on ASGI")
+
     @contextmanager
     def guard(self, sku: str) -> Iterator[Grant]:
         lock = self.make_lock(f"flashsale:lock:{sku}")
@@ -58,12 +64,25 @@ class FencedLockStrategy(Strategy):
         finally:
             try:
                 lock.release()
-            except NotOwned as exc:
-                # The lease ran out (or its node forgot it) before release. Whatever committed was
-                # fenced, so the data is safe; the message says which, and it is worth knowing about.
-                logger.warning("lock %s no longer held at release (fence %s): %s", lease.name, lease.fence, exc)
-            except LockError:
-                logger.exception("releasing %s failed; it expires by its TTL", lease.name)
+            except LockError as exc:
+                released_late(lease, exc)
+
+    @asynccontextmanager
+    async def aguard(self, sku: str) -> AsyncIterator[Grant]:
+        """``guard`` on the event loop, with the asyncio lock: the section runs on a thread
+        meanwhile, and a fence advance it asks for is awaited back here, on the loop."""
+        lock = self.make_async_lock(f"flashsale:lock:{sku}")
+        try:
+            lease = await lock.acquire()
+        except NotAcquired as exc:
+            raise LockUnavailable(str(exc)) from exc
+        try:
+            yield Grant(token=lease.fence, advance=async_to_sync(lock.advance_fence))
+        finally:
+            try:
+                await lock.release()
+            except LockError as exc:
+                released_late(lease, exc)
 
     def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
         if grant.held is not None and not grant.held():
@@ -87,3 +106,13 @@ class FencedLockStrategy(Strategy):
             "fence %s was behind the row's %s (lock service restarted?): advanced to %s", grant.token, row_fence, token
         )
         return Grant(token=token, advance=grant.advance, held=grant.held)
+
+
+def released_late(lease: Lease, exc: LockError) -> None:
+    """A release that failed after the section. The lease ran out (or its node forgot it) before
+    release: whatever committed was fenced, so the data is safe; the message says which, and it is
+    worth knowing about. Any other failure: the key expires by its TTL."""
+    if isinstance(exc, NotOwned):
+        logger.warning("lock %s no longer held at release (fence %s): %s", lease.name, lease.fence, exc)
+    else:
+        logger.error("releasing %s failed; it expires by its TTL", lease.name, exc_info=exc)

@@ -21,6 +21,7 @@ class ProcessLockStrategy(UnsafeStrategy):
     guarded = True
     name = "local"
     guard_label = "threading.Lock (this process only)"
+    loop_refusal = "its threading.Lock would stall the event loop while another purchase holds it"
 
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)

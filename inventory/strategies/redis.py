@@ -8,8 +8,9 @@ forgets it and grants it twice; the storage check keeps the second holder's stal
 from __future__ import annotations
 
 import redis
+import redis.asyncio
 
-from locks import RedisLock
+from locks import AsyncRedisLock, RedisLock
 
 from .contract import Needed
 from .fenced import FencedLockStrategy
@@ -22,10 +23,20 @@ class RedisLockStrategy(FencedLockStrategy):
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)
         self.client = redis.Redis.from_url(config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0)
+        # For ASGI's aguard. Connects nothing until used; the lock keeps its own connections per
+        # event loop, which close with the client.
+        self.async_client = redis.asyncio.Redis.from_url(
+            config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0
+        )
 
     def make_lock(self, name: str) -> RedisLock:
         return RedisLock(
             self.client, name, ttl_ms=self.config["LOCK_TTL_MS"], timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"]
+        )
+
+    def make_async_lock(self, name: str) -> AsyncRedisLock:
+        return AsyncRedisLock(
+            self.async_client, name, ttl_ms=self.config["LOCK_TTL_MS"], timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"]
         )
 
     @classmethod

@@ -7,9 +7,10 @@ lets a second holder in; the storage check on the product row refuses the late w
 from __future__ import annotations
 
 import redis
+import redis.asyncio
 from django.core import checks
 
-from locks import Redlock
+from locks import AsyncRedlock, Redlock
 
 from .contract import Needed
 from .fenced import FencedLockStrategy
@@ -22,10 +23,17 @@ class RedlockStrategy(FencedLockStrategy):
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)
         self.clients = [redis.Redis.from_url(url) for url in config["REDLOCK_URLS"]]
+        # For ASGI's aguard (see RedisLockStrategy.async_client).
+        self.async_clients = [redis.asyncio.Redis.from_url(url) for url in config["REDLOCK_URLS"]]
 
     def make_lock(self, name: str) -> Redlock:
         return Redlock(
             self.clients, name, ttl_ms=self.config["LOCK_TTL_MS"], timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"]
+        )
+
+    def make_async_lock(self, name: str) -> AsyncRedlock:
+        return AsyncRedlock(
+            self.async_clients, name, ttl_ms=self.config["LOCK_TTL_MS"], timeout_ms=self.config["ACQUIRE_TIMEOUT_MS"]
         )
 
     @classmethod

@@ -30,6 +30,7 @@ class ZooKeeperLockStrategy(FencedLockStrategy):
     name = "zookeeper"
     guard_label = "ZooKeeper: session, lowest ephemeral sequential znode, watch"
     check_label = "fence (znode sequence) + version"
+    loop_refusal = "kazoo is a blocking client: its waits for the lock would stall the event loop"
 
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)

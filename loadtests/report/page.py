@@ -35,6 +35,7 @@ from .charts import (
 )
 from .machine import MACHINE_LABELS
 from .sentences import GUARD_STATE, durability, kill_stalls, phases
+from .servers import servers_section
 from .views import View, cell, views
 
 
@@ -87,6 +88,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
         "comparison": _comparison(shown),
         "hot_row": mark_safe(hot_row_section(data.get("hot_row"), shown)),  # escaped as it is built
         "batching": mark_safe(batching_section(shown)),  # built with every figure and label escaped
+        "servers": mark_safe(servers_section(shown)),  # the same
         "command": command if isinstance(command, str) else "",
         "machine_rows": machine_rows(machine),
         "durability": [
@@ -178,6 +180,7 @@ def _strategy(v: View, machine: dict) -> dict:
         str(run.get("scenario") or ""),
         plural(pods, "pod", "pods") if pods else "",
         f"through {balancer}" if isinstance(balancer, str) and balancer != "none" else "",
+        "ASGI (uvicorn workers)" if run.get("server") == "asgi" else "",
         f"Locust master + {plural(workers, 'worker', 'workers')}" if workers else "",
         plural(requests, "request", "requests") if requests is not None else "",
         f"fault: {run['fault']}" if isinstance(run.get("fault"), str) else "",

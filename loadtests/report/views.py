@@ -36,6 +36,7 @@ def views(runs: list[dict]) -> list[View]:
         if seen[label] > 1:
             via = run.get("balancer")
             through = f"via {via}" if isinstance(via, str) and via != "none" else None
+            through = "on ASGI" if run.get("server") == "asgi" else through
             detail = run.get("fault") or through or run.get("scenario")
             label += f" ({detail if isinstance(detail, str) and detail else f'run {i + 1}'})"
         made.append(View(run, index=i, label=label, name=name))

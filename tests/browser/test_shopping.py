@@ -10,6 +10,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from inventory.models import BurstRun, Order
+from loadtests.pods import collect_static
+from tests.helpers import asgi_pod
 
 from .conftest import SCREENSHOTS
 
@@ -119,3 +121,27 @@ def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_
     expect(page.locator("#invariant-summary")).to_have_text("✔ holds")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+
+@pytest.mark.slow
+def test_shopper_buys_through_an_asgi_pod(page, make_product, tmp_path):
+    """The same purchase through an ASGI pod (gunicorn + uvicorn workers): the page and its static
+    files (ServeStatic) load, the buy button's form is answered by the async view on the worker's
+    event loop holding the asyncio lock, and the order is written."""
+    make_product("phone-x", stock=3, name="Phone X", price="499.00")
+    collect_static()  # the pod runs with DEBUG off: hashed names from the manifest
+    statics = []
+    page.on("response", lambda response: statics.append(response.status) if "/static/" in response.url else None)
+    with asgi_pod(tmp_path, "redis", sku="phone-x", workers=1) as base:
+        page.goto(f"{base}/products/phone-x/")
+        expect(page.get_by_role("heading", name="Phone X")).to_be_visible()
+        with page.expect_response(lambda response: response.url.endswith("/buy")) as answer:
+            page.get_by_role("button", name="Buy now").click()
+        expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+        order = Order.objects.get()
+        expect(page.locator("#order-number")).to_have_text(str(order.pk))
+    assert answer.value.status == 201
+    assert answer.value.headers["x-served-on"] == "event loop in MainThread"
+    assert "lock;dur=" in answer.value.headers["server-timing"]
+    assert statics and set(statics) == {200}, statics
+    assert (order.strategy, order.quantity) == ("redis", 1)

@@ -50,6 +50,11 @@ SPARE_CONNECTIONS = 10
 HOT_ROW_BATCH = 64
 
 
+def via_of(run: dict) -> tuple[str, str]:
+    """How a row ran: (balancer, server); an older document's rows ran on WSGI."""
+    return run["balancer"], run.get("server", "wsgi")
+
+
 class Command(BaseCommand):
     help = (
         "Flash sale per strategy next to a floor row: reset the sale, start --pods gunicorn instances with the "
@@ -67,10 +72,10 @@ class Command(BaseCommand):
         started_at = timezone.now()
         self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
         runs = self.run_rows(
-            rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, balancers=rows.balancers, hot_row=rows.hot_row
+            rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
         )
         keys = rows.keys if fault else [(FLOOR, 1), *rows.keys]
-        medians = runs if repeat == 1 else self.medians(runs, keys, rows.balancers)
+        medians = runs if repeat == 1 else self.medians(runs, keys, rows.vias)
         for run in [*runs, *medians]:
             with_hot_row_ratio(run, self.hot_rows)
         document = self.document(medians, started_at)
@@ -107,12 +112,13 @@ class Command(BaseCommand):
         *,
         repeat: int,
         unfenced: bool,
-        balancers: list[str],
+        vias: list[tuple[str, str]],
         hot_row: bool = False,
     ) -> list[dict]:
-        """Every row (the floor first, unless a fault runs) through each balancer in turn, ``repeat``
-        times, with the processes the strategies need running; each row printed as it ends. A row is
-        a strategy at a BATCH size. With ``hot_row`` the hot-row limit's two rows come first."""
+        """Every row (the floor first, unless a fault runs) through each balancer and on each server in
+        turn (``vias``), ``repeat`` times, with the processes the strategies need running; each row
+        printed as it ends. A row is a strategy at a BATCH size. With ``hot_row`` the hot-row limit's
+        two rows come first."""
         fault = plan.fault
         names = list(dict.fromkeys(name for name, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
@@ -142,7 +148,7 @@ class Command(BaseCommand):
             if hot_row:
                 self.hot_rows = self.run_hot_row(plan, largest=max(size for _, size in keys))
             for round_number in range(1, repeat + 1):
-                runs += self.run_round(keys, plan, balancers, round_number=round_number if repeat > 1 else None)
+                runs += self.run_round(keys, plan, vias, round_number=round_number if repeat > 1 else None)
         except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
             raise CommandError(str(exc)) from exc
         finally:
@@ -152,19 +158,19 @@ class Command(BaseCommand):
         return runs
 
     def run_round(
-        self, keys: list[tuple[str, int]], plan: BurstPlan, balancers: list[str], *, round_number: int | None
+        self, keys: list[tuple[str, int]], plan: BurstPlan, vias: list[tuple[str, str]], *, round_number: int | None
     ) -> list[dict]:
-        """Every row once through each balancer, each printed as it ends; then the floor row of
-        each balancer (the best of its rows' floor rounds), placed first."""
+        """Every row once through each balancer and on each server, each printed as it ends; then the
+        floor row of each (balancer, server) (the best of its rows' floor rounds), placed first."""
         runs: list[dict] = []
         for name, size in keys:
-            for balancer in balancers:
+            for balancer, server in vias:
                 # Only this row's own processes run beside it (an etcd cluster or a ZooKeeper ensemble
                 # idling beside every other row would take its share of the two cores).
                 with processes_running(needs_of([name])) as started:
                     if started:
                         self.stderr.write(f"{name}: started {', '.join(s.description for s in started)} for this row")
-                    plan_row = replace(row_plan(plan, size, self.batched), balancer=balancer)
+                    plan_row = replace(row_plan(plan, size, self.batched), balancer=balancer, server=server)
                     run = self.run_one(name, plan_row, floor=None)
                 if round_number:
                     run["round"] = round_number
@@ -172,7 +178,7 @@ class Command(BaseCommand):
                 self.stdout.write(table_row(run_cells(run)))
                 for line in filter(None, [steps_line(run), breakdown_line(run), *phase_lines(run)]):
                     self.stdout.write(line)
-        floors = [floor_row([run for run in runs if run["balancer"] == balancer]) for balancer in balancers]
+        floors = [floor_row([run for run in runs if via_of(run) == via]) for via in vias]
         for floor in (floor for floor in floors if floor):
             if round_number:
                 floor["round"] = round_number
@@ -231,14 +237,14 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], keys: list[tuple[str, int]], balancers: list[str]) -> list[dict]:
-        """Per row and balancer: the median run (:func:`median_run`), every repeat's problems, its
-        ratio to the floor's median through the same balancer."""
+    def medians(self, runs: list[dict], keys: list[tuple[str, int]], vias: list[tuple[str, str]]) -> list[dict]:
+        """Per row, balancer and server: the median run (:func:`median_run`), every repeat's problems,
+        its ratio to the floor's median through the same balancer on the same server."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floors = [], {}
         for name, size in keys:
-            for balancer in balancers:
-                mine = [run for run in runs if (run["row"], run["batch"], run["balancer"]) == (name, size, balancer)]
+            for via in vias:
+                mine = [run for run in runs if (run["row"], run["batch"], via_of(run)) == (name, size, via)]
                 row = median_run(mine)
                 row.pop("round", None)
                 row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
@@ -246,13 +252,13 @@ class Command(BaseCommand):
                 # Each run was read against its own pods' floor round: the median of those ratios.
                 ratios = [run["floor_ratio"] for run in mine if run.get("floor_ratio") is not None]
                 row["floor_ratio"] = round(statistics.median(ratios), 3) if ratios else None
-                floors[balancer] = row if name == FLOOR else floors.get(balancer)
+                floors[via] = row if name == FLOOR else floors.get(via)
                 rows.append(row)
                 self.stdout.write(table_row(run_cells(row)))
-        if (FLOOR, 1) in keys and len(balancers) > 1 and floors[balancers[0]]["rps"]:
-            for balancer in balancers[1:]:
-                ratio = floors[balancer]["rps"] / floors[balancers[0]]["rps"]
-                self.stdout.write(f"median floor through {balancer}: {ratio:.2f}× the floor through {balancers[0]}")
+        if (FLOOR, 1) in keys and len(vias) > 1 and floors[vias[0]]["rps"]:
+            for via in vias[1:]:
+                ratio = floors[via]["rps"] / floors[vias[0]]["rps"]
+                self.stdout.write(f"median floor {' on '.join(via)}: {ratio:.2f}× the floor {' on '.join(vias[0])}")
         return rows
 
     @staticmethod

@@ -1,0 +1,22 @@
+"""ASGI entry point, used by gunicorn's uvicorn workers (``SHOP_SERVER=asgi``, see gunicorn.conf.py)."""
+
+import os
+
+os.environ.setdefault("SHOP_SERVER", "asgi")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+application = get_asgi_application()
+
+# As in shop/wsgi.py: the configured strategy's module is imported before the first purchase; and a
+# strategy whose guard would block the event loop stops the pod at start, saying why.
+from django.conf import settings  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+
+from inventory.async_purchase import loop_refusal  # noqa: E402
+from inventory.strategies import configured_name, strategy_class  # noqa: E402
+
+_refusal = loop_refusal(strategy_class(configured_name(settings.INVENTORY)))
+if _refusal:
+    raise ImproperlyConfigured(_refusal)

@@ -43,7 +43,7 @@ from inventory.models import Product  # noqa: E402
 from inventory.results import Timings  # noqa: E402
 from inventory.services import Ready, reset_sale, section_of  # noqa: E402
 from inventory.strategies import load_strategy  # noqa: E402
-from inventory.strategies.section import shelf_for_sku  # noqa: E402
+from inventory.strategies.statements import shelf_by_sku  # noqa: E402
 from loadtests.pods import database_url  # noqa: E402
 
 SKU = "async-routes"
@@ -101,7 +101,7 @@ def sql_on_thread(product_id: int, customer: str, token: int) -> bool:
 
 
 async def run_route(route: str, strategy, *, purchases: int, tasks: int, pool) -> dict:
-    shelf = await on_thread(shelf_for_sku, SKU)
+    shelf, _ = await on_thread(shelf_by_sku, SKU, customer="routes")
     holds: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for number in range(purchases):

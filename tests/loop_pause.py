@@ -26,9 +26,9 @@ async def block_the_loop() -> None:
 
 
 class LoopBlockingRedis(RedisLockStrategy):
-    def read(self, product_id: int) -> Shelf:
-        shelf = super().read(product_id)
+    def read_section(self, product_id: int, **kwargs) -> tuple[Shelf, int | None, int]:
+        first = super().read_section(product_id, **kwargs)
         if not _first.is_set():
             _first.set()
             async_to_sync(block_the_loop)()  # from this ORM thread, on the worker's loop; back when it ends
-        return shelf
+        return first

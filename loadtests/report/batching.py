@@ -14,7 +14,7 @@ from django.utils.html import escape as esc
 from .base import breakdown_of, count, figure, ms, ratio, timing
 from .charts import breakdown_chart
 from .sentences import time_sentence
-from .views import View
+from .views import View, paired_rows
 
 HEAD = ["strategy", "BATCH", "purchases/s", "sections/s", "purchases per section", "batch p50", "p99 ms", "× alone"]
 
@@ -72,13 +72,7 @@ def batching_section(shown: list[View]) -> str:
     found = pairs(shown)
     if not found:
         return ""
-    rows, said = [], []
-    for alone, batched in found:
-        rows.append(f"<tr><th scope=row>{esc(alone.label)}</th>{_cells(alone.run, None)}</tr>")
-        rows.append(f"<tr><th scope=row>{esc(batched.label)}</th>{_cells(batched.run, alone.run)}</tr>")
-        text = batching_sentence(alone.run, batched.run)
-        if text:
-            said.append(f"<li>{esc(text)}.</li>")
+    rows, said = paired_rows(found, _cells, batching_sentence)
     head = "".join(f"<th scope=col>{esc(title)}</th>" for title in HEAD)
     return (
         '<section aria-labelledby="batching"><h2 id="batching">Batching: many purchases per section</h2>'

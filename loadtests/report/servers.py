@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.utils.html import escape as esc
 
 from .base import count, figure, ms, ratio, timing
-from .views import View
+from .views import View, paired_rows
 
 HEAD = ["strategy", "server", "purchases/s", "× WSGI", "×floor", "floor purchases/s", "hold p50 ms", "db p99 ms"]
 
@@ -71,13 +71,7 @@ def servers_section(shown: list[View]) -> str:
     found = server_pairs(shown)
     if not found:
         return ""
-    rows, said = [], []
-    for wsgi, asgi in found:
-        rows.append(f"<tr><th scope=row>{esc(wsgi.label)}</th>{_cells(wsgi.run, None)}</tr>")
-        rows.append(f"<tr><th scope=row>{esc(asgi.label)}</th>{_cells(asgi.run, wsgi.run)}</tr>")
-        text = server_sentence(wsgi.run, asgi.run)
-        if text:
-            said.append(f"<li>{esc(text)}.</li>")
+    rows, said = paired_rows(found, _cells, server_sentence)
     head = "".join(f"<th scope=col>{esc(title)}</th>" for title in HEAD)
     return (
         '<section aria-labelledby="servers"><h2 id="servers">Two servers: WSGI threads and the ASGI event loop</h2>'

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from django.utils.html import escape as esc
+
 from .base import MISSING, batched, count, row_label
 from .sentences import sentence
 from .svg import colour_for
@@ -41,3 +43,17 @@ def views(runs: list[dict]) -> list[View]:
             label += f" ({detail if isinstance(detail, str) and detail else f'run {i + 1}'})"
         made.append(View(run, index=i, label=label, name=name))
     return made
+
+
+def paired_rows(found, cells, sentence) -> tuple[list[str], list[str]]:
+    """A comparison section's table rows and sentences: for each pair (first, second) of views, a row
+    each (``cells(run, None)``, then ``cells(run, first.run)``) and ``sentence(first.run, second.run)``
+    as a list item when it says something (the batching and the servers sections)."""
+    rows, said = [], []
+    for first, second in found:
+        rows.append(f"<tr><th scope=row>{esc(first.label)}</th>{cells(first.run, None)}</tr>")
+        rows.append(f"<tr><th scope=row>{esc(second.label)}</th>{cells(second.run, first.run)}</tr>")
+        text = sentence(first.run, second.run)
+        if text:
+            said.append(f"<li>{esc(text)}.</li>")
+    return rows, said

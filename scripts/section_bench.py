@@ -20,6 +20,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.test.utils import setup_databases  # noqa: E402
 
 from inventory.models import Allocation, Order, Product  # noqa: E402
@@ -29,6 +30,10 @@ from inventory.strategies.section import attempt_section  # noqa: E402
 
 
 def main(name: str = "optimistic", count: str = "1500") -> None:
+    try:
+        strategy = load_strategy(name)
+    except ImproperlyConfigured as exc:
+        sys.exit(f"section_bench.py: {exc}")
     setup_databases(verbosity=0, interactive=False, keepdb=True)
     Order.objects.filter(product__sku="section-bench").delete()
     Allocation.objects.filter(product__sku="section-bench").delete()
@@ -36,7 +41,6 @@ def main(name: str = "optimistic", count: str = "1500") -> None:
     product = Product.objects.create(
         sku="section-bench", name="bench", price=1, stock=10**9, initial_stock=10**9, per_customer_limit=5
     )
-    strategy = load_strategy(name)
     times = []
     for i in range(int(count)):
         started = time.perf_counter()
@@ -47,4 +51,7 @@ def main(name: str = "optimistic", count: str = "1500") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    if len(args) > 2 or (len(args) == 2 and not (args[1].isdigit() and int(args[1]) > 0)):
+        sys.exit("usage: section_bench.py [strategy] [purchases]: purchases is a whole number, 1 or more")
+    main(*args)

@@ -8,10 +8,12 @@ supplies only how that section runs:
   transaction has committed. It yields a :class:`Grant` (the fencing token, if any) and raises
   :class:`LockUnavailable` when exclusive access cannot be had in time. No guard: a grant
   without a token.
-* ``read(product_id)``: the :class:`~inventory.strategies.section.Shelf` the decision works on
-  (a plain read, or ``SELECT ... FOR UPDATE`` for ``db``). Runs inside the transaction.
-* ``write(shelf, quantity=, grant=)``: take the units; False when the storage check refused the
-  write (a *conflict*: the row changed since the read, or a newer token has written).
+* ``read_section(product_id, customer=, key=)``: the :class:`~inventory.strategies.section.Shelf`
+  the decision works on, the customer's order under the key and their units, the transaction's
+  first statement (a plain read, or ``SELECT ... FOR UPDATE`` when ``for_update``, as for ``db``).
+* ``stock_update(shelf, quantity=, grant=)``: the stock write as one UPDATE statement, which the
+  section runs with the units and the order; no row changed when the storage check refused it (a
+  *conflict*: the row changed since the read, or a newer token has written). ``write`` runs it alone.
 
 Two mechanisms protect the section and the strategies vary them one at a time: the **guard**
 (a lock) and the **storage check** (fence / version compare-and-set). See the README's matrix.
@@ -35,7 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .batch import Ask, BatchAttempt, batch_section
 from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
-from .section import attempt_section, read_shelf, section_read
+from .section import attempt_section, section_read
 from .statements import Statement, run_update
 
 
@@ -86,9 +88,6 @@ class Strategy:
         if type(self).guard is not Strategy.guard:
             raise NotImplementedError("subclasses of Strategy that provide guard() must provide aguard() for ASGI")
         return _no_guard()
-
-    def read(self, product_id: int) -> Shelf:
-        return read_shelf(product_id, for_update=self.for_update)
 
     def read_section(
         self, product_id: int, *, customer: str | None = None, key: str = ""

@@ -105,8 +105,6 @@ class SectionParts(Protocol):
     row_lock_timeout_ms: int
     for_update: bool  # the read takes the row's lock (SELECT ... FOR UPDATE)
 
-    def read(self, product_id: int) -> Shelf: ...
-
     def read_section(
         self, product_id: int, *, customer: str | None = None, key: str = ""
     ) -> tuple[Shelf, int | None, int]: ...

@@ -261,11 +261,6 @@ def attempt_section(
     return SectionResult(order=saved(order, ids[0]))
 
 
-def take_units(product_id: int, quantity: int, *, now: datetime | None = None) -> bool:
-    """Take ``quantity`` units while the sale is on and the row holds them (one conditional UPDATE)."""
-    return run_update(take_update(product_id, quantity, now=now or timezone.now()))
-
-
 def take_in_one_statement(
     strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:

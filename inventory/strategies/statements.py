@@ -41,7 +41,12 @@ SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_s
 _SHELF = ", ".join(f"p.{field}" for field in SHELF_FIELDS)
 #: The first statement's first column: the transaction's bound on every wait for a row lock.
 _LOCK_TIMEOUT = "set_config('lock_timeout', %s, true)"
-_REPLAY = f"(SELECT o.id FROM {ORDER} o WHERE o.product_id = %s AND o.customer = %s AND o.idempotency_key = %s)"
+_KEYED_ORDER = (
+    f"(SELECT o.id FROM {ORDER} o WHERE o.product_id = {{product}} AND o.customer = %s AND o.idempotency_key = %s)"
+)
+_REPLAY = _KEYED_ORDER.format(product="%s")
+#: The same, for the row the statement reads (``p``).
+_REPLAY_OF_ROW = _KEYED_ORDER.format(product="p.id")
 _UNITS = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = %s AND a.customer = %s)"
 
 
@@ -83,7 +88,7 @@ def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int 
     customer's order under ``key`` or None), or None when no product has ``sku``. Plain SQL: the
     ORM's query compiler cost this read (and the order's, then a query of its own) about 40 % of
     a pod's Python time in a batched deep run (py-spy --gil)."""
-    replay = _REPLAY.replace("= %s AND o.customer", "= p.id AND o.customer", 1) if key else "NULL"
+    replay = _REPLAY_OF_ROW if key else "NULL"
     params = [customer, key] if key else []
     row = _one_row(f"SELECT {_SHELF}, {replay} FROM {PRODUCT} p WHERE p.sku = %s", [*params, sku])
     return None if row is None else (Shelf(*row[:-1]), row[-1])

@@ -26,6 +26,7 @@ from tests.slots import LOCUST_MASTER_PORT
 
 SKU = "flash-burst"
 REQUESTS = 600
+PAUSE_REQUESTS = 1500
 
 
 def test_phases_split_purchases_by_send_time_and_resumption_counts_from_the_recovery():
@@ -118,15 +119,15 @@ def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str,
     return json.loads(path.read_text()), out.getvalue(), error
 
 
-def assert_fault_row(run: dict, *, fault: str, backend: str) -> None:
+def assert_fault_row(run: dict, *, fault: str, backend: str, requests: int = REQUESTS) -> None:
     """The fault's keys, its three phases covering every purchase, and every invariant held."""
     assert (run["row"], run["fault"], run["scenario"]) == (backend, fault, "deep")
     assert [phase["name"] for phase in run["phases"]] == ["before", "during", "after"]
     assert run["phases"][0]["start_s"] == 0.0
     for earlier, later in itertools.pairwise(run["phases"]):
         assert earlier["end_s"] == later["start_s"]
-    assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == REQUESTS
-    assert run["phases"][0]["status_counts"].get("201", 0) >= REQUESTS // 3 - 100  # injected after a third
+    assert sum(sum(phase["status_counts"].values()) for phase in run["phases"]) == requests
+    assert run["phases"][0]["status_counts"].get("201", 0) >= requests // 3 - 100  # injected after a third
     assert all(phase["p99_ms"] > 0 for phase in run["phases"] if phase["status_counts"])
     busy = run["client_retries"] + run["status_counts"].get("503", 0)
     assert sum(phase["busy_answers"] for phase in run["phases"]) == busy
@@ -159,6 +160,28 @@ def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_p
     assert "2 of 5 Redlock nodes" in run["fault_description"]
     assert "  during " in printed and "sales resumed" in printed
     assert all(node.ping() for node in fresh_redlock_nodes)  # the killed two were restarted
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("burst")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("server", ["wsgi", "asgi"])
+def test_pause_worker_freezes_a_holder_past_its_lease_on_either_server(server, tmp_path):
+    # The article's pause in a real server: a worker stopped inside its section (on ASGI: its
+    # whole event loop, every purchase in flight on it) past the lease; the rest sell on, and its
+    # late write meets the storage check. 1,500 purchases: enough left after the recovery to
+    # show the sale resuming.
+    document, printed, error = fault_run(
+        tmp_path, requests=PAUSE_REQUESTS, backends="redis", fault="pause-worker", server=server
+    )
+
+    assert error is None, f"{error}\n{printed}"
+    [run] = document["runs"]
+    assert run["server"] == server
+    assert_fault_row(run, fault="pause-worker", backend="redis", requests=PAUSE_REQUESTS)
+    assert run["fault_description"].endswith("inside its section"), run["fault_description"]
+    # Someone waited out the frozen holder's lease (LOCK_TTL_MS 1,000 under this fault).
+    assert run["max_lock_wait_ms"] >= 500
 
 
 @pytest.mark.slow

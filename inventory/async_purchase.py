@@ -13,13 +13,15 @@ process (:func:`on_thread`), the same section code as under WSGI: it is written 
 A thread holds at most one connection at a time, and gives it back to the pool after each step,
 so the pool's size and timeout (and the 503 when it is exhausted) mean what they mean under
 gunicorn's threads; and at most as many purchases are in progress per worker (:func:`admission`).
-``BATCH`` > 1 queues the purchase on a thread as under WSGI (the combiner is built on threads):
-its batches are bounded by ``ASGI_DB_THREADS``.
+``BATCH`` > 1 queues the purchase on the loop's combiner (:mod:`inventory.combining`, written for
+asyncio and generated to the threads' twin): it waits on the loop, and only its batch's section,
+led by the purchase at the head of the queue, takes an ORM thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -32,8 +34,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
+from .batched import apurchase_in_batch, run_batch
 from .results import PurchaseResult
-from .services import Ready, busy, finish, held_for, in_batch, prepare, section_of
+from .services import Ready, busy, finish, held_for, prepare, section_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import LockUnavailable
@@ -104,11 +107,23 @@ async def apurchase(
     refusal = loop_refusal(strategy)
     if refusal:
         raise ImproperlyConfigured(refusal)
-    async with admission():
-        return await _admitted(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
+    # Django cancels the view when its client hangs up. Cancelled half-way, the purchase would
+    # leave its section running on a thread after its guard was released (fenced: refused, but
+    # unfenced: a second writer), or leave a combiner's queue with nobody leading it: once
+    # started, a purchase runs to its end, and only its answer is dropped.
+    return await asyncio.shield(
+        _admitted(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
+    )
 
 
 async def _admitted(
+    strategy: Strategy, *, sku: str, customer: str, quantity: int, idempotency_key: str
+) -> PurchaseResult:
+    async with admission():
+        return await _prepared(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
+
+
+async def _prepared(
     strategy: Strategy, *, sku: str, customer: str, quantity: int, idempotency_key: str
 ) -> PurchaseResult:
     ready = await on_thread(
@@ -117,10 +132,24 @@ async def _admitted(
     if isinstance(ready, PurchaseResult):
         return ready
     if strategy.batch > 1:
-        result = await on_thread(in_batch, strategy, ready)
+        result = await _in_batch(strategy, ready)
     else:
         result = await _alone(strategy, ready)
     return await on_thread(finish, result, ready)
+
+
+async def _in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:
+    """The purchase queued on this loop's combiner (``BATCH`` > 1): it waits on the loop, and only
+    its batch's section takes an ORM thread."""
+    return await apurchase_in_batch(
+        strategy,
+        sku=ready.sku,
+        product_id=ready.shelf.product_id,
+        customer=ready.customer,
+        quantity=ready.quantity,
+        key=ready.key,
+        run=functools.partial(on_thread, run_batch),
+    )
 
 
 async def _alone(strategy: Strategy, ready: Ready) -> PurchaseResult:

@@ -24,35 +24,46 @@ import logging
 import threading
 import time
 import weakref
+from typing import Awaitable, Callable
 
 from django.db import IntegrityError, OperationalError, connection
 
-from .combining import Combiner, Ticket
+from .combining import AsyncCombiner, Combiner, Ticket, alead_batch, lead_batch
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
-from .strategies.contract import Grant, LockUnavailable, Outcome
-from .strategies.section import lock_timed_out, timed_transactions
+from .strategies.contract import Grant, Outcome
+from .strategies.section import lock_timed_out
 
 logger = logging.getLogger(__name__)
 
 _combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
+_async_combiners: weakref.WeakKeyDictionary[Strategy, dict[str, AsyncCombiner]] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()
 
 
 def combiner_for(strategy: Strategy, sku: str) -> Combiner:
-    """The strategy's queue for ``sku`` in this process, made on first use."""
+    """The strategy's queue for ``sku`` in this process (its threads'), made on first use."""
+    return _queue_of(_combiners, Combiner, strategy, sku)
+
+
+def async_combiner_for(strategy: Strategy, sku: str) -> AsyncCombiner:
+    """The strategy's queue for ``sku`` on this process's event loop (ASGI), made on first use."""
+    return _queue_of(_async_combiners, AsyncCombiner, strategy, sku)
+
+
+def _queue_of(registry, kind, strategy: Strategy, sku: str):
     with _combiners_lock:
-        mine = _combiners.setdefault(strategy, {})
+        mine = registry.setdefault(strategy, {})
         if sku not in mine:
-            mine[sku] = Combiner(limit=strategy.batch)
+            mine[sku] = kind(limit=strategy.batch)
         return mine[sku]
 
 
-def combiners_of(strategy: Strategy) -> dict[str, Combiner]:
-    """The queues the strategy has made so far (none while it runs with BATCH=1)."""
+def combiners_of(strategy: Strategy) -> dict[str, Combiner | AsyncCombiner]:
+    """The queues the strategy has made so far, threads' and loop's (none while it runs with BATCH=1)."""
     with _combiners_lock:
-        return dict(_combiners.get(strategy, {}))
+        return {**_async_combiners.get(strategy, {}), **_combiners.get(strategy, {})}
 
 
 def _ms(since: float, until: float | None = None) -> float:
@@ -66,50 +77,50 @@ def purchase_in_batch(
     combiner = combiner_for(strategy, sku)
 
     def serve(take) -> None:
-        _lead(strategy, combiner, take, sku=sku, product_id=product_id)
-
-    def busy(ticket: Ticket) -> PurchaseResult:
-        return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings(queue_wait_ms=_ms(ticket.queued_at)))
+        lead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run_batch)
 
     if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
         connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
     ticket = combiner.submit(
-        Ask(customer, quantity, key), serve=serve, timeout_s=strategy.config["ACQUIRE_TIMEOUT_MS"] / 1000, busy=busy
+        Ask(customer, quantity, key), serve=serve, timeout_s=_queue_timeout_s(strategy), busy=_busy_in(strategy)
     )
     return ticket.answer
 
 
-def _lead(strategy: Strategy, combiner: Combiner, take, *, sku: str, product_id: int) -> None:
-    """Hold the guard once for a batch; answer every purchase taken after the release."""
-    waiting = time.perf_counter()
-    results = None
-    try:
-        with strategy.guard(sku) as grant, timed_transactions() as transactions:
-            granted = time.perf_counter()
-            tickets = take()
-            db = Timings()
-            results = run_batch(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
-    except LockUnavailable:
-        if results is None:
-            return  # nothing taken: the combiner answers this leader busy, the queue moves on
-    except Exception:
-        if results is None:
-            raise  # before the commit: the combiner answers the batch busy
-        logger.exception("%s: releasing the guard of %s failed after its batch committed", strategy.name, sku)
-    released = time.perf_counter()
-    for ticket, result in zip(tickets, results, strict=True):
-        timings = result.timings
-        timings.db_ms, timings.batch = db.db_ms, len(tickets)
-        # Queued until the guard wait of its section began (or it arrived during it): the queue, the
-        # guard wait and the hold follow one another, so none counts another's time.
-        waited_from = min(max(ticket.queued_at, waiting), granted)
-        timings.queue_wait_ms = _ms(ticket.queued_at, max(ticket.queued_at, waited_from))
-        if strategy.guarded:
-            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waited_from, granted), _ms(granted, released)
-        elif transactions.ms:
-            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the batch's transaction(s)
-        timings.note_transactions(transactions)
-        combiner.answer(ticket, result)
+async def apurchase_in_batch(
+    strategy: Strategy,
+    *,
+    sku: str,
+    product_id: int,
+    customer: str,
+    quantity: int,
+    key: str,
+    run: Callable[..., Awaitable[list[PurchaseResult]]],
+) -> PurchaseResult:
+    """:func:`purchase_in_batch` on the event loop: queued on the loop's combiner, holding no thread
+    while it waits; its leader awaits the guard and ``run``, :func:`run_batch` on an ORM thread."""
+    combiner = async_combiner_for(strategy, sku)
+
+    async def serve(take) -> None:
+        await alead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run)
+
+    ticket = await combiner.submit(
+        Ask(customer, quantity, key), serve=serve, timeout_s=_queue_timeout_s(strategy), busy=_busy_in(strategy)
+    )
+    return ticket.answer
+
+
+def _queue_timeout_s(strategy: Strategy) -> float:
+    return strategy.config["ACQUIRE_TIMEOUT_MS"] / 1000
+
+
+def _busy_in(strategy: Strategy) -> Callable[[Ticket], PurchaseResult]:
+    """The answer of a purchase that left the queue unserved: busy, with its time queued."""
+
+    def busy(ticket: Ticket) -> PurchaseResult:
+        return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings(queue_wait_ms=_ms(ticket.queued_at)))
+
+    return busy
 
 
 def run_batch(

@@ -1,10 +1,12 @@
-"""Generate the blocking lock modules from their asyncio sources with ``unasync``.
+"""Generate the blocking twins (the locks, the combiner) from their asyncio sources with ``unasync``.
 
-    python scripts/unasync_locks.py          # write locks/_sync/locks.py and locks/_sync/base.py
-    python scripts/unasync_locks.py --check  # exit 1 if either is not what its source generates
+    python scripts/unasync_locks.py          # write every twin below
+    python scripts/unasync_locks.py --check  # exit 1 if one is not what its source generates
 
 ``locks/_async/locks.py`` generates ``locks/_sync/locks.py`` and ``locks/_async/base.py`` generates
-``locks/_sync/base.py`` (each folder's ``io.py`` is written by hand: its I/O differs). ``unasync``
+``locks/_sync/base.py`` (each folder's ``io.py`` is written by hand: its I/O differs);
+``inventory/combining/_async.py`` generates ``inventory/combining/_sync.py`` (its waits are in the
+hand-written ``_async_io.py`` and ``_sync_io.py``). ``unasync``
 drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements below rename the
 asyncio classes to their blocking twins (the modules keep their names, one folder each). The result has its imports
 sorted and is formatted by ``ruff`` (the project's settings, pyproject.toml), so the twins pass
@@ -21,22 +23,30 @@ from pathlib import Path
 import tokenize_rt
 import unasync
 
-LOCKS = Path(__file__).resolve().parents[1] / "locks"
+ROOT = Path(__file__).resolve().parents[1]
+LOCKS = ROOT / "locks"
+COMBINING = ROOT / "inventory" / "combining"
 #: asyncio source → generated blocking twin.
 TWINS = {
     LOCKS / "_async" / "locks.py": LOCKS / "_sync" / "locks.py",
     LOCKS / "_async" / "base.py": LOCKS / "_sync" / "base.py",
+    COMBINING / "_async.py": COMBINING / "_sync.py",
 }
 REPLACEMENTS = {
     "AsyncRedisLock": "RedisLock",
     "AsyncRedlock": "Redlock",
+    "AsyncCombiner": "Combiner",
+    "alead_batch": "lead_batch",
+    "aguard": "guard",
+    "_async_io": "_sync_io",
 }
 
 
 def header(source: Path) -> str:
+    name = source.relative_to(source.parents[1])
     return (
-        f"# Generated from _async/{source.name} by scripts/unasync_locks.py (make twins): do not edit;\n"
-        f"# edit _async/{source.name} and regenerate.\n"
+        f"# Generated from {name} by scripts/unasync_locks.py (make twins): do not edit;\n"
+        f"# edit {name} and regenerate.\n"
     )
 
 

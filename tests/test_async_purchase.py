@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from inventory.async_purchase import apurchase, loop_refusal
 from inventory.audit import audit
+from inventory.batched import combiners_of
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
-from inventory.services import purchase
-from inventory.strategies import load_strategy, strategy_class
+from inventory.services import purchase, reset_sale
+from inventory.strategies import get_strategy, load_strategy, strategy_class
 from tests.helpers import WORKING_STRATEGIES
 from tests.test_matrix import PausingRedis, PausingRedlock
 
@@ -83,3 +85,65 @@ def test_a_loop_holder_paused_past_its_lease_is_refused_by_the_fence(lock, setti
     assert results["b"].confirmed, "B got the lock once A's lease ran out"
     assert results["a"].outcome.value == "busy" and results["a"].conflicts == 1
     assert audit(sku="phone-x").ok and Order.objects.count() == 1
+
+
+LOOP_BATCHED = ["db", "redis", "atomic", "redis-stock"]
+
+
+def loop_sale(count: int, *, hang_up_every: int = 0) -> tuple[Counter, Counter]:
+    """``count`` purchases as tasks of one event loop (BATCH from the settings), 30 customers (limit 1);
+    with ``hang_up_every``, every n-th shopper's task is cancelled, one after another over the first
+    200 ms (Django cancels the view of a client that hangs up). Their outcomes and the batch sizes they were served in."""
+    outcomes, sizes = Counter(), Counter()
+
+    async def shopper(number: int) -> None:
+        result = await apurchase(sku="hot", customer=f"c{number % 30}", quantity=1, idempotency_key=f"k{number}")
+        outcomes[result.outcome.value] += 1
+        sizes[result.timings.batch] += 1
+
+    async def sale() -> None:
+        tasks = [asyncio.create_task(shopper(number)) for number in range(count)]
+        # The hang-ups spread over the sale's first 200 ms: queued, leading, holding the guard.
+        hang_ups = [task for number, task in enumerate(tasks) if hang_up_every and number % hang_up_every == 0]
+        for task in hang_ups:
+            await asyncio.sleep(0.2 / len(hang_ups))
+            task.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+        assert all(isinstance(one, asyncio.CancelledError) or one is None for one in done), done
+        outcomes["hung up"] = sum(isinstance(one, asyncio.CancelledError) for one in done)
+        await asyncio.sleep(0.5)  # the hung-up purchases run to their end (shielded) before the loop closes
+
+    asyncio.run(sale())
+    return outcomes, sizes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LOOP_BATCHED)
+def test_tasks_of_one_loop_share_sections_and_never_oversell(name, use_strategy, make_product, settings):
+    """60 purchases as tasks of one loop (BATCH 8, ASGI_DB_THREADS 4 admitted at a time) for 30
+    customers from 20 units: they queue on the loop's combiner, holding no thread while they wait."""
+    use_strategy(name, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    make_product("hot", stock=20)
+    outcomes, sizes = loop_sale(60)
+    assert outcomes["confirmed"] == 20 and sum(outcomes.values()) == 60 and not outcomes["hung up"], outcomes
+    assert max(size or 0 for size in sizes) > 1, f"no section served two purchases: {sizes}"
+    report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
+    assert report.ok and report.stock == 0 and report.oversold == 0 and report.over_limit_customers == 0
+    assert all(combiner.idle for combiner in combiners_of(get_strategy()).values())
+    reset_sale(sku="hot", stock=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_shopper_who_hangs_up_leaves_the_sale_whole(batch, use_strategy, make_product, settings):
+    """Every third task is cancelled during the sale: each cancelled purchase still runs to its end
+    (its section never outlives its guard; a queue never loses its leader), so the sale sells
+    its 20 units, every answered shopper was answered, and a later shopper is served at once."""
+    use_strategy("redis", ACQUIRE_TIMEOUT_MS=5_000, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
+    make_product("hot", stock=20)
+    outcomes, _ = loop_sale(60, hang_up_every=3)
+    assert sum(outcomes.values()) == 60 and outcomes["hung up"] >= 10 and outcomes["busy"] == 0, outcomes
+    assert Product.objects.get(sku="hot").stock == 0
+    assert audit(sku="hot").ok and Order.objects.count() == 20
+    assert all(combiner.idle for combiner in combiners_of(get_strategy()).values())
+    reset_sale(sku="hot", stock=0)

@@ -1,14 +1,16 @@
-"""The combining queue with real threads: one answer per request, busy within the timeout, FIFO batches."""
+"""The combining queue with real threads (the generated ``Combiner``) and with the tasks of one event
+loop (its asyncio source, ``AsyncCombiner``): one answer per request, busy within the timeout, FIFO batches."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
 
 import pytest
 
-from inventory.combining import Combiner
+from inventory.combining import AsyncCombiner, Combiner
 
 
 def busy(ticket) -> str:
@@ -129,3 +131,69 @@ def test_a_ticket_is_never_answered_twice():
 def test_a_combiner_serves_at_least_one_per_batch():
     with pytest.raises(ValueError):
         Combiner(limit=0)
+
+
+def test_the_tasks_of_one_loop_get_one_answer_each_in_arrival_order():
+    """The asyncio source: 12 tasks submit 40 requests each; a section yields to the loop (as the
+    ORM thread's await does), so the others queue behind the leader meanwhile."""
+    combiner = AsyncCombiner(limit=8)
+    answers, served, sizes = {}, [], Counter()
+
+    async def serve(take) -> None:
+        tickets = take()
+        sizes[len(tickets)] += 1
+        await asyncio.sleep(0.002)
+        for ticket in tickets:
+            served.append(ticket.item)
+            combiner.answer(ticket, ("done", ticket.item))
+
+    async def submitter(index: int) -> None:
+        for n in range(40):
+            ticket = await combiner.submit((index, n), serve=serve, timeout_s=10, busy=busy)
+            assert (index, n) not in answers
+            answers[index, n] = ticket.answer
+
+    async def sale() -> None:
+        await asyncio.wait_for(asyncio.gather(*(submitter(i) for i in range(12))), 30)
+
+    asyncio.run(sale())
+    assert answers == {(i, n): ("done", (i, n)) for i in range(12) for n in range(40)}
+    assert sorted(served) == sorted(answers)
+    for index in range(12):
+        mine = [n for i, n in served if i == index]
+        assert mine == sorted(mine)
+    assert max(sizes) > 1 and max(sizes) <= 8
+    assert combiner.idle
+
+
+def test_tasks_behind_a_stalled_leader_on_the_loop_are_answered_busy_within_their_timeout():
+    combiner = AsyncCombiner(limit=8)
+    taken_by_leader = []
+
+    async def sale() -> tuple:
+        stalled, resume = asyncio.Event(), asyncio.Event()
+
+        async def serve(take) -> None:
+            stalled.set()
+            await resume.wait()  # waiting for the lock, on the loop
+            tickets = take()
+            taken_by_leader.extend(ticket.item for ticket in tickets)
+            for ticket in tickets:
+                combiner.answer(ticket, "served")
+
+        leader = asyncio.create_task(combiner.submit("leader", serve=serve, timeout_s=10, busy=busy))
+        await stalled.wait()
+        started = time.monotonic()
+        waiters = await asyncio.gather(
+            *(combiner.submit(f"w{i}", serve=serve, timeout_s=0.3, busy=busy) for i in range(5))
+        )
+        waited = time.monotonic() - started
+        resume.set()
+        after = await combiner.submit("after", serve=serve, timeout_s=1, busy=busy)
+        return (await leader).answer, [w.answer for w in waiters], waited, after.answer
+
+    leader, waiters, waited, after = asyncio.run(sale())
+    assert waiters == ["busy"] * 5 and waited >= 0.3
+    assert leader == "served" and after == "served"
+    assert taken_by_leader == ["leader", "after"], "a leader took a waiter that had already been answered busy"
+    assert combiner.idle

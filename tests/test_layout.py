@@ -100,7 +100,10 @@ def test_the_rule_sees_a_crossing(tmp_path, monkeypatch):
 
 
 #: Packages whose ``__init__`` is a public API that gathers names from private modules.
-FACADES = {"locks": "the lock library's public API (RedisLock, Redlock, their asyncio twins, the errors)"}
+FACADES = {
+    "locks": "the lock library's public API (RedisLock, Redlock, their asyncio twins, the errors)",
+    "inventory.combining": "the combiner's public API (Combiner and lead_batch, their asyncio sources)",
+}
 
 
 def module_file(parts: list[str]) -> Path | None:

@@ -1,11 +1,17 @@
+# Generated from combining/_async.py by scripts/unasync_locks.py (make twins): do not edit;
+# edit combining/_async.py and regenerate.
 """Flat combining (Hendler et al., SPAA 2010): whoever leads serves the requests queued behind it.
 
-A :class:`Combiner` is one queue per hot key, in one process. Each thread that submits a request
-queues a :class:`Ticket`; the first one to find no leader leads. The leader calls ``serve(take)``:
+Written once, for asyncio: ``scripts/unasync_locks.py`` generates the blocking twin (``_sync.py``:
+``Combiner``, ``lead_batch``) whose submitters are gunicorn's threads; here they are the tasks of
+one event loop (ASGI), and a queued purchase holds no thread while it waits.
+
+An :class:`AsyncCombiner` is one queue per hot key, in one process. Each submitter queues a
+:class:`Ticket`; the first one to find no leader leads. The leader awaits ``serve(take)``:
 ``take()`` removes up to ``limit`` tickets from the head of the queue (its own first), and
-``serve`` must :meth:`Combiner.answer` every ticket it took. When ``serve`` returns, leadership
-passes to the ticket now at the head, so a leader's own request is never held hostage by later
-arrivals and the queue is served in arrival order (no starvation).
+``serve`` must :meth:`AsyncCombiner.answer` every ticket it took. When ``serve`` returns,
+leadership passes to the ticket now at the head, so a leader's own request is never held hostage
+by later arrivals and the queue is served in arrival order (no starvation).
 
 What is guaranteed:
 
@@ -15,20 +21,29 @@ What is guaranteed:
   cannot withdraw a ticket a leader has taken.
 * A taken ticket waits for its leader, which answers it in a ``finally`` (``busy`` when ``serve``
   raised: ``serve`` must answer for itself whatever it has committed, so this is for failures
-  before a commit). The leader is a thread of the same process: if the process dies, so do its waiters,
+  before a commit). The leader runs in the same process: if the process dies, so do its waiters,
   and their clients' keyed retries find whatever was committed.
+* Liveness needs every submitter to run to its end: a submitter cancelled while queued or
+  promoted would leave the queue without a leader. The ASGI purchase shields it
+  (:func:`inventory.async_purchase.apurchase`), since Django cancels a view whose client hangs up.
 
-No Django and no I/O here; the purchase path that uses it is :mod:`inventory.batched`.
+:func:`alead_batch` is the purchase path's ``serve``: the strategy's guard held once for a batch,
+the batch section run inside it, each purchase answered with its own timings after the release.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from ..results import Timings
+from ..strategies.base import Strategy
+from ..strategies.contract import LockUnavailable
+from ..strategies.section import timed_transactions
+from ._sync_io import Answers, Event, Mutex, Served, wait
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +59,8 @@ class Ticket:
     taken_at: float | None = None
     state: str = QUEUED
     answer: Any = None
-    promoted: bool = False  # the previous leader handed leadership to this ticket's thread
-    event: threading.Event = field(default_factory=threading.Event)
+    promoted: bool = False  # the previous leader handed leadership to this ticket's submitter
+    event: Event = field(default_factory=Event)
 
 
 class Combiner:
@@ -55,7 +70,7 @@ class Combiner:
         if limit < 1:
             raise ValueError("a combiner serves at least one request per batch")
         self.limit = limit
-        self._mutex = threading.Lock()
+        self._mutex = Mutex()
         self._queue: deque[Ticket] = deque()
         self._leading = False
 
@@ -63,11 +78,11 @@ class Combiner:
         self,
         item: Any,
         *,
-        serve: Callable[[Callable[[], list[Ticket]]], None],
+        serve: Callable[[Callable[[], list[Ticket]]], Served],
         timeout_s: float,
         busy: Callable[[Ticket], Any],
     ) -> Ticket:
-        """Queue ``item`` and return its ticket once answered (led by this thread, or by another).
+        """Queue ``item`` and return its ticket once answered (led by this submitter, or by another).
 
         ``busy(ticket)`` is the answer for a ticket that withdrew after ``timeout_s`` in the queue,
         or that a failed ``serve`` left unanswered.
@@ -82,7 +97,7 @@ class Combiner:
             if lead:
                 self._lead(ticket, serve, busy)
             queued = ticket.state == QUEUED
-            ticket.event.wait(max(0.0, deadline - time.monotonic()) if queued else None)
+            wait(ticket.event, max(0.0, deadline - time.monotonic()) if queued else None)
             with self._mutex:
                 if ticket.state in (ANSWERED, WITHDRAWN):
                     return ticket
@@ -92,6 +107,12 @@ class Combiner:
                     self._queue.remove(ticket)
                     ticket.state, ticket.answer = WITHDRAWN, busy(ticket)
                     return ticket
+
+    @property
+    def idle(self) -> bool:
+        """Nobody queued and nobody leading."""
+        with self._mutex:
+            return not self._queue and not self._leading
 
     def answer(self, ticket: Ticket, answer: Any) -> None:
         """Hand a taken ticket its answer (once; a second answer is a bug and raises)."""
@@ -138,3 +159,54 @@ class Combiner:
                     self._queue[0].event.set()
                 else:
                     self._leading = False
+
+
+def _ms(since: float, until: float | None = None) -> float:
+    return ((until or time.perf_counter()) - since) * 1000
+
+
+def lead_batch(
+    strategy: Strategy,
+    combiner: Combiner,
+    take: Callable[[], list[Ticket]],
+    *,
+    sku: str,
+    product_id: int,
+    run: Callable[..., Answers],
+) -> None:
+    """Hold the guard once for a batch; answer every purchase taken after the release.
+
+    ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
+    (:func:`inventory.batched.run_batch`; on the loop, awaited on an ORM thread), its answers in the
+    order of ``asks``.
+    """
+    waiting = time.perf_counter()
+    results = None
+    try:
+        with timed_transactions() as transactions:  # noqa: SIM117 (one with is async here, in the source)
+            with strategy.guard(sku) as grant:
+                granted = time.perf_counter()
+                tickets = take()
+                db = Timings()
+                results = run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
+    except LockUnavailable:
+        if results is None:
+            return  # nothing taken: the combiner answers this leader busy, the queue moves on
+    except Exception:
+        if results is None:
+            raise  # before the commit: the combiner answers the batch busy
+        logger.exception("%s: releasing the guard of %s failed after its batch committed", strategy.name, sku)
+    released = time.perf_counter()
+    for ticket, result in zip(tickets, results, strict=True):
+        timings = result.timings
+        timings.db_ms, timings.batch = db.db_ms, len(tickets)
+        # Queued until the guard wait of its section began (or it arrived during it): the queue, the
+        # guard wait and the hold follow one another, so none counts another's time.
+        waited_from = min(max(ticket.queued_at, waiting), granted)
+        timings.queue_wait_ms = _ms(ticket.queued_at, max(ticket.queued_at, waited_from))
+        if strategy.guarded:
+            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waited_from, granted), _ms(granted, released)
+        elif transactions.ms:
+            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the batch's transaction(s)
+        timings.note_transactions(transactions)
+        combiner.answer(ticket, result)

@@ -1,0 +1,210 @@
+"""Flat combining (Hendler et al., SPAA 2010): whoever leads serves the requests queued behind it.
+
+Written once, for asyncio: ``scripts/unasync_locks.py`` generates the blocking twin (``_sync.py``:
+``Combiner``, ``lead_batch``) whose submitters are gunicorn's threads; here they are the tasks of
+one event loop (ASGI), and a queued purchase holds no thread while it waits.
+
+An :class:`AsyncCombiner` is one queue per hot key, in one process. Each submitter queues a
+:class:`Ticket`; the first one to find no leader leads. The leader awaits ``serve(take)``:
+``take()`` removes up to ``limit`` tickets from the head of the queue (its own first), and
+``serve`` must :meth:`AsyncCombiner.answer` every ticket it took. When ``serve`` returns,
+leadership passes to the ticket now at the head, so a leader's own request is never held hostage
+by later arrivals and the queue is served in arrival order (no starvation).
+
+What is guaranteed:
+
+* Every ticket gets exactly one answer: from its leader, or, if its deadline passes while it is
+  still queued, the ``busy`` answer, after it has left the queue in the same step that decides so
+  (under the combiner's mutex); a leader cannot take a ticket that has withdrawn, and a waiter
+  cannot withdraw a ticket a leader has taken.
+* A taken ticket waits for its leader, which answers it in a ``finally`` (``busy`` when ``serve``
+  raised: ``serve`` must answer for itself whatever it has committed, so this is for failures
+  before a commit). The leader runs in the same process: if the process dies, so do its waiters,
+  and their clients' keyed retries find whatever was committed.
+* Liveness needs every submitter to run to its end: a submitter cancelled while queued or
+  promoted would leave the queue without a leader. The ASGI purchase shields it
+  (:func:`inventory.async_purchase.apurchase`), since Django cancels a view whose client hangs up.
+
+:func:`alead_batch` is the purchase path's ``serve``: the strategy's guard held once for a batch,
+the batch section run inside it, each purchase answered with its own timings after the release.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..results import Timings
+from ..strategies.base import Strategy
+from ..strategies.contract import LockUnavailable
+from ..strategies.section import timed_transactions
+from ._async_io import Answers, Event, Mutex, Served, wait
+
+logger = logging.getLogger(__name__)
+
+QUEUED, TAKEN, ANSWERED, WITHDRAWN = "queued", "taken", "answered", "withdrawn"
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One queued request and, once served, its answer."""
+
+    item: Any
+    queued_at: float = field(default_factory=time.perf_counter)
+    taken_at: float | None = None
+    state: str = QUEUED
+    answer: Any = None
+    promoted: bool = False  # the previous leader handed leadership to this ticket's submitter
+    event: Event = field(default_factory=Event)
+
+
+class AsyncCombiner:
+    """One queue of requests for one key; at most one leader at a time."""
+
+    def __init__(self, *, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("a combiner serves at least one request per batch")
+        self.limit = limit
+        self._mutex = Mutex()
+        self._queue: deque[Ticket] = deque()
+        self._leading = False
+
+    async def submit(
+        self,
+        item: Any,
+        *,
+        serve: Callable[[Callable[[], list[Ticket]]], Served],
+        timeout_s: float,
+        busy: Callable[[Ticket], Any],
+    ) -> Ticket:
+        """Queue ``item`` and return its ticket once answered (led by this submitter, or by another).
+
+        ``busy(ticket)`` is the answer for a ticket that withdrew after ``timeout_s`` in the queue,
+        or that a failed ``serve`` left unanswered.
+        """
+        ticket = Ticket(item)
+        deadline = time.monotonic() + timeout_s
+        with self._mutex:
+            self._queue.append(ticket)
+            lead = not self._leading
+            self._leading = True
+        while True:
+            if lead:
+                await self._lead(ticket, serve, busy)
+            queued = ticket.state == QUEUED
+            await wait(ticket.event, max(0.0, deadline - time.monotonic()) if queued else None)
+            with self._mutex:
+                if ticket.state in (ANSWERED, WITHDRAWN):
+                    return ticket
+                ticket.event.clear()
+                lead, ticket.promoted = ticket.promoted, False
+                if not lead and ticket.state == QUEUED and time.monotonic() >= deadline:
+                    self._queue.remove(ticket)
+                    ticket.state, ticket.answer = WITHDRAWN, busy(ticket)
+                    return ticket
+
+    @property
+    def idle(self) -> bool:
+        """Nobody queued and nobody leading."""
+        with self._mutex:
+            return not self._queue and not self._leading
+
+    def answer(self, ticket: Ticket, answer: Any) -> None:
+        """Hand a taken ticket its answer (once; a second answer is a bug and raises)."""
+        with self._mutex:
+            if ticket.state != TAKEN:
+                raise RuntimeError(f"ticket is {ticket.state}, not taken: it cannot be answered")
+            ticket.state, ticket.answer = ANSWERED, answer
+            ticket.event.set()
+
+    def _take(self) -> list[Ticket]:
+        with self._mutex:
+            taken = [self._queue.popleft() for _ in range(min(self.limit, len(self._queue)))]
+            now = time.perf_counter()
+            for ticket in taken:
+                ticket.state, ticket.taken_at = TAKEN, now
+        return taken
+
+    async def _lead(self, own: Ticket, serve, busy) -> None:
+        """Serve one batch; answer what ``serve`` left unanswered; pass leadership on."""
+        taken: list[Ticket] = []
+
+        def take() -> list[Ticket]:
+            if taken:
+                raise RuntimeError("a leader takes its batch once")
+            taken.extend(self._take())
+            return taken
+
+        try:
+            await serve(take)
+        except Exception:
+            logger.exception("a combining leader failed; its batch is answered busy")
+        finally:
+            with self._mutex:
+                for ticket in taken:
+                    if ticket.state == TAKEN:
+                        ticket.state, ticket.answer = ANSWERED, busy(ticket)
+                        ticket.event.set()
+                if own.state == QUEUED:  # serve gave up before taking (the guard was not granted)
+                    self._queue.remove(own)
+                    own.state, own.answer = WITHDRAWN, busy(own)
+                    own.event.set()
+                if self._queue:
+                    self._queue[0].promoted = True
+                    self._queue[0].event.set()
+                else:
+                    self._leading = False
+
+
+def _ms(since: float, until: float | None = None) -> float:
+    return ((until or time.perf_counter()) - since) * 1000
+
+
+async def alead_batch(
+    strategy: Strategy,
+    combiner: AsyncCombiner,
+    take: Callable[[], list[Ticket]],
+    *,
+    sku: str,
+    product_id: int,
+    run: Callable[..., Answers],
+) -> None:
+    """Hold the guard once for a batch; answer every purchase taken after the release.
+
+    ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
+    (:func:`inventory.batched.run_batch`; on the loop, awaited on an ORM thread), its answers in the
+    order of ``asks``.
+    """
+    waiting = time.perf_counter()
+    results = None
+    try:
+        with timed_transactions() as transactions:  # noqa: SIM117 (one with is async here, in the source)
+            async with strategy.aguard(sku) as grant:
+                granted = time.perf_counter()
+                tickets = take()
+                db = Timings()
+                results = await run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
+    except LockUnavailable:
+        if results is None:
+            return  # nothing taken: the combiner answers this leader busy, the queue moves on
+    except Exception:
+        if results is None:
+            raise  # before the commit: the combiner answers the batch busy
+        logger.exception("%s: releasing the guard of %s failed after its batch committed", strategy.name, sku)
+    released = time.perf_counter()
+    for ticket, result in zip(tickets, results, strict=True):
+        timings = result.timings
+        timings.db_ms, timings.batch = db.db_ms, len(tickets)
+        # Queued until the guard wait of its section began (or it arrived during it): the queue, the
+        # guard wait and the hold follow one another, so none counts another's time.
+        waited_from = min(max(ticket.queued_at, waiting), granted)
+        timings.queue_wait_ms = _ms(ticket.queued_at, max(ticket.queued_at, waited_from))
+        if strategy.guarded:
+            timings.lock_wait_ms, timings.lock_hold_ms = _ms(waited_from, granted), _ms(granted, released)
+        elif transactions.ms:
+            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the batch's transaction(s)
+        timings.note_transactions(transactions)
+        combiner.answer(ticket, result)

@@ -1,0 +1,16 @@
+"""What the blocking combiner waits with (hand-written; ``_async_io`` is its asyncio twin)."""
+
+from __future__ import annotations
+
+import threading
+
+Event = threading.Event
+Mutex = threading.Lock
+#: What ``serve`` and the batch section give back here: nothing, and the answers.
+Served = None
+Answers = list
+
+
+def wait(event: threading.Event, timeout_s: float | None) -> None:
+    """Until ``event`` is set or ``timeout_s`` has passed (None: no limit)."""
+    event.wait(timeout_s)

@@ -259,6 +259,7 @@ class BurstRunAdmin(ReadOnlyAdmin):
     list_display = [
         "started_at",
         "strategy",
+        "server",
         "sku",
         "requests",
         "stock_initial",
@@ -271,5 +272,5 @@ class BurstRunAdmin(ReadOnlyAdmin):
         "p99_ms",
         "invariants_ok",
     ]
-    list_filter = ["strategy", "invariants_ok", "sku"]
+    list_filter = ["strategy", "server", "invariants_ok", "sku"]
     date_hierarchy = "started_at"

@@ -124,6 +124,12 @@ class BurstRun(models.Model):
 
     started_at = models.DateTimeField(db_index=True)
     strategy = models.CharField(max_length=32)
+    server = models.CharField(
+        max_length=8,
+        default="wsgi",
+        help_text="The pods' server (flashsale --server): wsgi, gunicorn's threads; asgi, uvicorn workers "
+        "(runs stored before this field: wsgi).",
+    )
     sku = models.CharField(max_length=64)
     requests = models.PositiveIntegerField()
     stock_initial = models.IntegerField()

@@ -182,6 +182,7 @@ def test_pause_worker_freezes_a_holder_past_its_lease_on_either_server(server, t
     assert run["fault_description"].endswith("inside its section"), run["fault_description"]
     # Someone waited out the frozen holder's lease (LOCK_TTL_MS 1,000 under this fault).
     assert run["max_lock_wait_ms"] >= 500
+    assert BurstRun.objects.get(strategy="redis").server == server  # the admin's history names it too
 
 
 @pytest.mark.slow

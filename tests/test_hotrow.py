@@ -1,4 +1,4 @@
-"""The hot-row limit (``loadtests/hotrow.py``): plain psycopg threads on one product row of the
+"""The hot-row limit (``loadtests/hotrow.py``): plain psycopg processes on one product row of the
 real test database, one purchase per commit and many; exactly the stock sold, never more."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from loadtests.table import COLUMNS, hot_row_cells
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("batch", [1, 8])
-def test_several_threads_sell_exactly_the_stock(make_product, batch):
+def test_several_connections_sell_exactly_the_stock(make_product, batch):
     product = make_product("hot-sku", stock=48)
     shape = run_shape(database_url(), product_id=product.pk, purchases=48, connections=6, batch=batch)
 

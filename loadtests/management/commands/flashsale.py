@@ -24,7 +24,7 @@ from inventory.strategies import needs_of, strategy_class
 from loadtests.balancer import BalancerError
 from loadtests.burst import floor_row, prepare_product, run_row
 from loadtests.figures import median_run, with_hot_row_ratio
-from loadtests.hotrow import run_shape, spare_connections
+from loadtests.hotrow import CONNECTION_COUNTS, HotRowError, best_shape, spare_connections
 from loadtests.options import add_arguments, planned_rows, row_plan
 from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
@@ -187,23 +187,35 @@ class Command(BaseCommand):
 
     def run_hot_row(self, plan: BurstPlan, *, largest: int) -> list[dict]:
         """The hot-row limit (:mod:`loadtests.hotrow`) on the burst's own product, each shape printed as
-        a row: --requests purchases over --users connections (fewer if PostgreSQL has fewer to spare),
-        one per commit, then the largest --batch size (or 64) per commit; the sale reset afterwards."""
+        a row: --requests purchases at each connection count of CONNECTION_COUNTS up to --users (and
+        what PostgreSQL has to spare), the best count kept, one per commit, then the largest --batch
+        size (or 64) per commit; the sale reset before each run and afterwards."""
         batch = largest if largest > 1 else HOT_ROW_BATCH
         dsn = database_url()
         shapes = []
         product = prepare_product(sku=plan.sku, stock=plan.sale_stock)
         try:
-            connections = min(plan.users, spare_connections(dsn, keep=SPARE_CONNECTIONS))
-            if connections < 1:
+            spare = min(plan.users, spare_connections(dsn, keep=SPARE_CONNECTIONS))
+            counts = tuple(count for count in CONNECTION_COUNTS if count <= spare)
+            if not counts:
                 raise CommandError("--hot-row: PostgreSQL has no connection to spare for the hot row")
             for size in (1, batch):
-                reset_sale(sku=plan.sku, stock=plan.sale_stock)
-                shape = run_shape(
-                    dsn, product_id=product.pk, purchases=plan.requests, connections=connections, batch=size
+                shape, tried = best_shape(
+                    dsn,
+                    product_id=product.pk,
+                    purchases=plan.requests,
+                    batch=size,
+                    counts=counts,
+                    reset=lambda: reset_sale(sku=plan.sku, stock=plan.sale_stock),
                 )
-                shapes.append(shape.as_dict())
-                self.stdout.write(table_row(hot_row_cells(shape.as_dict())))
+                tried_rps = [{"connections": run.connections, "rps": run.rps} for run in tried]
+                shapes.append({**shape.as_dict(), "tried": tried_rps})
+                self.stdout.write(
+                    table_row(hot_row_cells(shape.as_dict()))
+                    + "   (best of "
+                    + ", ".join(f"{t.rps:.0f}/s at {t.connections}" for t in tried)
+                    + " connections)"
+                )
                 if not shape.ok:
                     raise CommandError(
                         f"{shape.name}: the audit does not balance: sold {shape.sold}, {shape.orders} units ordered, "
@@ -211,6 +223,8 @@ class Command(BaseCommand):
                     )
         except psycopg.Error as exc:
             raise CommandError(f"--hot-row: {str(exc).strip().splitlines()[0]}") from exc
+        except HotRowError as exc:
+            raise CommandError(f"--hot-row: {exc}") from exc
         finally:
             reset_sale(sku=plan.sku, stock=plan.sale_stock)  # the rows after it start from a clean sale
         return shapes

@@ -55,6 +55,8 @@ KILL_HOLDER_TTL_MS = 3000
 RESUME_LIMIT_S = 2.0
 #: ``longest_gap_s`` looks at the sale from this long after the recovery (the judge's limit: judge.GAP_LIMIT_S).
 GAP_FROM_S = 1.0
+#: How a row whose fault outlasted its sale begins its problem (flashsale tells it from a broken invariant).
+NOT_OBSERVED = "recovery not observed"
 POLL_S = 0.02
 #: Every order's creation time (epoch seconds), the clock the pods stamp ``created_at`` with.
 ORDERS_CREATED = "SELECT extract(epoch FROM created_at)::float8 FROM inventory_order ORDER BY created_at"
@@ -178,17 +180,16 @@ class FaultRun:
         injected = timer.injected_wall if timer else None
         recovered = timer.recovered_wall if timer else None
         resumed = resumed_after(purchases, recovered_at=recovered)
-        problems = []
-        if timer is not None and timer.error:
-            problems.append(f"{self.name} failed: {timer.error}")
-        elif injected is None:
-            problems.append(f"the burst ended before {self.name} was injected: use more --requests")
-        elif recovered is None:
-            problems.append(f"{self.name} was not recovered")
-        elif resumed is None:
-            problems.append(f"no order was confirmed after {self.name} recovered")
-        elif resumed > RESUME_LIMIT_S and self.name != "kill-holder":
-            problems.append(f"sales resumed {resumed:.2f}s after {self.name} recovered (limit {RESUME_LIMIT_S:g}s)")
+        last_answer = max((purchase[1] for purchase in purchases), default=None)
+        problem = timing_problem(
+            self.name,
+            error=timer.error if timer else None,
+            injected=injected,
+            recovered=recovered,
+            resumed=resumed,
+            last_answer=last_answer,
+        )
+        problems = [problem] if problem else []
         detail = self.fault.description if self.fault else None
         if isinstance(self.fault, PauseWorker) and self.fault.pid is not None:
             where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
@@ -259,6 +260,36 @@ def own_node(node: RedisNode) -> None:
     node.stop()
     if node.ping():
         raise NodeError(f"port {node.port} is taken by a redis-server this run did not start")
+
+
+def timing_problem(
+    name: str,
+    *,
+    error: str | None,
+    injected: float | None,
+    recovered: float | None,
+    resumed: float | None,
+    last_answer: float | None,
+) -> str | None:
+    """What went wrong with the fault's own timing, in one sentence, or None: an error, never
+    injected, never recovered, a fault that outlasted the sale (recovery not observed: no
+    invariant is broken, the run just could not show one), or sales that did not resume in time."""
+    if error:
+        return f"{name} failed: {error}"
+    if injected is None:
+        return f"the burst ended before {name} was injected: use more --requests"
+    if recovered is None:
+        return f"{name} was not recovered"
+    if resumed is None and (last_answer is None or last_answer < recovered):
+        return (
+            f"{NOT_OBSERVED}: every purchase was answered before {name} recovered; "
+            "use more --requests or a shorter --fault-hold"
+        )
+    if resumed is None:
+        return f"no order was confirmed after {name} recovered"
+    if resumed > RESUME_LIMIT_S and name != "kill-holder":
+        return f"sales resumed {resumed:.2f}s after {name} recovered (limit {RESUME_LIMIT_S:g}s)"
+    return None
 
 
 class SectionProbe:

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count
 
 from inventory.models import BurstRun, Order, Product
-from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S
+from loadtests.faultrun import PRIVATE_PORT_OFFSET, RESUME_LIMIT_S, timing_problem
 from loadtests.figures import fault_phases, longest_gap, resumed_after
 from loadtests.judge import GAP_LIMIT_S, judge
 from loadtests.plan import BurstPlan
@@ -96,6 +96,25 @@ def test_the_judge_fails_a_fault_run_whose_gap_exceeds_the_limit():
         )
         assert bool(problems) is failed, (gap, problems)
     assert "no purchase was confirmed for 2.01s after restart-redis recovered (limit 2s)" in problems
+
+
+def test_a_fault_that_outlasts_the_sale_says_recovery_was_not_observed():
+    """Seen in a full run: kill-minority held its nodes down past the last purchase, and the row
+    failed as "no order was confirmed after kill-minority recovered", read as broken invariants.
+    Nothing was left to buy: the run could not show the sale resuming, which is another thing."""
+    timing = {"error": None, "injected": 10.0, "recovered": 12.0}
+    outlasted = timing_problem("kill-minority", **timing, resumed=None, last_answer=11.5)
+    assert outlasted.startswith("recovery not observed: every purchase was answered before kill-minority recovered")
+    assert "--fault-hold" in outlasted
+    stuck = timing_problem("kill-minority", **timing, resumed=None, last_answer=14.0)
+    assert stuck == "no order was confirmed after kill-minority recovered"  # answers after it, none confirmed
+    assert timing_problem("kill-minority", **timing, resumed=0.4, last_answer=14.0) is None
+    late = timing_problem("kill-minority", **timing, resumed=RESUME_LIMIT_S + 0.5, last_answer=20.0)
+    assert late.startswith("sales resumed 2.50s after kill-minority recovered")
+    assert timing_problem("kill-holder", **timing, resumed=RESUME_LIMIT_S + 0.5, last_answer=20.0) is None
+    assert timing_problem("kill-pod", error=None, injected=None, recovered=None, resumed=None, last_answer=3.0) == (
+        "the burst ended before kill-pod was injected: use more --requests"
+    )
 
 
 def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str, CommandError | None]:

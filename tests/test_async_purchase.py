@@ -93,7 +93,8 @@ LOOP_BATCHED = ["db", "redis", "atomic", "redis-stock"]
 def loop_sale(count: int, *, hang_up_every: int = 0) -> tuple[Counter, Counter]:
     """``count`` purchases as tasks of one event loop (BATCH from the settings), 30 customers (limit 1);
     with ``hang_up_every``, every n-th shopper's task is cancelled, one after another over the first
-    200 ms (Django cancels the view of a client that hangs up). Their outcomes and the batch sizes they were served in."""
+    200 ms (Django cancels the view of a client that hangs up). Their outcomes ("hung up": the
+    cancelled) and the batch sizes they were served in."""
     outcomes, sizes = Counter(), Counter()
 
     async def shopper(number: int) -> None:

@@ -443,6 +443,10 @@ STORED_FIGURES = [
 ]
 
 
+#: What a row of a document written before a key existed stands for (every such run was on WSGI).
+OLDER_ROWS_LACK = {"server": "wsgi"}
+
+
 def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
     """Keep the audited row as a :class:`~inventory.models.BurstRun` (the admin's history)."""
     BurstRun.objects.create(
@@ -451,5 +455,8 @@ def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
         strategy=row["row"],
         timeline=figures["timeline"],
         sentence=sentence(row),
-        **{name: row[name] for name in STORED_FIGURES},
+        **{
+            name: row.get(name, OLDER_ROWS_LACK[name]) if name in OLDER_ROWS_LACK else row[name]
+            for name in STORED_FIGURES
+        },
     )

@@ -8,7 +8,7 @@ import pytest
 from inventory.audit import audit
 from inventory.models import Order
 from loadtests.figures import with_hot_row_ratio
-from loadtests.hotrow import HOT_ROW, run_shape
+from loadtests.hotrow import HOT_ROW, HotRowError, run_shape
 from loadtests.pods import database_url
 from loadtests.table import COLUMNS, hot_row_cells
 
@@ -82,3 +82,12 @@ def test_a_hot_row_shape_fits_the_table():
         "yes",
     )
     assert named["p50 ms"] is None and named["×floor"] is None  # no HTTP: those columns stay empty
+
+
+def test_a_connection_that_cannot_open_is_one_clear_error():
+    """A process whose connection fails says so in one line (HotRowError), and the race does not
+    wait for it: the others are released and the failure is raised."""
+    dsn = "postgresql://postgres@127.0.0.1:5432/no_such_database_here"
+    with pytest.raises(HotRowError, match=r"^OperationalError: .*no_such_database_here") as failed:
+        run_shape(dsn, product_id=1, purchases=4, connections=2, batch=1)
+    assert "\n" not in str(failed.value)

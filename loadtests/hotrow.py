@@ -127,10 +127,19 @@ def connection_process(dsn: str, product_id: int, batch: int, who: str, left, st
     tallies.put(asdict(tally))
 
 
+def forkserver():
+    """The processes' start method: a fork server (started once, spawned clean, with this module
+    loaded) forks each connection's process; nothing of this process's threads or connections
+    goes with it, and a race after the first starts its processes in milliseconds."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 def race(dsn: str, *, product_id: int, purchases: int, connections: int, batch: int) -> tuple[list[Tally], float]:
     """One process per connection (the client has no GIL to share, as PostgreSQL's own ``pgbench``
     has none), each connection opened first, all released at once: (their tallies, seconds)."""
-    context = multiprocessing.get_context("spawn")  # nothing of this process's threads or connections
+    context = forkserver()
     left = context.Value("q", purchases)
     start = context.Barrier(connections + 1)
     tallies = context.Queue()

@@ -130,6 +130,8 @@ def test_a_holder_whose_lease_lapsed_is_refused_by_the_fence(config, make_produc
     assert audit(sku="phone-x").ok and Order.objects.count() == 1
 
 
+# It kills two members of its own cluster and waits for the timeout: make test runs it, not make check.
+@pytest.mark.slow
 def test_majority_down_answers_busy_within_the_timeout_and_changes_nothing(config, etcd_cluster, make_product):
     make_product(stock=5)
     strategy = EtcdLockStrategy(config=config)

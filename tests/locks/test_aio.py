@@ -67,6 +67,8 @@ def test_async_waiters_are_woken_and_never_overlap(single, name):
     run(scenario())
 
 
+# It waits out renewals and a lost lease (about 1 s): make test runs it, not make check.
+@pytest.mark.slow
 def test_async_watchdog_renews_then_reports_loss(single, name):
     async def scenario():
         client = aioredis.Redis.from_url(SINGLE_URL)

@@ -36,7 +36,7 @@ from django.db import connection
 
 from .batched import apurchase_in_batch, run_batch
 from .results import PurchaseResult
-from .services import Ready, busy, finish, held_for, prepare, section_of
+from .services import Ready, busy, finish, held_for, prepare, queued, section_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import LockUnavailable
@@ -141,15 +141,7 @@ async def _prepared(
 async def _in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:
     """The purchase queued on this loop's combiner (``BATCH`` > 1): it waits on the loop, and only
     its batch's section takes an ORM thread."""
-    return await apurchase_in_batch(
-        strategy,
-        sku=ready.sku,
-        product_id=ready.shelf.product_id,
-        customer=ready.customer,
-        quantity=ready.quantity,
-        key=ready.key,
-        run=functools.partial(on_thread, run_batch),
-    )
+    return await apurchase_in_batch(strategy, **queued(ready), run=functools.partial(on_thread, run_batch))
 
 
 async def _alone(strategy: Strategy, ready: Ready) -> PurchaseResult:

@@ -147,14 +147,18 @@ def prepare(
 
 def in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:
     """The purchase queued for a section shared with others (``BATCH`` > 1)."""
-    return purchase_in_batch(
-        strategy,
-        sku=ready.sku,
-        product_id=ready.shelf.product_id,
-        customer=ready.customer,
-        quantity=ready.quantity,
-        key=ready.key,
-    )
+    return purchase_in_batch(strategy, **queued(ready))
+
+
+def queued(ready: Ready) -> dict:
+    """What a combiner's queue needs of a purchase (``purchase_in_batch`` and its asyncio twin)."""
+    return {
+        "sku": ready.sku,
+        "product_id": ready.shelf.product_id,
+        "customer": ready.customer,
+        "quantity": ready.quantity,
+        "key": ready.key,
+    }
 
 
 def finish(result: PurchaseResult, ready: Ready) -> PurchaseResult:

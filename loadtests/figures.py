@@ -161,7 +161,11 @@ def merge(summaries: list[dict]) -> dict:
     merged["errors"] = [error for summary in summaries for error in summary.get("errors", [])]
     merged["sent_times"] = sorted(t for summary in summaries for t in summary.get("sent_times", []))
     merged["answer_times"] = sorted(t for summary in summaries for t in summary.get("answer_times", []))
-    merged["purchases"] = sorted(p for summary in summaries for p in summary.get("purchases", []))
+    # In send order, then answer order: two purchases sent and answered within the same 0.1 ms may
+    # differ in a later field that is None for one of them (the lock wait), which does not compare.
+    merged["purchases"] = sorted(
+        (p for summary in summaries for p in summary.get("purchases", [])), key=lambda purchase: purchase[:2]
+    )
 
     def times(key: str) -> list[float]:
         return [s[key] for s in summaries if s.get(key) is not None]

@@ -33,6 +33,7 @@ at most one order per key. A resent purchase is counted once in ``sent``/``answe
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import time
@@ -240,6 +241,16 @@ class FlashSale:
         conductor.absorb(worker, report)
         if not conductor.finished or conductor.phase == "ended":
             return
+        try:
+            self.close_round(environment, conductor)
+        except Exception:
+            # A round that cannot be closed would leave the sale waiting until flashsale's time limit:
+            # quit now, without a summary; flashsale then says so with the end of this log.
+            logging.exception("the master could not close round %s", conductor.round)
+            gevent.spawn(environment.runner.quit)
+
+    def close_round(self, environment, conductor: Conductor) -> None:
+        """Every worker has finished the round: the next round, or the summary and the end."""
         if conductor.errors:
             self.end_sale(environment)
             return

@@ -177,3 +177,14 @@ def test_timeline_counts_sends_and_answers_from_the_clients_own_times():
     samples = [(99.0, -1.0, 10), (100.0, 0.0, 10), (100.5, 0.5, 4), (101.0, 1.0, 0)]
     points = timeline(samples, opened_at=100.0, sent_times=[100.0, 100.1, 100.2], answer_times=[100.4, 100.6, 101.0])
     assert points == [[0.0, 10, 1, 0], [0.5, 4, 3, 1], [1.0, 0, 3, 3]]  # before the opening: left out
+
+
+def test_merge_orders_purchases_sent_and_answered_at_the_same_instant():
+    """Seen in a spike of zookeeper (flashsale --sales 3, 2026-12-02): two purchases sent and answered
+    within the same 0.1 ms with the same status, one whose section took the lock (a lock wait) and
+    one answered sold out (None), made the master's merge compare a float with None; the master's
+    handler raised, the round never ended and the row hung until its time limit."""
+    took_lock = [100.0001, 100.5, 409, 3.2, [], []]
+    sold_out = [100.0001, 100.5, 409, None, [], []]
+    merged = merge([summary(purchases=[took_lock]), summary(purchases=[sold_out])])
+    assert merged["purchases"] in ([took_lock, sold_out], [sold_out, took_lock])

@@ -73,19 +73,23 @@ def run_row(
 ) -> dict:
     """Run one row (a strategy, or ``"floor"``) of the comparison and return it (the JSON keys).
 
-    A strategy's row runs two rounds on the same pods, shoppers and connections: the floor
-    endpoint first (its ``floor`` figures, after an uncounted warm-up), then the purchase; its
-    ``floor_ratio`` is against that floor round, or against ``floor`` (an earlier floor row) when
-    the row has none. With ``plan.fault`` the row runs the purchase round only, and the fault is
+    A strategy's row runs its rounds on the same pods, shoppers and connections (:func:`row_rounds`):
+    the floor endpoint (its ``floor`` figures, after an uncounted warm-up), then the purchase, and
+    so ``plan.sales`` times, each sale of its own product. The row is its median sale by purchases
+    per second (every sale audited and judged), its ``floor`` the best floor round, and its
+    ``floor_ratio`` the one over the other, or against ``floor`` (an earlier floor row) when the
+    row has none. With ``plan.fault`` the row runs one purchase round only, and the fault is
     injected once a third of its purchases have been answered and recovered after its hold
     (:mod:`loadtests.faultrun`).
     """
-    prepare_product(sku=plan.sku, stock=plan.sale_stock)
+    for number in range(plan.sales):
+        prepare_product(sku=plan.sale_sku(number), stock=plan.sale_stock)
     started_at = timezone.now()
-    progress = Progress(backend=backend, requests=plan.requests)
+    progress = Progress(backend=backend, requests=plan.requests, sales=len(sale_rounds(row_rounds(backend, plan))))
     faulted = fault_run(backend, plan)
     figures, peak_connections = run_processes(backend, plan, progress, faulted, on_progress)
     own_floor = figures.pop("floor_round", None)
+    others = figures.pop("other_sales", [])
     row = record(
         backend=backend,
         plan=plan,
@@ -93,11 +97,14 @@ def run_row(
         started_at=started_at,
         peak_db_connections=peak_connections,
         floor=own_floor or floor,
+        others=others,
     )
     row["floor"] = own_floor
     row["steps_s"] = progress.steps  # where the row's wall-clock time went
     # Combining (BATCH): the size asked for, the sections run and the sizes they had.
     row.update(batch=plan.batch, **{key: figures.get(key) for key in ("sections", "batch_p50", "batch_p99")})
+    # Every sale's headline, and every floor round's rate: the spread behind the median and the best.
+    row.update(sales=figures.get("sales") or [], floor_rounds_rps=figures.get("floor_rounds_rps") or [])
     return row
 
 
@@ -145,12 +152,20 @@ def floor_row(runs: list[dict]) -> dict | None:
     }
 
 
-def row_rounds(backend: str, plan: BurstPlan) -> list[str]:
-    """The endpoints a row's shoppers post to, one round each: the floor alone, the purchase alone
-    under a fault or with ``--no-floor``, else the floor then the purchase."""
-    if backend == FLOOR:
-        return ["floor"]
-    return ["floor", "purchase"] if plan.floor_round and not plan.fault else ["purchase"]
+def row_rounds(backend: str, plan: BurstPlan) -> list[tuple[str, str]]:
+    """The rounds a row's shoppers post, in order, as (endpoint, SKU): ``plan.sales`` sales, each of
+    its own product (:meth:`BurstPlan.sale_sku`) and each right after a floor round on it; the
+    purchase alone under a fault or with ``--no-floor``; the floor row, floor rounds only."""
+    rounds = []
+    for number in range(plan.sales if not plan.fault else 1):
+        sku = plan.sale_sku(number)
+        if backend == FLOOR:
+            rounds.append(("floor", sku))
+            continue
+        if plan.floor_round and not plan.fault:
+            rounds.append(("floor", sku))
+        rounds.append(("purchase", sku))
+    return rounds
 
 
 def fault_run(backend: str, plan: BurstPlan) -> FaultRun | None:
@@ -221,28 +236,78 @@ def run_processes(
 
 
 def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: FaultRun | None) -> dict:
-    """The Locust master's summary of the row's last round, with the server's count, the
-    timeline, a fault's figures and the floor round's figures (``floor_round``) if one ran first."""
+    """The Locust master's figures of the row's median sale (its rounds' ``sale_rounds``, by
+    purchases per second) with the server's count, the timeline and a fault's figures; the other
+    sales' under ``other_sales`` (each to be audited), every sale's headline under ``sales``, and
+    the best floor round's figures under ``floor_round`` if any ran."""
     if summary is None:
         raise BurstError(
             f"the Locust master exited with code {row.master.process.returncode} and no summary: "
             f"{row.master.log_tail()}; workers: {' | '.join(worker.log_tail(2) for worker in row.workers)}"
         )
-    figures = dict(summary)
-    rounds = figures.pop("rounds", [summary])
-    figures["server_purchases"] = row.server_purchases(row.rounds[-1])
-    figures["timeline"] = timeline(
-        progress.samples,
-        opened_at=progress.opened_at or 0.0,
-        sent_times=figures["sent_times"],
-        answer_times=figures["answer_times"],
-    )
-    figures["locust_report"] = f"{row.locust_report}.html"
-    if len(row.rounds) > 1 and len(rounds) == len(row.rounds):
-        figures["floor_round"] = floor_figures(rounds[0], server_posts=row.server_purchases("floor"))
+    rounds = summary.get("rounds") or [summary]
+    # A sale cut short (an error in the locustfile) leaves fewer rounds: its last one is judged.
+    played = list(zip(row.rounds, rounds, strict=False))
+    sales = [
+        sale_figures(row, progress, number, endpoint, sku, summary=dict(figures))
+        for number, ((endpoint, sku), figures) in enumerate(played)
+        if endpoint == "purchase" or row.backend == FLOOR
+    ]
+    if not sales:
+        number = len(played) - 1
+        sales = [sale_figures(row, progress, number, *row.rounds[number], summary=dict(rounds[number]))]
+    chosen = best_of(sales) if row.backend == FLOOR else median_of(sales)
+    figures = dict(chosen)
+    figures["other_sales"] = [sale for sale in sales if sale is not chosen]
+    figures["sales"] = [sale_headline(sale) for sale in sales]
+    floors = [(sku, figures) for (endpoint, sku), figures in played if endpoint == "floor"]
+    if floors and row.backend != FLOOR:
+        sku, best = max(floors, key=lambda pair: pair[1].get("rps") or 0)
+        figures["floor_round"] = floor_figures(best, server_posts=row.server_purchases("floor", sku))
+        figures["floor_rounds_rps"] = [round(floor.get("rps") or 0, 1) for _, floor in floors]
     if faulted:
         figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return figures
+
+
+def sale_figures(row: Row, progress: Progress, number: int, endpoint: str, sku: str, *, summary: dict) -> dict:
+    """Round ``number``'s figures as one sale: the master's summary, with its product, the POSTs
+    its pods logged, its timeline and the Locust report it belongs to."""
+    summary.pop("rounds", None)
+    opened_at = summary.get("opened_at") or progress.opened_at or 0.0
+    summary.update(
+        sku=sku,
+        sale=sum(kind == endpoint for kind, _ in row.rounds[: number + 1]),
+        server_purchases=row.server_purchases(endpoint, sku),
+        timeline=timeline(
+            progress.samples_of(number),
+            opened_at=opened_at,
+            sent_times=summary["sent_times"],
+            answer_times=summary["answer_times"],
+        ),
+        locust_report=f"{row.locust_report}.html",
+    )
+    return summary
+
+
+def sale_rounds(rounds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The rounds that are sales: the purchase rounds, or the floor's own rounds on the floor row."""
+    purchases = [one for one in rounds if one[0] == "purchase"]
+    return purchases or rounds
+
+
+def median_of(sales: list[dict]) -> dict:
+    """The sale with the median purchases per second (the lower middle one for an even count)."""
+    return sorted(sales, key=lambda sale: sale.get("rps") or 0)[(len(sales) - 1) // 2]
+
+
+def best_of(sales: list[dict]) -> dict:
+    return max(sales, key=lambda sale: sale.get("rps") or 0)
+
+
+def sale_headline(sale: dict) -> dict:
+    """What the row keeps of each of its sales: enough to show their spread."""
+    return {key: sale.get(key) for key in ("sale", "sku", "rps", "drain_s", "sold_out_after_s", "arrival_window_s")}
 
 
 def floor_figures(summary: dict, *, server_posts: int) -> dict:
@@ -278,15 +343,17 @@ def drive(
         progress.finished = not row.master.running() or row.summary_path.exists()
         progress.prepared = report.get("prepared", 0)
         progress.sent, progress.answered = report.get("sent", 0), report.get("answered", 0)
-        last_round = report.get("round", 0) + 1 >= report.get("rounds", 1)
+        number = report.get("round", 0)
+        endpoint, sku = row.rounds[min(number, len(row.rounds) - 1)]
         opened_at = report.get("opened_at")
-        if not last_round and report.get("phase") in ("open", "done"):
-            progress.phase = "floor"
-        elif opened_at is None or not last_round:
+        progress.sale = sum(kind == "purchase" for kind, _ in row.rounds[: number + 1])
+        if opened_at is None or report.get("phase") not in ("open", "done", "ended"):
             if waiting_gave_up(row, progress, report, began):
                 return
+        elif endpoint == "floor":
+            progress.phase = "floor"
         else:
-            sample_burst(row, progress, opened_at)
+            sample_burst(row, progress, opened_at, number=number, sku=sku)
         if on_progress:
             on_progress(progress)
         if progress.finished:
@@ -316,7 +383,7 @@ def waiting_gave_up(row: Row, progress: Progress, report: dict, began: float) ->
     plan = row.plan
     if progress.finished or any(not worker.running() for worker in row.workers):
         return True
-    if time.monotonic() - began > plan.prepare_timeout_s + (plan.timeout_s if len(row.rounds) > 1 else 0):
+    if time.monotonic() - began > plan.prepare_timeout_s + plan.timeout_s * (len(row.rounds) - 1):
         raise BurstError(
             f"preparing {plan.requests} shoppers took over {plan.prepare_timeout_s:.0f}s "
             f"({progress.prepared} ready); see {row.master.log_path}"
@@ -327,28 +394,40 @@ def waiting_gave_up(row: Row, progress: Progress, report: dict, began: float) ->
     return False
 
 
-def sample_burst(row: Row, progress: Progress, opened_at: float) -> None:
-    """The last round is open: a sample of the stock (the timeline), and the time limit."""
+def sample_burst(row: Row, progress: Progress, opened_at: float, *, number: int, sku: str) -> None:
+    """Round ``number``, a sale of ``sku``, is open: a sample of its stock (its timeline), and the time limit."""
     now = time.time()
     progress.opened_at = opened_at
     progress.phase = "burst"
     progress.elapsed_s = now - opened_at
-    progress.stock = Product.objects.filter(sku=row.plan.sku).values_list("stock", flat=True).first()
-    progress.samples.append((now, progress.elapsed_s, progress.stock))
+    progress.stock = Product.objects.filter(sku=sku).values_list("stock", flat=True).first()
+    progress.samples_of(number).append((now, progress.elapsed_s, progress.stock))
     if progress.elapsed_s > row.plan.timeout_s + 30:
         raise BurstError(f"locust still running after {progress.elapsed_s:.0f}s; see {row.master.log_path}")
 
 
 def record(
-    *, backend: str, plan: BurstPlan, figures: dict, started_at, peak_db_connections: int | None, floor: dict | None
+    *,
+    backend: str,
+    plan: BurstPlan,
+    figures: dict,
+    started_at,
+    peak_db_connections: int | None,
+    floor: dict | None,
+    others: list[dict] = (),
 ) -> dict:
-    """Audit the database (not for the floor), judge the invariants, store the BurstRun with the
-    report's sentence for it, return the row."""
-    # The floor sells nothing: there is nothing to audit.
-    report = None if backend == FLOOR else audit(sku=plan.sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
-    busy = figures["busy"]
-    errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - busy
-    problems = judge(backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx)
+    """Audit the database (not for the floor) after every sale of the row, judge the invariants of
+    each, store the BurstRun of the row (its median sale ``figures``) with the report's sentence
+    for it, return the row. A problem of any sale is the row's; its oversold, undersold and lost
+    units are those of all its sales."""
+    report, errors_5xx, mine = judged(backend, plan, figures)
+    totals = audited(report, plan)
+    problems = [f"sale {figures['sale']}: {problem}" for problem in mine] if others else mine
+    for other in others:
+        other_report, _, theirs = judged(backend, plan, other)
+        problems += [f"sale {other['sale']}: {problem}" for problem in theirs]
+        for key in ("oversold", "undersold", "lost"):
+            totals[key] += audited(other_report, plan)[key]
     row = {
         "row": backend,
         "scenario": plan.scenario,
@@ -359,7 +438,7 @@ def record(
         "balancer": plan.balancer,
         "server": plan.server,
         "locust_workers": plan.locust_workers,
-        **audited(report, plan),
+        **totals,
         "errors_5xx": errors_5xx,
         "invariants_ok": not problems,
         "problems": problems,
@@ -375,6 +454,15 @@ def record(
     if report is not None:
         store(row, plan=plan, figures=figures, started_at=started_at)
     return row
+
+
+def judged(backend: str, plan: BurstPlan, figures: dict) -> tuple:
+    """One sale's audit (None for the floor, which sells nothing), its server errors (5xx but the
+    503s that said busy) and its problems."""
+    sku = figures.get("sku", plan.sku)
+    report = None if backend == FLOOR else audit(sku=sku, told_sold_out=figures["outcomes"].get("sold_out", 0))
+    errors_5xx = sum(n for status, n in figures["status_counts"].items() if int(status) >= 500) - figures["busy"]
+    return report, errors_5xx, judge(backend=backend, plan=plan, figures=figures, report=report, errors_5xx=errors_5xx)
 
 
 #: The Locust master's figures a row carries as they are (None when a run has no such figure).
@@ -451,7 +539,7 @@ def store(row: dict, *, plan: BurstPlan, figures: dict, started_at) -> None:
     """Keep the audited row as a :class:`~inventory.models.BurstRun` (the admin's history)."""
     BurstRun.objects.create(
         started_at=started_at,
-        sku=plan.sku,
+        sku=figures.get("sku", plan.sku),
         strategy=row["row"],
         timeline=figures["timeline"],
         sentence=sentence(row),

@@ -91,6 +91,13 @@ def add_run_arguments(parser) -> None:
         help="run every row N times; print the median and range, and keep every repeat in the JSON (repeats)",
     )
     parser.add_argument(
+        "--sales",
+        type=int,
+        default=1,
+        help="sell N times in each row, on the same pods and prepared shoppers, each sale of its own product "
+        "right after a floor round on it: the row is the median sale, read against the best floor round",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -224,6 +231,7 @@ def check_numbers(
     locust_workers: int | None,
     repeat: int,
     timeout: float | None,
+    sales: int = 1,
 ) -> tuple[float, int]:
     """Refuse a number below its least value; the timeout and Locust workers, defaults filled in."""
     if timeout is None:
@@ -239,6 +247,7 @@ def check_numbers(
         ("--pods", pods, 1),
         ("--locust-workers", locust_workers, 1),
         ("--repeat", repeat, 1),
+        ("--sales", sales, 1),
         ("--timeout", timeout, 1),
     ):
         if value < least:
@@ -362,7 +371,10 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         locust_workers=options["locust_workers"],
         repeat=options["repeat"],
         timeout=options["timeout"],
+        sales=options.get("sales", 1),
     )
+    if fault and options.get("sales", 1) > 1:
+        raise CommandError("--fault runs one sale a row (the fault is injected into it): drop --sales")
     check_paths(sku=options["sku"], json_path=options["json_path"], report_path=options.get("report_path", ""))
     balancers = check_balancers(options["balancer"], master_port=options["master_port"])
     servers = check_servers(options.get("server", "wsgi"), names=names)
@@ -386,6 +398,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         fenced=not unfenced,
         yardstick=options.get("yardstick", False),
         floor_round=options.get("floor_round", True),
+        sales=options.get("sales", 1),
     )
     return Rows(
         plan=plan,

@@ -52,12 +52,17 @@ class BurstPlan:
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
     yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
     floor_round: bool = True  # each row posts to the floor endpoint on its own pods before it buys
+    sales: int = 1  # purchase rounds per row on the same pods and shoppers, a fresh product each (--sales)
     server: str = "wsgi"  # SHOP_SERVER of the pods: one of SERVERS
 
     @property
     def sale_stock(self) -> int:
         """Units on sale: ``deep`` puts one on the shelf per purchase, so every purchase reaches the strategy."""
         return self.requests if self.scenario == "deep" else self.stock
+
+    def sale_sku(self, number: int) -> str:
+        """The product of the row's sale ``number`` (0-based): the plan's SKU, then ``<sku>-2``, ``<sku>-3``..."""
+        return self.sku if number == 0 else f"{self.sku}-{number + 1}"
 
     @property
     def prepare_timeout_s(self) -> float:
@@ -84,8 +89,20 @@ class Progress:
     elapsed_s: float = 0.0  # since the opening
     finished: bool = False  # the last sample: the Locust master has exited
     opened_at: float | None = None  # wall clock of the opening
-    samples: list[tuple[float, float, int | None]] = field(default_factory=list)  # (wall clock, since opening, stock)
+    sales: int = 1  # the row's sales (purchase rounds)
+    sale: int = 0  # the sale running or being prepared, from 1 (0: a floor round before the first)
+    # Per round: (wall clock, since its opening, stock of its product) every sample while it ran
+    samples: dict[int, list[tuple[float, float, int | None]]] = field(default_factory=dict)
     steps: dict[str, float] = field(default_factory=dict)  # where the row's wall-clock time went, in order
+
+    def samples_of(self, number: int) -> list[tuple[float, float, int | None]]:
+        """The samples of round ``number`` (0-based), a list kept as it grows."""
+        return self.samples.setdefault(number, [])
+
+    @property
+    def sale_label(self) -> str:
+        """``"sale 2/3: "`` while a row sells more than once, else nothing."""
+        return f"sale {max(1, self.sale)}/{self.sales}: " if self.sales > 1 else ""
 
     def step(self, name: str, since: list[float]) -> None:
         """Note that step ``name`` ended: the seconds since the previous one (``since`` holds its end)."""

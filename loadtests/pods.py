@@ -165,10 +165,11 @@ class Row:
         run_dir: Path,
         scratch: Path,
         env: dict[str, str] | None = None,
-        rounds: list[str] | None = None,
+        rounds: list[tuple[str, str]] | None = None,
     ) -> None:
         self.backend = backend
-        self.rounds = rounds or ["floor" if backend == FLOOR else "purchase"]  # endpoints, one round each
+        # (endpoint, SKU) of each round, in order
+        self.rounds = rounds or [("floor" if backend == FLOOR else "purchase", plan.sku)]
         self.env = env or {}
         self.plan = plan
         self.run_dir = run_dir
@@ -280,7 +281,7 @@ class Row:
                 *("-u", str(users), "-r", str(users), "-t", f"{int(keepalive_s(plan))}s"),
                 *("--scenario", "closed" if closed else "spike", "--purchases", str(plan.requests)),
                 *("--sku", plan.sku, "--max-retries", str(plan.max_retries), "--countdown", str(plan.countdown_s)),
-                *("--path", ",".join(f"/api/products/{{sku}}/{endpoint}" for endpoint in self.rounds)),
+                *("--path", ",".join(f"/api/products/{sku}/{endpoint}" for endpoint, sku in self.rounds)),
                 *("--summary-json", str(self.summary_path), "--progress-file", str(self.progress_path)),
                 *("--wait-for", str(self.go_path)),
                 *("--csv", str(self.locust_report), "--html", f"{self.locust_report}.html"),
@@ -347,10 +348,10 @@ class Row:
             LINGERING.append(threading.Thread(target=stop_all, args=([self.master],), name="locust-master-stop"))
             LINGERING[-1].start()
 
-    def server_purchases(self, endpoint: str) -> int:
-        """POSTs to ``endpoint`` (``purchase``, ``floor``) that reached the pods, from their access
-        logs (complete once they stopped)."""
-        needle = f'"POST /api/products/{self.plan.sku}/{endpoint} '
+    def server_purchases(self, endpoint: str, sku: str) -> int:
+        """POSTs to ``endpoint`` (``purchase``, ``floor``) of ``sku`` that reached the pods, from their
+        access logs (complete once they stopped)."""
+        needle = f'"POST /api/products/{sku}/{endpoint} '
         total = 0
         for pod in range(len(self.pods)):
             try:

@@ -122,6 +122,20 @@ def steps_line(run: dict) -> str | None:
     return "  time: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in steps.items()) + f" (s; {total:.1f} s)"
 
 
+def sales_line(run: dict) -> str | None:
+    """A row that sold more than once: each sale's purchases/s, the floor rounds' and the ratio's range:
+    ``  sales: 1231, 1187, 1302/s (median 1231); floor rounds 2247, 2101, 2190/s (best 2247); ×floor 0.53-0.62``."""
+    sales = [sale["rps"] for sale in run.get("sales") or [] if sale.get("rps")]
+    if len(sales) < 2:
+        return None
+    line = f"  sales: {', '.join(f'{rps:.0f}' for rps in sales)}/s (median {run['rps']:.0f})"
+    floors = run.get("floor_rounds_rps") or []
+    if floors:
+        line += f"; floor rounds {', '.join(f'{rps:.0f}' for rps in floors)}/s (best {max(floors):.0f})"
+        line += f"; ×floor {min(sales) / max(floors):.2f}-{max(sales) / max(floors):.2f}"
+    return line
+
+
 def breakdown_line(run: dict) -> str | None:
     """Where the server time of the row's purchases went (means over those whose section ran):
     ``  server ms: queue 1.2 + lock 3.4 + hold 5.6 (commit 0.3, 7 SQL) + outside 2.1 = 12.3 (mean of 300)``."""

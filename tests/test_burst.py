@@ -12,6 +12,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from inventory.audit import audit
 from inventory.models import BurstRun, Order, Product
 from loadtests.report.base import BREAKDOWN_PARTS, ms
 from loadtests.report.page import render_report
@@ -273,14 +274,38 @@ def test_repeat_reports_the_median_and_range(tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
-    document, printed, error = burst(tmp_path, backends="unsafe", requests=1000, stock=20, floor_round=False)
+def test_unsafe_spike_oversells_in_every_sale_and_the_audit_catches_each(tmp_path):
+    document, printed, error = burst(tmp_path, backends="unsafe", requests=1000, stock=20, floor_round=False, sales=2)
 
     assert error is not None and "invariants broken: unsafe" in str(error)
     run = rows(document)["unsafe"]
-    assert run["invariants_ok"] is False and run["oversold"] > 0
+    assert [sale["sku"] for sale in run["sales"]] == [SKU, f"{SKU}-2"]  # one product per sale
+    # Each sale's product is audited on its own; the row's oversold units are both sales'.
+    oversold = {sku: audit(sku=sku).oversold for sku in (SKU, f"{SKU}-2")}
+    assert all(units > 0 for units in oversold.values()), oversold
+    assert run["invariants_ok"] is False and run["oversold"] == sum(oversold.values())
+    assert {problem.split(":")[0] for problem in run["problems"]} == {"sale 1", "sale 2"}
     assert BurstRun.objects.get().invariants_ok is False
     assert [line.split()[-1] for line in printed.splitlines() if line.startswith("unsafe ")] == ["NO"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tmp_path):
+    document, printed, error = burst(tmp_path, backends="atomic", requests=300, stock=10, sales=3)
+
+    assert error is None, f"{error}\n{printed}"
+    by_backend = rows(document)
+    run, floor = by_backend["atomic"], by_backend["floor"]
+    sales = sorted(run["sales"], key=lambda sale: sale["rps"])
+    assert [sale["sale"] for sale in run["sales"]] == [1, 2, 3]
+    assert run["rps"] == sales[1]["rps"] and len(run["floor_rounds_rps"]) == 3
+    assert floor["rps"] == pytest.approx(max(run["floor_rounds_rps"]), abs=0.1)
+    assert run["floor_ratio"] == pytest.approx(run["rps"] / floor["rps"], rel=0.01)
+    for sku in (SKU, f"{SKU}-2", f"{SKU}-3"):  # every sale sold its 10 units, no more
+        assert Product.objects.get(sku=sku).stock == 0
+        assert Order.objects.filter(product__sku=sku).count() == 10
+    assert BurstRun.objects.get().sku == sales[1]["sku"]  # the row stored is its median sale
+    assert "  sales: " in printed and "(median " in printed
 
 
 @pytest.mark.django_db
@@ -297,6 +322,11 @@ def test_unsafe_spike_oversells_and_the_audit_catches_it(tmp_path):
         ({"users": 0}, "--users must be 1 or more"),
         ({"pods": 0}, "--pods must be 1 or more"),
         ({"repeat": 0}, "--repeat must be 1 or more"),
+        ({"sales": 0}, "--sales must be 1 or more"),
+        (
+            {"sales": 2, "scenario": "deep", "fault": "kill-holder"},
+            "--fault runs one sale a row (the fault is injected into it): drop --sales",
+        ),
         ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),

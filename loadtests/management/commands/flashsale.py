@@ -38,6 +38,7 @@ from loadtests.table import (
     hot_row_cells,
     phase_lines,
     run_cells,
+    sales_line,
     steps_line,
     table_row,
 )
@@ -183,7 +184,7 @@ class Command(BaseCommand):
                     run["round"] = round_number
                 runs.append(run)
                 self.stdout.write(table_row(run_cells(run)))
-                for line in filter(None, [steps_line(run), breakdown_line(run), *phase_lines(run)]):
+                for line in filter(None, [steps_line(run), sales_line(run), breakdown_line(run), *phase_lines(run)]):
                     self.stdout.write(line)
         floors = [floor_row([run for run in runs if via_of(run) == via]) for via in vias]
         for floor in (floor for floor in floors if floor):
@@ -332,7 +333,7 @@ class Command(BaseCommand):
 
         def show(progress: Progress) -> None:
             text = (
-                f"{progress.backend}: "
+                f"{progress.backend}: {progress.sale_label if progress.phase in ('floor', 'burst') else ''}"
                 + {
                     "starting": "starting the pods",
                     "preparing": f"preparing shoppers {progress.prepared}/{progress.requests}",

@@ -12,8 +12,10 @@ MANAGE := $(BIN)/python manage.py
 # shoppers spread over them directly: on two shared cores HAProxy's own CPU costs the floor 0.55-0.72x
 # (docs/distributed.md; --balancer haproxy for it); then one hot SKU at the speed of its database:
 # db and redis with each purchase alone in its section and with up to 64 sharing one (docs/batching.md).
+# --steadiness first times one fixed CPU job a few times: the machine's own noise, which any two
+# runs' ×floor share (docs/burst.md, "The instrument on two cores").
 demo: services migrate seed static
-	$(MANAGE) flashsale --scenario spike --strategies all --requests 5000 --stock 100 --pods 2 \
+	$(MANAGE) flashsale --scenario spike --strategies all --requests 5000 --stock 100 --pods 2 --steadiness \
 		--json artifacts/burst.json --report artifacts/report.html
 	$(MANAGE) flashsale --scenario deep --strategies db,redis --requests 1000 --batch 1,64 \
 		--json artifacts/batching.json --report artifacts/batching.html

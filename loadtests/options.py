@@ -98,6 +98,12 @@ def add_run_arguments(parser) -> None:
         "right after a floor round on it: the row is the median sale, read against the best floor round",
     )
     parser.add_argument(
+        "--steadiness",
+        action="store_true",
+        help="before the rows, time one fixed CPU job a few times (loadtests/steadiness.py, about 4 s) and print "
+        "how much this machine's speed varies: the noise any two runs' ×floor share",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,

@@ -41,10 +41,17 @@ from .views import View, cell, views
 
 def machine_rows(machine: dict) -> list[tuple[str, str]]:
     labels = {**MACHINE_LABELS, "measured": "Measured", "cpus": "CPU cores", "platform": "OS"}
+    labels["steadiness"] = "Steadiness (flashsale --steadiness)"
     rows = []
     for key, value in machine.items():
         if key == "memory_bytes" and figure(machine, key) is not None:
             value = f"{value / 2**30:.1f} GiB"
+        elif key == "steadiness" and isinstance(value, dict) and value.get("seconds"):
+            seconds = [float(s) for s in value["seconds"]]
+            value = (
+                f"one fixed CPU job took {min(seconds):.2f}-{max(seconds):.2f} s over {len(seconds)} runs in a row "
+                f"({max(seconds) / min(seconds):.2f}x): the machine's own noise"
+            )
         elif isinstance(value, dict):
             value = ", ".join(f"{k} {v if v != '' else '(empty)'}" for k, v in value.items())
         rows.append((labels.get(key, key), str(value)))

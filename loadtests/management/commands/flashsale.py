@@ -31,6 +31,7 @@ from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
+from loadtests.steadiness import describe, steadiness
 from loadtests.table import (
     COLUMNS,
     breakdown_line,
@@ -72,6 +73,7 @@ class Command(BaseCommand):
         self.batched = rows.batch_threads
         repeat, fault, unfenced = options["repeat"], options.get("fault"), options.get("unfenced", False)
         started_at = timezone.now()
+        probe = self.probe_steadiness() if options.get("steadiness") else None
         self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
         runs = self.run_rows(
             rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
@@ -81,12 +83,20 @@ class Command(BaseCommand):
         for run in [*runs, *medians]:
             with_hot_row_ratio(run, self.hot_rows)
         document = self.document(medians, started_at)
+        if probe:
+            document["machine"]["steadiness"] = probe
         if self.hot_rows:
             document["hot_row"] = self.hot_rows
         if repeat > 1:
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
         self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
         self.check_runs(runs, fault=fault, unfenced=unfenced)
+
+    def probe_steadiness(self) -> dict:
+        """The machine's own noise, measured before anything of the burst starts (printed first)."""
+        probe = steadiness()
+        self.stdout.write(describe(probe))
+        return probe
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
         """kill-holder's note; say what --unfenced was expected to show; refuse (exit non-zero) when a

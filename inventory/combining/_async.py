@@ -41,7 +41,7 @@ from ..results import Timings
 from ..strategies.base import Strategy
 from ..strategies.contract import LockUnavailable
 from ..strategies.section import timed_transactions
-from ._async_io import Answers, Event, Mutex, Served, wait
+from ._async_io import Answers, Event, Mutex, Served, Taken, wait
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class AsyncCombiner:
         """Serve one batch; answer what ``serve`` left unanswered; pass leadership on."""
         taken: list[Ticket] = []
 
-        def take() -> list[Ticket]:
+        async def take() -> list[Ticket]:
             if taken:
                 raise RuntimeError("a leader takes its batch once")
             taken.extend(self._take())
@@ -166,7 +166,7 @@ def _ms(since: float, until: float | None = None) -> float:
 async def alead_batch(
     strategy: Strategy,
     combiner: AsyncCombiner,
-    take: Callable[[], list[Ticket]],
+    take: Callable[[], Taken],
     *,
     sku: str,
     product_id: int,
@@ -174,7 +174,8 @@ async def alead_batch(
 ) -> None:
     """Hold the guard once for a batch; answer every purchase taken after the release.
 
-    ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
+    ``combiner`` is an :class:`AsyncCombiner` or an :class:`~inventory.combining._async_shared.AsyncSharedQueue`
+    (its ``take()`` awaits Redis); ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
     (:func:`inventory.batched.run_batch`; on the loop, awaited on an ORM thread), its answers in the
     order of ``asks``.
     """
@@ -184,7 +185,9 @@ async def alead_batch(
         with timed_transactions() as transactions:  # noqa: SIM117 (one with is async here, in the source)
             async with strategy.aguard(sku) as grant:
                 granted = time.perf_counter()
-                tickets = take()
+                tickets = await take()
+                if not tickets:
+                    return  # a shared queue another leader drained: nothing to run
                 db = Timings()
                 results = await run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
     except LockUnavailable:

@@ -15,6 +15,8 @@ Event = asyncio.Event
 #: What ``serve`` and the batch section give back here: something to await.
 Served = Awaitable[None]
 Answers = Awaitable[list]
+#: What a leader's ``take()`` gives back: something to await (a shared queue's LPOP awaits Redis).
+Taken = Awaitable[list]
 
 
 def Mutex() -> nullcontext:  # noqa: N802 (it stands where the twin makes a threading.Lock)

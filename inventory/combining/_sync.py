@@ -43,7 +43,7 @@ from ..results import Timings
 from ..strategies.base import Strategy
 from ..strategies.contract import LockUnavailable
 from ..strategies.section import timed_transactions
-from ._sync_io import Answers, Event, Mutex, Served, wait
+from ._sync_io import Answers, Event, Mutex, Served, Taken, wait
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _ms(since: float, until: float | None = None) -> float:
 def lead_batch(
     strategy: Strategy,
     combiner: Combiner,
-    take: Callable[[], list[Ticket]],
+    take: Callable[[], Taken],
     *,
     sku: str,
     product_id: int,
@@ -176,7 +176,8 @@ def lead_batch(
 ) -> None:
     """Hold the guard once for a batch; answer every purchase taken after the release.
 
-    ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
+    ``combiner`` is an :class:`AsyncCombiner` or an :class:`~inventory.combining._async_shared.AsyncSharedQueue`
+    (its ``take()`` awaits Redis); ``run(strategy, grant, product_id=, asks=, timings=)`` is the batch section
     (:func:`inventory.batched.run_batch`; on the loop, awaited on an ORM thread), its answers in the
     order of ``asks``.
     """
@@ -187,6 +188,8 @@ def lead_batch(
             with strategy.guard(sku) as grant:
                 granted = time.perf_counter()
                 tickets = take()
+                if not tickets:
+                    return  # a shared queue another leader drained: nothing to run
                 db = Timings()
                 results = run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
     except LockUnavailable:

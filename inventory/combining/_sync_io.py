@@ -9,6 +9,8 @@ Mutex = threading.Lock
 #: What ``serve`` and the batch section give back here: nothing, and the answers.
 Served = None
 Answers = list
+#: What a leader's ``take()`` gives back: the tickets taken.
+Taken = list
 
 
 def wait(event: threading.Event, timeout_s: float | None) -> None:

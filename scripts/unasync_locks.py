@@ -5,8 +5,9 @@
 
 ``locks/_async/locks.py`` generates ``locks/_sync/locks.py`` and ``locks/_async/base.py`` generates
 ``locks/_sync/base.py`` (each folder's ``io.py`` is written by hand: its I/O differs);
-``inventory/combining/_async.py`` generates ``inventory/combining/_sync.py`` (its waits are in the
-hand-written ``_async_io.py`` and ``_sync_io.py``). ``unasync``
+``inventory/combining/_async.py`` generates ``inventory/combining/_sync.py`` and ``_async_shared.py`` (the
+shared queue) generates ``_sync_shared.py`` (their waits are in the hand-written ``_async_io.py`` and
+``_sync_io.py``). ``unasync``
 drops ``async``/``await`` and renames ``__aenter__``/``__aexit__``; the replacements below rename the
 asyncio classes to their blocking twins (the modules keep their names, one folder each). The result has its imports
 sorted and is formatted by ``ruff`` (the project's settings, pyproject.toml), so the twins pass
@@ -31,11 +32,14 @@ TWINS = {
     LOCKS / "_async" / "locks.py": LOCKS / "_sync" / "locks.py",
     LOCKS / "_async" / "base.py": LOCKS / "_sync" / "base.py",
     COMBINING / "_async.py": COMBINING / "_sync.py",
+    COMBINING / "_async_shared.py": COMBINING / "_sync_shared.py",
 }
 REPLACEMENTS = {
     "AsyncRedisLock": "RedisLock",
     "AsyncRedlock": "Redlock",
     "AsyncCombiner": "Combiner",
+    "AsyncSharedQueue": "SharedQueue",
+    "_async_shared": "_sync_shared",
     "alead_batch": "lead_batch",
     "aguard": "guard",
     "_async_io": "_sync_io",

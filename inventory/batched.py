@@ -1,10 +1,13 @@
-"""Purchases that share a section (``BATCH`` > 1): a queue per SKU in each process, one leader at a time.
+"""Purchases that share a section (``BATCH`` > 1): a queue per SKU, one leader at a time.
 
-A purchase that got past the shelf's plain read queues here (:class:`inventory.combining.Combiner`,
-one per strategy and SKU). The leader takes the strategy's guard once, then takes up to ``BATCH``
-queued purchases (its own first), runs :func:`inventory.strategies.batch.batch_section` (one read,
-each decided in queue order, one checked stock write, bulk orders and units, one commit),
-releases the guard, and hands each waiter its own answer. A conflict (the storage check refused
+A purchase that got past the shelf's plain read queues here: with ``QUEUE`` ``local`` on its
+process's :class:`inventory.combining.Combiner` (one per strategy and SKU), with ``shared`` on the
+SKU's Redis list, every process's and pod's (:class:`inventory.combining.SharedQueue`, on
+``REDIS_URL``; its answers come back through Redis as :meth:`PurchaseResult.as_wire`). The leader
+takes the strategy's guard once, then takes up to ``BATCH`` queued purchases (its own first, on
+the local queue), runs :func:`inventory.strategies.batch.batch_section` (one read, each decided in
+queue order, one checked stock write, bulk orders and units, one commit), releases the guard, and
+hands each waiter its own answer. A conflict (the storage check refused
 the batch's write) re-runs the whole batch as the strategy allows one purchase to re-run; an
 ``IntegrityError`` (which aborts the whole PostgreSQL transaction) re-runs the batch with each
 purchase in its own savepoint, so one bad purchase never fails the others.
@@ -15,7 +18,9 @@ the others keep theirs. The combiner's "a failing leader answers its batch busy"
 failure before the commit, when nothing of the batch was written.
 
 A waiter still queued when ``ACQUIRE_TIMEOUT_MS`` has passed leaves the queue and is told busy
-(503); one its leader has taken waits for the leader's answer (docs/batching.md).
+(503); one its leader has taken waits for the leader's answer (docs/batching.md), on the shared
+queue for at most ``max(LOCK_TTL_MS, ROW_LOCK_TIMEOUT_MS)`` more (a leader in another process may
+have died). A shared queue whose Redis does not answer answers busy.
 """
 
 from __future__ import annotations
@@ -24,11 +29,24 @@ import logging
 import threading
 import time
 import weakref
-from typing import Awaitable, Callable
+from asyncio import AbstractEventLoop, get_running_loop
+from dataclasses import asdict
+from typing import Any, Awaitable, Callable
 
+import redis
+import redis.asyncio
 from django.db import IntegrityError, OperationalError, connection
 
-from .combining import AsyncCombiner, Combiner, Ticket, alead_batch, lead_batch
+from .combining import (
+    AsyncCombiner,
+    AsyncSharedQueue,
+    Combiner,
+    SharedQueue,
+    SharedTicket,
+    Ticket,
+    alead_batch,
+    lead_batch,
+)
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
@@ -39,24 +57,66 @@ logger = logging.getLogger(__name__)
 
 _combiners: weakref.WeakKeyDictionary[Strategy, dict[str, Combiner]] = weakref.WeakKeyDictionary()
 _async_combiners: weakref.WeakKeyDictionary[Strategy, dict[str, AsyncCombiner]] = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[Strategy, dict[str, SharedQueue]] = weakref.WeakKeyDictionary()
+# An asyncio Redis client belongs to the loop it first ran on: a shared queue per loop.
+_async_shared: weakref.WeakKeyDictionary[
+    AbstractEventLoop, weakref.WeakKeyDictionary[Strategy, dict[str, AsyncSharedQueue]]
+] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()
+#: A blocking read of a shared queue's answer lasts at most its poll (0.2 s): far below this.
+SHARED_SOCKET_TIMEOUT_S = 5.0
 
 
 def combiner_for(strategy: Strategy, sku: str) -> Combiner:
     """The strategy's queue for ``sku`` in this process (its threads'), made on first use."""
-    return _queue_of(_combiners, Combiner, strategy, sku)
+    return _queue_of(_combiners, lambda: Combiner(limit=strategy.batch), strategy, sku)
 
 
 def async_combiner_for(strategy: Strategy, sku: str) -> AsyncCombiner:
     """The strategy's queue for ``sku`` on this process's event loop (ASGI), made on first use."""
-    return _queue_of(_async_combiners, AsyncCombiner, strategy, sku)
+    return _queue_of(_async_combiners, lambda: AsyncCombiner(limit=strategy.batch), strategy, sku)
 
 
-def _queue_of(registry, kind, strategy: Strategy, sku: str):
+def shared_queue_for(strategy: Strategy, sku: str) -> SharedQueue:
+    """The strategy's shared queue for ``sku`` (``QUEUE=shared``), as this process's threads reach it."""
+    client = lambda: redis.Redis.from_url(  # noqa: E731 (made only with the queue)
+        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
+    )
+    return _queue_of(_shared, lambda: _shared_queue(SharedQueue, client(), strategy, sku), strategy, sku)
+
+
+def async_shared_queue_for(strategy: Strategy, sku: str) -> AsyncSharedQueue:
+    """The strategy's shared queue for ``sku`` as this event loop reaches it (ASGI)."""
+    with _combiners_lock:
+        registry = _async_shared.setdefault(get_running_loop(), weakref.WeakKeyDictionary())
+    client = lambda: redis.asyncio.Redis.from_url(  # noqa: E731 (made only with the queue)
+        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
+    )
+    return _queue_of(registry, lambda: _shared_queue(AsyncSharedQueue, client(), strategy, sku), strategy, sku)
+
+
+def shared_key(strategy: Strategy, sku: str) -> str:
+    """The Redis list of ``sku``'s asks under ``strategy`` (its lease and answers are named after it)."""
+    return f"flashsale:queue:{strategy.name}:{{{sku}}}"
+
+
+def _shared_queue(kind, client, strategy: Strategy, sku: str):
+    return kind(
+        client,
+        key=shared_key(strategy, sku),
+        limit=strategy.batch,
+        lease_ms=strategy.config["LOCK_TTL_MS"],
+        item_of=lambda fields: Ask(**fields),
+        answer_as=PurchaseResult.as_wire,
+        answer_of=PurchaseResult.from_wire,
+    )
+
+
+def _queue_of(registry, make: Callable[[], Any], strategy: Strategy, sku: str):
     with _combiners_lock:
         mine = registry.setdefault(strategy, {})
         if sku not in mine:
-            mine[sku] = kind(limit=strategy.batch)
+            mine[sku] = make()
         return mine[sku]
 
 
@@ -74,17 +134,20 @@ def purchase_in_batch(
     strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str
 ) -> PurchaseResult:
     """Queue the purchase and return its own answer, whoever's section served it."""
-    combiner = combiner_for(strategy, sku)
+    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
+        connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
+    combiner = shared_queue_for(strategy, sku) if strategy.queue == "shared" else combiner_for(strategy, sku)
 
     def serve(take) -> None:
         lead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run_batch)
 
-    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
-        connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
-    ticket = combiner.submit(
-        Ask(customer, quantity, key), serve=serve, timeout_s=_queue_timeout_s(strategy), busy=_busy_in(strategy)
-    )
-    return ticket.answer
+    ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
+    if strategy.queue != "shared":
+        return combiner.submit(ask, serve=serve, **waits).answer
+    try:
+        return combiner.submit(asdict(ask), serve=serve, taken_wait_s=_taken_wait_s(strategy), **waits).answer
+    except redis.RedisError as exc:
+        return _unreachable(strategy, exc)
 
 
 async def apurchase_in_batch(
@@ -99,25 +162,40 @@ async def apurchase_in_batch(
 ) -> PurchaseResult:
     """:func:`purchase_in_batch` on the event loop: queued on the loop's combiner, holding no thread
     while it waits; its leader awaits the guard and ``run``, :func:`run_batch` on an ORM thread."""
-    combiner = async_combiner_for(strategy, sku)
+    shared = strategy.queue == "shared"
+    combiner = async_shared_queue_for(strategy, sku) if shared else async_combiner_for(strategy, sku)
 
     async def serve(take) -> None:
         await alead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run)
 
-    ticket = await combiner.submit(
-        Ask(customer, quantity, key), serve=serve, timeout_s=_queue_timeout_s(strategy), busy=_busy_in(strategy)
-    )
-    return ticket.answer
+    ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
+    if not shared:
+        return (await combiner.submit(ask, serve=serve, **waits)).answer
+    try:
+        return (await combiner.submit(asdict(ask), serve=serve, taken_wait_s=_taken_wait_s(strategy), **waits)).answer
+    except redis.RedisError as exc:
+        return _unreachable(strategy, exc)
 
 
 def _queue_timeout_s(strategy: Strategy) -> float:
     return strategy.config["ACQUIRE_TIMEOUT_MS"] / 1000
 
 
-def _busy_in(strategy: Strategy) -> Callable[[Ticket], PurchaseResult]:
+def _taken_wait_s(strategy: Strategy) -> float:
+    """How long a shared queue's submitter waits for the answer of an ask a leader took: the section
+    that leader runs is bounded by its lease and by PostgreSQL's lock_timeout."""
+    return max(strategy.config["LOCK_TTL_MS"], strategy.config["ROW_LOCK_TIMEOUT_MS"]) / 1000
+
+
+def _unreachable(strategy: Strategy, exc: redis.RedisError) -> PurchaseResult:
+    logger.warning("%s: the shared queue's Redis does not answer (%s): busy", strategy.name, exc)
+    return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings())
+
+
+def _busy_in(strategy: Strategy) -> Callable[[Ticket | SharedTicket], PurchaseResult]:
     """The answer of a purchase that left the queue unserved: busy, with its time queued."""
 
-    def busy(ticket: Ticket) -> PurchaseResult:
+    def busy(ticket: Ticket | SharedTicket) -> PurchaseResult:
         return PurchaseResult(Outcome.BUSY, strategy.name, timings=Timings(queue_wait_ms=_ms(ticket.queued_at)))
 
     return busy

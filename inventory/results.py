@@ -9,7 +9,7 @@ the shopper gets.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from django.db import IntegrityError
 
@@ -65,6 +65,14 @@ class PurchaseResult:
     @property
     def confirmed(self) -> bool:
         return self.outcome is Outcome.CONFIRMED
+
+    def as_wire(self) -> dict:
+        """Its fields as JSON values: a shared queue's leader posts it through Redis (:meth:`from_wire`)."""
+        return {**asdict(self), "outcome": self.outcome.value}
+
+    @classmethod
+    def from_wire(cls, fields: dict) -> PurchaseResult:
+        return cls(**{**fields, "outcome": Outcome(fields["outcome"]), "timings": Timings(**fields["timings"])})
 
 
 # Database constraints that only a failing strategy trips, and what the shopper is told then.

@@ -254,6 +254,9 @@ INVENTORY = {
         "MAX_RETRIES": env_int("OPTIMISTIC_MAX_RETRIES", 8),
         # Every strategy: purchases of one SKU one section may serve (1: each alone; docs/batching.md).
         "BATCH": env_int("INVENTORY_BATCH", 1),
+        # Every strategy, with BATCH > 1: where purchases queue for a section: local (one queue per
+        # process, in memory) or shared (one Redis list per SKU on REDIS_URL, every pod's; docs/batching.md).
+        "QUEUE": os.environ.get("INVENTORY_QUEUE", "local"),
     },
 }
 

@@ -40,6 +40,9 @@ from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
 from .section import attempt_section, section_read
 from .statements import Statement, run_update
 
+#: Where purchases queue for a shared section: in the process (``local``) or in the shop's Redis (``shared``).
+QUEUES = ("local", "shared")
+
 
 class Strategy:
     """Base class; one subclass per strategy, one module per subclass."""
@@ -55,8 +58,9 @@ class Strategy:
     #: The section reads the row with ``SELECT ... FOR UPDATE`` (``db``): the row's lock is the guard.
     for_update: bool = False
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults; every strategy has ``BATCH``
-    #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`).
-    default_options: dict = {"BATCH": 1}
+    #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`)
+    #: and ``QUEUE``, where a batch's purchases queue: ``local`` (in the process) or ``shared`` (in Redis).
+    default_options: dict = {"BATCH": 1, "QUEUE": "local"}
     #: How often the section runs before the shopper is told "busy" (optimistic retries).
     max_attempts: int = 1
     #: Why this strategy cannot serve on an event loop (ASGI), or "" when it can.
@@ -75,6 +79,11 @@ class Strategy:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ImproperlyConfigured(f"INVENTORY_BATCH={batch!r}: use a whole number, 1 or more (1: no combining)")
         self.batch: int = batch
+        queue = self.options["QUEUE"]
+        if queue not in QUEUES:
+            raise ImproperlyConfigured(f"INVENTORY_QUEUE={queue!r}: use {' or '.join(QUEUES)}")
+        #: Where a batch's purchases queue (with BATCH > 1): ``local`` or ``shared``.
+        self.queue: str = queue
         #: PostgreSQL's ``lock_timeout`` for the section's transaction (0 would mean "wait forever").
         self.row_lock_timeout_ms = max(1, int(config.get("ROW_LOCK_TIMEOUT_MS", 5_000)))
 

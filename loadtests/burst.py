@@ -149,6 +149,7 @@ def floor_row(runs: list[dict]) -> dict | None:
         "breakdown": None,
         "peak_db_connections": best["peak_db_connections"],  # the row's: its pods, both rounds
         "batch": 1,
+        "queue": None,
     }
 
 
@@ -437,6 +438,7 @@ def record(
         "pods": plan.pods,
         "balancer": plan.balancer,
         "server": plan.server,
+        "queue": plan.queue if plan.batch > 1 else None,  # a BATCH=1 row queues nowhere
         "locust_workers": plan.locust_workers,
         **totals,
         "errors_5xx": errors_5xx,

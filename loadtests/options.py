@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED
 from faults.registry import FAULT_NAMES
 from inventory.strategies import STRATEGIES, strategy_class
+from inventory.strategies.base import QUEUES
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.balancer import BalancerError, haproxy_binary
 from loadtests.plan import BALANCERS, SCENARIOS, SERVERS, BurstPlan, default_locust_workers
@@ -153,6 +154,13 @@ def add_batch_arguments(parser) -> None:
         help="comma-separated BATCH sizes to run every strategy at, e.g. 1,64 (default 1: each purchase "
         "in its own section); docs/batching.md",
     )
+    parser.add_argument(
+        "--queue",
+        default="local",
+        help="where the purchases of the rows with a --batch size above 1 queue: local (each worker's own "
+        "queue), shared (one Redis list per SKU for every worker and pod), or both (local,shared: a row each); "
+        "docs/batching.md",
+    )
 
 
 def add_fault_arguments(parser) -> None:
@@ -207,6 +215,20 @@ def batch_sizes(text: str) -> list[int]:
     return sizes
 
 
+def queue_kinds(text: str) -> list[str]:
+    """``--queue local,shared`` → ["local", "shared"]: each a kind of queue, once."""
+    kinds = [part.strip() for part in text.split(",") if part.strip()]
+    if not kinds or set(kinds) - set(QUEUES) or len(set(kinds)) != len(kinds):
+        raise CommandError(f"--queue {text!r}: use one or both of {', '.join(QUEUES)}, each once")
+    return kinds
+
+
+def row_keys(names: list[str], sizes: list[int], queues: list[str]) -> list[tuple[str, int, str]]:
+    """Every row's key (strategy, BATCH size, queue): a batched row once per queue, a BATCH=1 row
+    (which queues nowhere) once, as ``local``."""
+    return [(name, size, queue) for name in names for size in sizes for queue in (queues if size > 1 else ["local"])]
+
+
 def threads_for_batches(given: int | None, *, threads: int, users: int, pods: int, workers: int) -> int:
     """Threads per worker for the rows whose purchases share sections: --batch-threads as given, else
     enough for every closed-loop shopper to be inside a worker at once (a batch is one worker's
@@ -218,11 +240,11 @@ def threads_for_batches(given: int | None, *, threads: int, users: int, pods: in
     return max(threads, math.ceil(users / (pods * workers)))
 
 
-def row_plan(plan: BurstPlan, size: int, batch_threads: int) -> BurstPlan:
-    """The plan of a row at BATCH ``size``: batched rows run ``batch_threads`` per worker, and no
-    row's pool is larger than its threads."""
+def row_plan(plan: BurstPlan, size: int, batch_threads: int, queue: str = "local") -> BurstPlan:
+    """The plan of a row at BATCH ``size`` on ``queue``: batched rows run ``batch_threads`` per worker,
+    and no row's pool is larger than its threads."""
     threads = plan.threads if size == 1 else batch_threads
-    return replace(plan, batch=size, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
+    return replace(plan, batch=size, queue=queue, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
 
 
 def check_numbers(
@@ -348,11 +370,11 @@ def check_servers(server: str, *, names: list[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Rows:
-    """What ``flashsale`` runs: every row's plan but its BATCH size and balancer, each row's key
-    (strategy, BATCH size), the balancers, and the threads per worker of the batched rows."""
+    """What ``flashsale`` runs: every row's plan but its BATCH size, queue and balancer, each row's key
+    (strategy, BATCH size, queue), the balancers, and the threads per worker of the batched rows."""
 
     plan: BurstPlan
-    keys: list[tuple[str, int]]
+    keys: list[tuple[str, int, str]]
     balancers: list[str]
     batch_threads: int
     hot_row: bool = False  # the hot-row limit rows run first (deep only)
@@ -369,7 +391,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     (pods, workers, threads) gives the connections each gunicorn worker may open."""
     scenario, fault, unfenced = options["scenario"], options.get("fault"), options.get("unfenced", False)
     names = strategy_names(scenario=scenario, strategies=options["strategies"])
-    keys = [(name, size) for name in names for size in batch_sizes(options.get("batch", "1"))]
+    keys = row_keys(names, batch_sizes(options.get("batch", "1")), queue_kinds(options.get("queue") or "local"))
     numbers = {name: options[name] for name in ("requests", "stock", "users", "workers", "threads", "pods")}
     timeout, locust_workers = check_numbers(
         scenario=scenario,

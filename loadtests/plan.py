@@ -50,6 +50,7 @@ class BurstPlan:
     fault_hold_s: float | None = None  # how long the fault lasts; None: the fault's own default
     fenced: bool = True  # False: the pods run with INVENTORY_FENCED=0 (the storage check off)
     batch: int = 1  # INVENTORY_BATCH of the pods: purchases one section may serve
+    queue: str = "local"  # INVENTORY_QUEUE of the pods (BATCH > 1): local, in the worker; shared, in Redis
     yardstick: bool = False  # after Locust, the plain client on the floor endpoint of the same pods
     floor_round: bool = True  # each row posts to the floor endpoint on its own pods before it buys
     sales: int = 1  # purchase rounds per row on the same pods and shoppers, a fresh product each (--sales)

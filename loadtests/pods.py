@@ -65,6 +65,7 @@ def server_environment(
     }
     env["INVENTORY_FENCED"] = "1" if inventory["OPTIONS"]["FENCED"] else "0"
     env["INVENTORY_BATCH"] = str(plan.batch)
+    env["INVENTORY_QUEUE"] = plan.queue
     env.update(
         DJANGO_SETTINGS_MODULE="shop.settings",
         SHOP_SERVER=plan.server,

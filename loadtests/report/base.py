@@ -111,11 +111,13 @@ def batched(runs: list[dict]) -> bool:
 def row_label(run: dict, *, with_batch_1: bool = False) -> str:
     """The row's name (a strategy, or floor) with its BATCH size when purchases shared sections
     (``redis ×64``), and ``×1`` too when ``with_batch_1`` (a document where rows ran batched, so that
-    ``db ×1`` and ``db ×64`` never read alike)."""
+    ``db ×1`` and ``db ×64`` never read alike); ``shared`` after it when they queued in Redis
+    (``redis ×64 shared``)."""
     batch = run.get("batch")
     if run["row"] == "floor" or isinstance(batch, bool) or not isinstance(batch, int):
         return run["row"]
-    return run["row"] + (f" ×{batch}" if batch > 1 or (with_batch_1 and batch == 1) else "")
+    shared = " shared" if batch > 1 and run.get("queue") == "shared" else ""
+    return run["row"] + (f" ×{batch}" if batch > 1 or (with_batch_1 and batch == 1) else "") + shared
 
 
 #: A purchase's server time, part by part, as the row's ``breakdown`` keys them: queue, guard wait,

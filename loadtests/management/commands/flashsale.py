@@ -53,6 +53,11 @@ SPARE_CONNECTIONS = 10
 HOT_ROW_BATCH = 64
 
 
+def queue_of(run: dict) -> str:
+    """Where a row's purchases queued: shared, or local (also a BATCH=1 row's, and an older document's)."""
+    return run.get("queue") or "local"
+
+
 def via_of(run: dict) -> tuple[str, str]:
     """How a row ran: (balancer, server); an older document's rows ran on WSGI."""
     return run["balancer"], run.get("server", "wsgi")
@@ -78,7 +83,7 @@ class Command(BaseCommand):
         runs = self.run_rows(
             rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
         )
-        keys = rows.keys if fault else [(FLOOR, 1), *rows.keys]
+        keys = rows.keys if fault else [(FLOOR, 1, "local"), *rows.keys]
         medians = runs if repeat == 1 else self.medians(runs, keys, rows.vias)
         for run in [*runs, *medians]:
             with_hot_row_ratio(run, self.hot_rows)
@@ -125,7 +130,7 @@ class Command(BaseCommand):
 
     def run_rows(
         self,
-        keys: list[tuple[str, int]],
+        keys: list[tuple[str, int, str]],
         plan: BurstPlan,
         *,
         repeat: int,
@@ -135,10 +140,10 @@ class Command(BaseCommand):
     ) -> list[dict]:
         """Every row (the floor first, unless a fault runs) through each balancer and on each server in
         turn (``vias``), ``repeat`` times, with the processes the strategies need running; each row
-        printed as it ends. A row is a strategy at a BATCH size. With ``hot_row`` the hot-row limit's
+        printed as it ends. A row is a strategy at a BATCH size on a queue. With ``hot_row`` the hot-row limit's
         two rows come first."""
         fault = plan.fault
-        names = list(dict.fromkeys(name for name, _ in keys))
+        names = list(dict.fromkeys(name for name, _, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
             self.stderr.write(
@@ -153,7 +158,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
                 f"× {plan.workers} workers × {plan.threads} threads"
-                + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size in keys) > 1 else "")
+                + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size, _ in keys) > 1 else "")
                 + f", pool {plan.pool_max_size} per worker at most, "
                 f"Locust master + {plan.locust_workers} worker(s)"
             )
@@ -164,7 +169,7 @@ class Command(BaseCommand):
                 )
             self.stdout.write(table_row([title for title, _ in COLUMNS]))
             if hot_row:
-                self.hot_rows = self.run_hot_row(plan, largest=max(size for _, size in keys))
+                self.hot_rows = self.run_hot_row(plan, largest=max(size for _, size, _ in keys))
             for round_number in range(1, repeat + 1):
                 runs += self.run_round(keys, plan, vias, round_number=round_number if repeat > 1 else None)
         except (ProcessUnavailable, NodeError, BurstError, FaultError, BalancerError) as exc:
@@ -176,19 +181,24 @@ class Command(BaseCommand):
         return runs
 
     def run_round(
-        self, keys: list[tuple[str, int]], plan: BurstPlan, vias: list[tuple[str, str]], *, round_number: int | None
+        self,
+        keys: list[tuple[str, int, str]],
+        plan: BurstPlan,
+        vias: list[tuple[str, str]],
+        *,
+        round_number: int | None,
     ) -> list[dict]:
         """Every row once through each balancer and on each server, each printed as it ends; then the
         floor row of each (balancer, server) (the best of its rows' floor rounds), placed first."""
         runs: list[dict] = []
-        for name, size in keys:
+        for name, size, queue in keys:
             for balancer, server in vias:
                 # Only this row's own processes run beside it (an etcd cluster or a ZooKeeper ensemble
                 # idling beside every other row would take its share of the two cores).
                 with processes_running(needs_of([name])) as started:
                     if started:
                         self.stderr.write(f"{name}: started {', '.join(s.description for s in started)} for this row")
-                    plan_row = replace(row_plan(plan, size, self.batched), balancer=balancer, server=server)
+                    plan_row = replace(row_plan(plan, size, self.batched, queue), balancer=balancer, server=server)
                     run = self.run_one(name, plan_row, floor=None)
                 if round_number:
                     run["round"] = round_number
@@ -269,14 +279,18 @@ class Command(BaseCommand):
         finally:
             self.end_progress_line()
 
-    def medians(self, runs: list[dict], keys: list[tuple[str, int]], vias: list[tuple[str, str]]) -> list[dict]:
+    def medians(self, runs: list[dict], keys: list[tuple[str, int, str]], vias: list[tuple[str, str]]) -> list[dict]:
         """Per row, balancer and server: the median run (:func:`median_run`), every repeat's problems,
         its ratio to the floor's median through the same balancer on the same server."""
         self.stdout.write(f"median of {runs[-1]['round']} runs (rps range in the JSON):")
         rows, floors = [], {}
-        for name, size in keys:
+        for name, size, queue in keys:
             for via in vias:
-                mine = [run for run in runs if (run["row"], run["batch"], via_of(run)) == (name, size, via)]
+                mine = [
+                    run
+                    for run in runs
+                    if (run["row"], run["batch"], queue_of(run), via_of(run)) == (name, size, queue, via)
+                ]
                 row = median_run(mine)
                 row.pop("round", None)
                 row["problems"] = [f"run {run['round']}: {problem}" for run in mine for problem in run["problems"]]
@@ -287,7 +301,7 @@ class Command(BaseCommand):
                 floors[via] = row if name == FLOOR else floors.get(via)
                 rows.append(row)
                 self.stdout.write(table_row(run_cells(row)))
-        if (FLOOR, 1) in keys and len(vias) > 1 and floors[vias[0]]["rps"]:
+        if (FLOOR, 1, "local") in keys and len(vias) > 1 and floors[vias[0]]["rps"]:
             for via in vias[1:]:
                 ratio = floors[via]["rps"] / floors[vias[0]]["rps"]
                 self.stdout.write(f"median floor {' on '.join(via)}: {ratio:.2f}× the floor {' on '.join(vias[0])}")

@@ -119,11 +119,14 @@ def loop_sale(count: int, *, hang_up_every: int = 0) -> tuple[Counter, Counter]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", LOOP_BATCHED)
-def test_tasks_of_one_loop_share_sections_and_never_oversell(name, use_strategy, make_product, settings):
+@pytest.mark.parametrize(
+    ("name", "queue"), [(name, "local") for name in LOOP_BATCHED] + [("db", "shared"), ("redis", "shared")]
+)
+def test_tasks_of_one_loop_share_sections_and_never_oversell(name, queue, use_strategy, make_product, settings):
     """60 purchases as tasks of one loop (BATCH 8, ASGI_DB_THREADS 4 admitted at a time) for 30
-    customers from 20 units: they queue on the loop's combiner, holding no thread while they wait."""
-    use_strategy(name, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    customers from 20 units: they queue on the loop's combiner (or the SKU's Redis list, awaited),
+    holding no thread while they wait."""
+    use_strategy(name, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": queue})
     make_product("hot", stock=20)
     outcomes, sizes = loop_sale(60)
     assert outcomes["confirmed"] == 20 and sum(outcomes.values()) == 60 and not outcomes["hung up"], outcomes

@@ -152,6 +152,9 @@ def test_a_bad_batch_option_is_refused(use_strategy):
     for bad in (0, -3, "8", True):
         with pytest.raises(ImproperlyConfigured, match="INVENTORY_BATCH"):
             load_strategy("db", config={"OPTIONS": {"BATCH": bad}})
+    for bad in ("redis", "", None):
+        with pytest.raises(ImproperlyConfigured, match="INVENTORY_QUEUE"):
+            load_strategy("db", config={"OPTIONS": {"QUEUE": bad}})
 
 
 REFUSE_BOB = """
@@ -212,12 +215,20 @@ def test_a_committed_batch_answers_every_purchase_truly(make_product):
 BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock"]
 
 
+#: The shared queue (QUEUE=shared, a Redis list per SKU) with a guard of each kind: a row lock, a
+#: Redis lock, a quorum, and none.
+SHARED = ["db", "optimistic", "redis", "redlock", "atomic"]
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("backend", BATCHED)
-def test_threads_share_sections_and_never_oversell(backend, use_strategy, make_product, settings):
-    """24 threads of one process buy 60 times for 30 customers (limit 1) from 20 units, BATCH=8."""
-    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+@pytest.mark.parametrize(
+    ("backend", "queue"), [(name, "local") for name in BATCHED] + [(name, "shared") for name in SHARED]
+)
+def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy, make_product, settings):
+    """24 threads of one process buy 60 times for 30 customers (limit 1) from 20 units, BATCH=8,
+    queued in the process or in Redis."""
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": queue})
     make_product("hot", stock=20)
     outcomes, sizes = Counter(), Counter()
     guard, start = threading.Lock(), threading.Barrier(24)

@@ -344,6 +344,8 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
         ({"batch": "1,8", "batch_threads": 0}, "--batch-threads must be 1 or more"),
+        ({"batch": "1,8", "queue": "redis"}, "--queue 'redis': use one or both of local, shared, each once"),
+        ({"batch": "1,8", "queue": "shared,shared"}, "--queue 'shared,shared'"),
         (
             {"hot_row": True},
             "--hot-row runs in the deep scenario (one unit on the shelf per purchase): use --scenario deep, not spike",

@@ -140,7 +140,7 @@ def test_the_tasks_of_one_loop_get_one_answer_each_in_arrival_order():
     answers, served, sizes = {}, [], Counter()
 
     async def serve(take) -> None:
-        tickets = take()
+        tickets = await take()  # a shared queue's take awaits Redis
         sizes[len(tickets)] += 1
         await asyncio.sleep(0.002)
         for ticket in tickets:
@@ -176,7 +176,7 @@ def test_tasks_behind_a_stalled_leader_on_the_loop_are_answered_busy_within_thei
         async def serve(take) -> None:
             stalled.set()
             await resume.wait()  # waiting for the lock, on the loop
-            tickets = take()
+            tickets = await take()  # a shared queue's take awaits Redis
             taken_by_leader.extend(ticket.item for ticket in tickets)
             for ticket in tickets:
                 combiner.answer(ticket, "served")

@@ -79,20 +79,14 @@ def async_combiner_for(strategy: Strategy, sku: str) -> AsyncCombiner:
 
 def shared_queue_for(strategy: Strategy, sku: str) -> SharedQueue:
     """The strategy's shared queue for ``sku`` (``QUEUE=shared``), as this process's threads reach it."""
-    client = lambda: redis.Redis.from_url(  # noqa: E731 (made only with the queue)
-        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
-    )
-    return _queue_of(_shared, lambda: _shared_queue(SharedQueue, client(), strategy, sku), strategy, sku)
+    return _queue_of(_shared, lambda: _shared_queue(SharedQueue, redis, strategy, sku), strategy, sku)
 
 
 def async_shared_queue_for(strategy: Strategy, sku: str) -> AsyncSharedQueue:
     """The strategy's shared queue for ``sku`` as this event loop reaches it (ASGI)."""
     with _combiners_lock:
         registry = _async_shared.setdefault(get_running_loop(), weakref.WeakKeyDictionary())
-    client = lambda: redis.asyncio.Redis.from_url(  # noqa: E731 (made only with the queue)
-        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
-    )
-    return _queue_of(registry, lambda: _shared_queue(AsyncSharedQueue, client(), strategy, sku), strategy, sku)
+    return _queue_of(registry, lambda: _shared_queue(AsyncSharedQueue, redis.asyncio, strategy, sku), strategy, sku)
 
 
 def shared_key(strategy: Strategy, sku: str) -> str:
@@ -100,7 +94,11 @@ def shared_key(strategy: Strategy, sku: str) -> str:
     return f"flashsale:queue:{strategy.name}:{{{sku}}}"
 
 
-def _shared_queue(kind, client, strategy: Strategy, sku: str):
+def _shared_queue(kind, client_module, strategy: Strategy, sku: str):
+    """A shared queue of ``kind`` on its own client of the shop's Redis (``redis`` or ``redis.asyncio``)."""
+    client = client_module.Redis.from_url(
+        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
+    )
     return kind(
         client,
         key=shared_key(strategy, sku),

@@ -9,6 +9,7 @@ while queued is never sold afterwards.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import multiprocessing
@@ -163,15 +164,17 @@ def test_a_leader_serves_asks_of_others_that_wait_behind_a_lease_given_back(queu
     assert time.monotonic() - began < 3
 
 
-def buy_in_threads(process_index: int) -> dict:
+def buy_in_threads(process_index: int, *, opens_at: float) -> dict:
     """In a forked child ("pod"): THREADS threads, each buying for two customers, one with a keyed
-    retry of the same purchase; outcomes, batch sizes, and the orders each keyed purchase got."""
+    retry of the same purchase, from ``opens_at`` (``time.time()``, the same for both pods); outcomes,
+    batch sizes, and the orders each keyed purchase got."""
     reset_strategy()  # the parent's Redis connections must not be shared across the fork
     outcomes, sizes, keyed = Counter(), Counter(), {}
     guard, start = threading.Lock(), threading.Barrier(THREADS)
 
     def shopper(thread_index: int) -> None:
         start.wait()
+        time.sleep(max(0.0, opens_at - time.time()))
         try:
             for k in range(2):
                 customer = f"p{process_index}-t{thread_index}-c{k}"
@@ -205,7 +208,7 @@ def test_two_pods_share_one_queue_and_never_oversell(backend, use_strategy, make
     connections.close_all()
     reset_strategy()
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
-        per_pod = pool.map(buy_in_threads, range(PROCESSES))
+        per_pod = pool.map(functools.partial(buy_in_threads, opens_at=time.time() + 1.0), range(PROCESSES))
     outcomes = sum((Counter(pod["outcomes"]) for pod in per_pod), Counter())
     sizes = sum((Counter(pod["sizes"]) for pod in per_pod), Counter())
     assert outcomes["confirmed"] == STOCK and sum(outcomes.values()) == PROCESSES * THREADS * 2, outcomes
@@ -292,3 +295,14 @@ def test_an_answer_crosses_redis_as_it_left(outcome, numbers, counts, timings):
     """What a leader posts on a ticket's list (JSON) is the answer its submitter reads back."""
     result = PurchaseResult(outcome, "db", *numbers, *counts, timings=timings)
     assert PurchaseResult.from_wire(json.loads(json.dumps(result.as_wire()))) == result
+
+
+def test_a_shared_row_says_so_in_the_table_and_the_report():
+    from loadtests.report.base import row_label
+    from loadtests.table import COLUMNS
+
+    assert row_label({"row": "redis", "batch": 64, "queue": "shared"}) == "redis ×64 shared"
+    assert row_label({"row": "redis", "batch": 64, "queue": "local"}) == "redis ×64"
+    assert row_label({"row": "redis", "batch": 1, "queue": None}, with_batch_1=True) == "redis ×1"
+    titles = [title for title, _ in COLUMNS]
+    assert titles[titles.index("batch") + 1] == "queue"

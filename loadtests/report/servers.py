@@ -22,13 +22,13 @@ def server_of(run: dict) -> str:
 
 
 def server_pairs(shown: list[View]) -> list[tuple[View, View]]:
-    """(the row on WSGI, the same row on ASGI), for every strategy and BATCH size that ran on both."""
-    on_wsgi = {(v.name, v.run.get("batch")): v for v in shown if server_of(v.run) == "wsgi" and v.name != "floor"}
-    return [
-        (on_wsgi[(v.name, v.run.get("batch"))], v)
-        for v in shown
-        if server_of(v.run) == "asgi" and (v.name, v.run.get("batch")) in on_wsgi
-    ]
+    """(the row on WSGI, the same row on ASGI), for every strategy, BATCH size and queue that ran on both."""
+    on_wsgi = {_key(v): v for v in shown if server_of(v.run) == "wsgi" and v.name != "floor"}
+    return [(on_wsgi[_key(v)], v) for v in shown if server_of(v.run) == "asgi" and _key(v) in on_wsgi]
+
+
+def _key(view: View) -> tuple:
+    return view.name, view.run.get("batch"), view.run.get("queue")
 
 
 def _floor_rps(run: dict) -> float | None:

@@ -122,6 +122,7 @@ def test_a_taken_ask_gets_its_leaders_answer_even_after_its_deadline(queue):
     assert result["ticket"].answer == "sold"
 
 
+@pytest.mark.slow  # waits out the taken ask's wait
 def test_a_taken_ask_whose_leader_died_is_answered_busy(queue):
     queue.client.set(queue.lease_key, "dead-leader")
     result = {}
@@ -225,6 +226,7 @@ def test_two_pods_share_one_queue_and_never_oversell(backend, use_strategy, make
     assert redis.Redis.from_url(settings.INVENTORY["REDIS_URL"]).llen(shared_key(get_strategy(), "hot")) == 0
 
 
+@pytest.mark.slow  # waits out ACQUIRE_TIMEOUT_MS behind a held lock
 @pytest.mark.django_db(transaction=True)
 def test_a_shopper_told_busy_while_queued_is_never_sold(use_strategy, make_product):
     """The SKU's lock is held elsewhere: the leader never gets it, the asks behind it reach their

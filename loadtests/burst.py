@@ -261,7 +261,7 @@ def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: Fau
     figures = dict(chosen)
     figures["other_sales"] = [sale for sale in sales if sale is not chosen]
     figures["sales"] = [sale_headline(sale) for sale in sales]
-    floors = [(sku, figures) for (endpoint, sku), figures in played if endpoint == "floor"]
+    floors = [(sku, floor) for (endpoint, sku), floor in played if endpoint == "floor"]
     if floors and row.backend != FLOOR:
         sku, best = max(floors, key=lambda pair: pair[1].get("rps") or 0)
         figures["floor_round"] = floor_figures(best, server_posts=row.server_purchases("floor", sku))

@@ -101,21 +101,29 @@ def test_an_ask_past_its_deadline_leaves_the_list_busy_and_is_never_served(queue
     assert served == [[2]]
 
 
-def test_a_taken_ask_gets_its_leaders_answer_even_after_its_deadline(queue):
-    """Another leader takes the ask before its deadline and answers after it: the answer is the
-    leader's (it may have sold), not busy."""
-    queue.client.set(queue.lease_key, "other-leader")
+def submitted_behind(queue, leader: str, item: dict, *, timeout_s: float, taken_wait_s: float):
+    """Another process (``leader``) holds the lease; a thread submits ``item``. Returns the thread,
+    where its ticket will be (``result["ticket"]``) and the ask once this "leader" has popped it."""
+    queue.client.set(queue.lease_key, leader)
     result = {}
     thread = threading.Thread(
         target=lambda: result.update(
-            ticket=queue.submit({"n": 3}, serve=doubling(queue, []), timeout_s=0.3, taken_wait_s=5, busy=busy)
+            ticket=queue.submit(
+                item, serve=doubling(queue, []), timeout_s=timeout_s, taken_wait_s=taken_wait_s, busy=busy
+            )
         )
     )
     thread.start()
     deadline = time.monotonic() + 2
     while not (payload := queue.client.lpop(queue.key)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    ask = json.loads(payload)
+    return thread, result, json.loads(payload)
+
+
+def test_a_taken_ask_gets_its_leaders_answer_even_after_its_deadline(queue):
+    """Another leader takes the ask before its deadline and answers after it: the answer is the
+    leader's (it may have sold), not busy."""
+    thread, result, ask = submitted_behind(queue, "other-leader", {"n": 3}, timeout_s=0.3, taken_wait_s=5)
     time.sleep(0.5)  # past the submitter's deadline, its ask in the other leader's hands
     queue.client.rpush(queue.answer_key(ask["ticket"]), json.dumps({"answer": {"value": "sold"}}))
     thread.join(5)
@@ -124,17 +132,7 @@ def test_a_taken_ask_gets_its_leaders_answer_even_after_its_deadline(queue):
 
 @pytest.mark.slow  # waits out the taken ask's wait
 def test_a_taken_ask_whose_leader_died_is_answered_busy(queue):
-    queue.client.set(queue.lease_key, "dead-leader")
-    result = {}
-    thread = threading.Thread(
-        target=lambda: result.update(
-            ticket=queue.submit({"n": 4}, serve=doubling(queue, []), timeout_s=0.2, taken_wait_s=0.4, busy=busy)
-        )
-    )
-    thread.start()
-    deadline = time.monotonic() + 2
-    while not queue.client.lpop(queue.key) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    thread, result, _ = submitted_behind(queue, "dead-leader", {"n": 4}, timeout_s=0.2, taken_wait_s=0.4)
     thread.join(5)
     assert result["ticket"].answer == "busy"
 

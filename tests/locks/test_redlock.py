@@ -123,7 +123,16 @@ def test_expiry_then_stale_release_is_ignored(twin, cluster, name):
 
 def test_extend_needs_a_majority_within_validity(twin, cluster, name):
     nodes, clients = cluster
-    lock = twin.Redlock(twin.clients([node.port for node in nodes]), name, ttl_ms=400, timeout_ms=0, max_extensions=3)
+    # Fresh clients connect on the first round: the 400 ms lease's own node timeout (20 ms) is too
+    # tight for that on two busy cores.
+    lock = twin.Redlock(
+        twin.clients([node.port for node in nodes]),
+        name,
+        ttl_ms=400,
+        timeout_ms=0,
+        max_extensions=3,
+        node_timeout_ms=NODE_TIMEOUT_MS,
+    )
     first = twin(lock.acquire())
     time.sleep(0.2)
     second = twin(lock.extend(ttl_ms=1_000))

@@ -77,6 +77,10 @@ class SharedTicket:
     answered: bool = False
     answer: Any = None
 
+    def settle(self, answer: Any) -> None:
+        """Its final answer: from its leader, from a message, or busy."""
+        self.answered, self.answer = True, answer
+
 
 class AsyncSharedQueue:
     """One Redis list of asks for one key; a lease names its leader."""
@@ -144,7 +148,7 @@ class AsyncSharedQueue:
         """Hand a taken ticket its answer (posted when the batch is done; a second answer raises)."""
         if ticket.answered:
             raise RuntimeError(f"ticket {ticket.id} is answered already")
-        ticket.answered, ticket.answer = True, answer
+        ticket.settle(answer)
 
     async def _wait(self, ticket: SharedTicket, timeout_s: float) -> bool:
         """Until its answer or a ``lead`` message, or ``timeout_s``: True when it now holds the lease."""
@@ -165,19 +169,19 @@ class AsyncSharedQueue:
         """Note the answer in ``message``, if it is one (a ``lead`` message is not)."""
         answer = json.loads(message).get("answer") if message else None
         if answer is not None and not ticket.answered:
-            ticket.answered, ticket.answer = True, self.answer_of(answer)
+            ticket.settle(self.answer_of(answer))
 
     async def _withdraw(self, ticket: SharedTicket, busy, taken_wait_s: float) -> None:
         """Past its deadline: out of the list and busy, or, if a leader took it, that leader's answer."""
         if await self.client.lrem(self.key, 1, ticket.payload):
-            ticket.answered, ticket.answer = True, busy(ticket)
+            ticket.settle(busy(ticket))
             return
         until = time.monotonic() + taken_wait_s
         while not ticket.answered and until > time.monotonic():
             await self._next_message(ticket, min(until - time.monotonic(), self.poll_s))
         if not ticket.answered:
             logger.warning("%s: ticket %s was taken and never answered; answered busy", self.key, ticket.id)
-            ticket.answered, ticket.answer = True, busy(ticket)
+            ticket.settle(busy(ticket))
 
     async def _lead(self, own: SharedTicket, serve, busy, deadline: float) -> None:
         """Serve batches until its own ask is answered, the list is empty or its deadline has passed;
@@ -210,7 +214,7 @@ class AsyncSharedQueue:
             logger.exception("a shared queue's leader failed; its batch is answered busy")
         for ticket in [*taken, *late]:
             if not ticket.answered:
-                ticket.answered, ticket.answer = True, busy(ticket)
+                ticket.settle(busy(ticket))
         try:
             await self._post([ticket for ticket in [*taken, *late] if ticket is not own], own)
         except redis.RedisError:

@@ -91,11 +91,13 @@ What is not guaranteed
 * Node restarts without persistence (this project's nodes run with ``--save ""``). A restarted
   node forgets keys and counters. Single node: both guarantees are gone across the restart
   (fences restart from 1). Redlock: fences stay monotonic while the nodes that confirmed the
-  last fence, minus those restarted since, still overlap every majority (one restart at a time
-  is fine when four or five nodes granted; the fault test does exactly that). Mutual exclusion
-  likewise survives a minority forgetting. Beyond that a lock can be granted twice and a fence
-  repeated: delay restarts by one TTL (distlock) for the lock, and use ``appendfsync always``
-  persistence for the counters.
+  last fence, minus those restarted since, still overlap every majority. Mutual exclusion
+  survives a minority forgetting *within one lease*: restarts one at a time, each after the
+  node was down one TTL (distlock's delayed restart), are fine, and the fault test does exactly
+  that. Two nodes restarting empty one after the other within one lease are not: a lease granted
+  by four loses its majority and a second holder gets the lock (the test beside it shows it).
+  Delay restarts by one TTL for the lock, and use ``appendfsync always`` persistence for the
+  counters.
 * Tight latency bounds of a single node. ``RedisLock`` waits for each reply (and for a connect)
   at most the client's ``socket_timeout``: redis-py's default is 5 s, and a client created with
   ``socket_timeout=None`` gets 5 s here too (the library never waits without a bound). Give the

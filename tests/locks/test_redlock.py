@@ -178,6 +178,13 @@ def test_lost_update_counter_across_processes(cluster, single, name):
     assert int(single.get(f"{name}:counter")) == processes * times
 
 
+#: The fault test's lease. A killed node stays down at least this long before it restarts empty
+#: (distlock's delayed restart), so no lease it granted is still alive when it comes back.
+FAULT_TTL_MS = 1_000
+#: A release this close to the lease's end may find it gone by the time it reaches the nodes.
+RELEASE_MARGIN_MS = 4 * NODE_TIMEOUT_MS
+
+
 @pytest.mark.slow
 def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restarted(twin, cluster, name):
     nodes, _ = cluster
@@ -185,13 +192,15 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
     grants: list[int] = []
     record = threading.Lock()
     stop = threading.Event()
-    errors: list[BaseException] = []
+    refused: list[tuple[NotOwned, float]] = []
     faults = {"kills": 0}
 
     def contend(other) -> None:
         clients = other.clients(ports)
         while not stop.is_set():
-            lock = other.Redlock(clients, name, ttl_ms=2_000, timeout_ms=2_000, node_timeout_ms=NODE_TIMEOUT_MS)
+            lock = other.Redlock(
+                clients, name, ttl_ms=FAULT_TTL_MS, timeout_ms=2_000, node_timeout_ms=NODE_TIMEOUT_MS
+            )
             try:
                 lease = other(lock.acquire())
             except NotAcquired:
@@ -205,19 +214,22 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
                         # the grants come (a subsequence of the grants must increase as they all do).
                         grants.append(lease.fence)
             finally:
+                remaining_ms = lease.remaining_ms()
                 try:
                     other(lock.release())
                 except NotOwned as error:
-                    errors.append(error)
+                    refused.append((error, remaining_ms))
 
     def inject() -> None:
-        # One node down at a time: killed (forgetting keys and counters), later restarted empty.
+        # One node down at a time: killed (forgetting keys and counters), and restarted empty only
+        # once every lease it granted has expired. Restarting sooner is outside Redlock's model:
+        # two nodes forgetting within one lease hand it to a second holder (the test below).
         rng = random.Random(3)
         while not stop.is_set():
             victim = nodes[rng.randrange(5)]
             victim.kill()
             faults["kills"] += 1
-            stop.wait(rng.uniform(0.05, 0.15))
+            stop.wait(FAULT_TTL_MS / 1000 + rng.uniform(0.05, 0.15))
             victim.start()
             stop.wait(rng.uniform(0.05, 0.15))
 
@@ -229,7 +241,33 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
     broken = [i for i, (a, b) in enumerate(itertools.pairwise(grants)) if a >= b]
     assert not broken, f"fences must strictly increase: {grants[max(broken[0] - 3, 0) : broken[0] + 4]}"
     assert faults["kills"] >= 5
-    assert not errors
+    # A release is refused only for a lease its holder could already see was over (a thread
+    # descheduled past its TTL on a loaded machine); never while the lease still had time.
+    live = [(str(error), remaining) for error, remaining in refused if remaining > RELEASE_MARGIN_MS]
+    assert not live, f"releases refused while the lease had time left (ms): {live[:5]}"
+
+
+def test_two_nodes_forgetting_within_one_lease_let_a_second_holder_in(twin, cluster, name):
+    """Why the fault test above delays restarts: a lease granted by four nodes (the fifth down)
+    loses its majority when two of them restart empty one after the other, each alone down, and
+    a second holder is granted while the first lease still has seconds to run. Seen in CI as a
+    release refused with "another holder took over" when a holder outlived two kill cycles."""
+    nodes, _ = cluster
+    clients = twin.clients([node.port for node in nodes])
+    nodes[4].kill()
+    first = twin.Redlock(clients, name, ttl_ms=30_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    lease = twin(first.acquire())
+    nodes[4].start()
+    for index in (0, 1):
+        nodes[index].kill()
+        nodes[index].start()
+    second = twin.Redlock(clients, name, ttl_ms=30_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    other = twin(second.acquire())
+    assert lease.remaining_ms() > 20_000, "the first lease is still valid by its holder's clock"
+    assert other.token != lease.token
+    with pytest.raises(NotOwned, match="another holder took over"):
+        twin(first.release())
+    twin(second.release())
 
 
 @pytest.mark.slow

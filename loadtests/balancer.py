@@ -15,7 +15,12 @@
   under one Idempotency-Key; ``option abortonclose`` drops a queued purchase whose client has
   gone (stopped, or still too impatient) instead of sending it to a pod after all;
 - a health check GETs the product's API page every half second; a pod that fails two in a row
-  gets no new requests until one succeeds;
+  gets no new requests until one succeeds. A dead pod fails at once (connection refused); a pod
+  whose threads are all busy answers the check when one frees, so a check may take up to
+  :data:`CHECK_TIMEOUT_S` (HAProxy's default, ``inter``, marked a saturated pod down, and with
+  the other pod killed no pod was left). A connection a pod refuses marks it down at once
+  (``observe layer4``), so a killed pod stops getting requests before its next check: with only
+  the checks, the ~36 purchases sent to it in that half second came back as HAProxy's own 503s;
 - with no pod up (or none it could connect to), HAProxy answers 503 with ``Retry-After`` itself
   (the shop's own busy answer) and ``X-Answered-By: balancer``: no pod logs that POST;
 - HAProxy retries only a connection that failed to open, on another pod (``option
@@ -33,6 +38,9 @@ from processes.children import Child
 #: Seconds a client is told to wait when no pod is up.
 NO_POD_RETRY_AFTER_S = 1
 HEALTH_INTERVAL_MS = 500
+#: How long a health check may wait for a busy pod: a pod's threads are each held at most by one
+#: purchase, whose wait for the lock is bounded by ACQUIRE_TIMEOUT_MS (5 s), plus its section.
+CHECK_TIMEOUT_S = 6
 BUSY_BODY = '{"outcome": "busy", "detail": "no pod is up"}'
 #: The header HAProxy's own answers carry (no pod saw the request), so clients can count them.
 ANSWERED_BY = "X-Answered-By"
@@ -94,6 +102,7 @@ defaults
     timeout http-keep-alive {idle}
     timeout queue {int(queue_s * 1000)}ms
     timeout server {int(server_s * 1000)}ms
+    timeout check {CHECK_TIMEOUT_S}s
     retries {CONNECT_RETRIES}
     option redispatch 1
     http-error {busy}
@@ -109,7 +118,7 @@ backend pods
     option httpchk
     http-check send meth GET uri {health_path}
     http-check expect status 200
-    default-server check inter {HEALTH_INTERVAL_MS}ms fall 2 rise 1 maxconn {per_pod}
+    default-server check inter {HEALTH_INTERVAL_MS}ms fall 2 rise 1 maxconn {per_pod} observe layer4 error-limit 1 on-error mark-down
 {servers}
 """
 

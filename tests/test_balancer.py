@@ -114,6 +114,28 @@ def test_a_dead_pod_is_routed_around_and_a_post_reaches_a_pod_once(balancer):
         server.shutdown()
 
 
+class BusyPod(Pod):
+    """A stand-in pod whose threads are all busy: every answer takes a second and a half."""
+
+    def do_GET(self):  # noqa: N802
+        time.sleep(1.5)
+        super().do_GET()
+
+
+def test_a_busy_pod_is_not_marked_down(balancer):
+    # Seen in a kill-pod run: with one pod killed, the other, saturated, took over half a second to
+    # answer its health check, HAProxy marked it down too, and answered "no pod is up" itself.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BusyPod)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = balancer([server.server_address[1]])
+        time.sleep(4)  # several health checks, each answered after 1.5 s
+        status, headers, _ = get(url + HEALTH)
+        assert status == 200 and "X-Answered-By" not in headers
+    finally:
+        server.shutdown()
+
+
 def test_a_configuration_haproxy_refuses_is_a_clear_error(tmp_path):
     with pytest.raises(BalancerError, match="haproxy refused"):
         start_haproxy(config="frontend x\n    bind 127.0.0.1:notaport\n", run_dir=tmp_path, name="t", cwd=tmp_path)

@@ -41,6 +41,8 @@ HEALTH_INTERVAL_MS = 500
 #: How long a health check may wait for a busy pod: a pod's threads are each held at most by one
 #: purchase, whose wait for the lock is bounded by ACQUIRE_TIMEOUT_MS (5 s), plus its section.
 CHECK_TIMEOUT_S = 6
+#: A connection a pod refuses marks it down at once, before its next health check.
+MARK_DOWN_ON_REFUSAL = "observe layer4 error-limit 1 on-error mark-down"
 BUSY_BODY = '{"outcome": "busy", "detail": "no pod is up"}'
 #: The header HAProxy's own answers carry (no pod saw the request), so clients can count them.
 ANSWERED_BY = "X-Answered-By"
@@ -118,7 +120,7 @@ backend pods
     option httpchk
     http-check send meth GET uri {health_path}
     http-check expect status 200
-    default-server check inter {HEALTH_INTERVAL_MS}ms fall 2 rise 1 maxconn {per_pod} observe layer4 error-limit 1 on-error mark-down
+    default-server check inter {HEALTH_INTERVAL_MS}ms fall 2 rise 1 maxconn {per_pod} {MARK_DOWN_ON_REFUSAL}
 {servers}
 """
 

@@ -22,7 +22,10 @@ RDB with an older generation. A sold-out SKU then costs one shelf read per 2 s p
 
 Each process also keeps the marks it has seen (:mod:`inventory.soldout_local`), dropped when a
 restock's message arrives or the listener's connection breaks: from then on "sold out" costs
-no round trip at all. Raising the generation publishes the SKU in the same MULTI.
+no round trip at all. Raising the generation publishes the SKU in the same MULTI. Likewise it
+keeps the SKUs it read *unmarked*, with that read's generation and era, until a mark's message
+(``mark`` publishes in the same MULTI as its SET) or the same lifetime: a purchase on a SKU on
+sale asks Redis nothing before the shelf's read, which finds a keyed retry's order itself.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import redis
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from .soldout_local import CHANNEL, MARK_TTL_S, MARKS, Entry
+from .soldout_local import CHANNEL, MARK_TTL_S, MARKED_CHANNEL, MARKS, Clear, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +107,10 @@ class Reading:
 
 
 def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
-    """This process's mark (no round trip), else one MGET: the generation, the mark, and the key's
-    note. None when Redis does not answer."""
+    """This process's mark, or its knowledge that ``sku`` is not marked (no round trip), else one
+    MGET: the generation, the mark, and the key's note. None when Redis does not answer.
+
+    Known unmarked, a keyed retry's order is not looked up here: the shelf's read finds it."""
     url = settings.INVENTORY["REDIS_URL"]
     kept = MARKS.get(sku, url=url)
     if kept is not None:
@@ -113,6 +118,9 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
             kept.orders = final_orders(sku)  # once per generation and process; two threads may both read it
         order_id = kept.orders.get((customer, key)) if key else None
         return Reading(kept.generation, True, kept.limit, kept.ends_at, order_id=order_id, local=True)
+    clear = MARKS.clear(sku, url=url)
+    if clear is not None:
+        return Reading(clear.generation, False, local=True, era=clear.era)
     epoch = MARKS.epoch(sku, url=url)
     gen_key, mark_key = _keys(sku)
     keys = [gen_key, mark_key, era_key(sku)] + ([_note_key(sku, customer, key)] if key else [])
@@ -124,6 +132,8 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
     generation, era = int(values[0] or 0), int(values[2] or 0)
     order_id = _noted_order(values[3], era) if key else None
     if not values[1]:
+        if epoch is not None:
+            MARKS.keep(sku, Clear(generation, era), epoch=epoch)
         return Reading(generation, False, order_id=order_id, era=era)
     mark_generation, limit, ends_at = values[1].decode().split(":")
     found = Reading(
@@ -152,7 +162,11 @@ def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> 
     for :data:`MARK_TTL_S` (then a purchase reads the shelf again and marks it again)."""
     value = f"{generation}:{limit}:{ends_at.timestamp() if ends_at else ''}"
     try:
-        client().set(_keys(sku)[1], value, px=int(MARK_TTL_S * 1000))
+        with client().pipeline() as pipe:  # one MULTI: no process keeps "unmarked" past the mark
+            pipe.set(_keys(sku)[1], value, px=int(MARK_TTL_S * 1000))
+            pipe.publish(MARKED_CHANNEL, sku)
+            pipe.execute()
+        MARKS.drop(sku, marked=True)  # this process's next purchase reads the mark, not its message's race
     except redis.RedisError as exc:
         logger.warning("could not mark %s sold out: %s", sku, exc)
 

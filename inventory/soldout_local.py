@@ -31,6 +31,10 @@ import redis
 logger = logging.getLogger(__name__)
 
 CHANNEL = "flashsale:sale-changed"
+#: Where :func:`inventory.soldout.mark` says a SKU was just marked: a process that knew it unmarked
+#: (a :class:`Clear`) forgets that and reads Redis again. Kept marks stay (a mark changes nothing
+#: they say), so the sale-changed channel is not used for it.
+MARKED_CHANNEL = "flashsale:sold-out"
 #: The listener's connection name in CLIENT LIST (followed by the pid).
 LISTENER_NAME = "soldout-listener"
 #: How long the listener waits before it subscribes again after its connection broke.
@@ -54,12 +58,24 @@ class Entry:
     kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
 
 
+@dataclass
+class Clear:
+    """A SKU this process read unmarked in Redis, with the generation and era of that read: until
+    a message says it was marked (or its sale changed), a purchase needs no read of Redis. Wrong
+    only in the slow direction: a missed mark sends a purchase to the shelf, which answers it."""
+
+    generation: int
+    era: int
+    kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
+
+
 class LocalMarks:
-    """Marks by SKU in this process, dropped by the listener's messages."""
+    """Marks by SKU in this process (and SKUs known unmarked), dropped by the listener's messages."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
+        self._clear: dict[str, Clear] = {}
         self._epochs: dict[str, int] = {}
         self._breaks = 0  # raised when the listener's connection breaks: every epoch taken before is void
         self._subscribed = threading.Event()
@@ -75,24 +91,42 @@ class LocalMarks:
                 return None
             return entry
 
+    def clear(self, sku: str, *, url: str) -> Clear | None:
+        """What this process knows of ``sku`` being unmarked, if it still counts."""
+        with self._lock:
+            mine = self._owner == os.getpid() and self._url == url
+            known = self._clear.get(sku) if mine and self._subscribed.is_set() else None
+            if known is not None and clock() >= known.kept_until:
+                del self._clear[sku]
+                return None
+            return known
+
     def epoch(self, sku: str, *, url: str) -> tuple[int, int] | None:
         """Taken before reading Redis; None while marks cannot be kept (no listener subscribed)."""
         self._listen(url)
         with self._lock:
             return (self._breaks, self._epochs.get(sku, 0)) if self._subscribed.is_set() else None
 
-    def keep(self, sku: str, entry: Entry, *, epoch: tuple[int, int] | None) -> bool:
-        """Keep ``entry`` unless a message (or a break) came since ``epoch`` was taken."""
+    def keep(self, sku: str, entry: Entry | Clear, *, epoch: tuple[int, int] | None) -> bool:
+        """Keep ``entry`` (a mark, or the SKU known unmarked) unless a message (or a break) came
+        since ``epoch`` was taken."""
         with self._lock:
             if epoch is None or epoch != (self._breaks, self._epochs.get(sku, 0)) or not self._subscribed.is_set():
                 return False
-            self._entries[sku] = entry
+            if isinstance(entry, Clear):
+                self._clear[sku] = entry
+            else:
+                self._entries[sku] = entry
             return True
 
-    def drop(self, sku: str) -> None:
+    def drop(self, sku: str, *, marked: bool = False) -> None:
+        """A message about ``sku``: its sale changed (drop everything kept of it), or with
+        ``marked`` it was just marked (drop only the knowledge that it was not)."""
         with self._lock:
             self._epochs[sku] = self._epochs.get(sku, 0) + 1
-            self._entries.pop(sku, None)
+            self._clear.pop(sku, None)
+            if not marked:
+                self._entries.pop(sku, None)
 
     def drop_all(self, *, subscribed: bool = False) -> None:
         """Forget every mark (and void every epoch taken); ``subscribed``: the listener still is."""
@@ -101,6 +135,7 @@ class LocalMarks:
                 self._subscribed.clear()
             self._breaks += 1
             self._entries.clear()
+            self._clear.clear()
 
     def _listen(self, url: str) -> None:
         """Start this process's listener (once per process, and again after a fork)."""
@@ -110,6 +145,7 @@ class LocalMarks:
             if self._owner == os.getpid() and self._url == url:
                 return
             self._entries.clear()
+            self._clear.clear()
             self._subscribed.clear()
             self._breaks += 1
             self._owner, self._url = os.getpid(), url
@@ -124,7 +160,7 @@ class LocalMarks:
             )
             pubsub = client.pubsub()
             try:
-                pubsub.subscribe(CHANNEL)
+                pubsub.subscribe(CHANNEL, MARKED_CHANNEL)
                 self._serve(pubsub, url)
             except redis.RedisError as exc:
                 logger.warning("sold-out listener lost Redis (%s): local marks dropped", exc)
@@ -140,10 +176,10 @@ class LocalMarks:
             if message is None:
                 pubsub.ping()  # a dead connection shows here, not only when a message is due
                 continue
-            if message["type"] == "subscribe":
+            if message["type"] == "subscribe" and message["data"] == 2:  # both channels
                 self._subscribed.set()
             elif message["type"] == "message":
-                self.drop(message["data"].decode())
+                self.drop(message["data"].decode(), marked=message["channel"] == MARKED_CHANNEL.encode())
 
 
 MARKS = LocalMarks()

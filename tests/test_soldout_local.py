@@ -139,3 +139,65 @@ def test_a_restock_in_another_process_ends_sold_out_here(use_strategy, make_prod
     child.join(5)
     delay_ms = (noticed - committed) * 1000
     print(f"another process stopped answering sold out {delay_ms:.1f} ms after the restock committed")
+
+
+@pytest.mark.django_db
+def test_an_unmarked_sku_is_read_from_memory(use_strategy, make_product, request):
+    """A SKU read unmarked once is known unmarked: the next purchases ask Redis nothing (the shop's
+    client is pointed at a dead port and they still confirm, keyed retries included)."""
+    use_strategy("db")
+    make_product(SKU, stock=3)
+    first = purchase(sku=SKU, customer="a", quantity=1, idempotency_key="k")
+    seen = soldout.read(SKU)
+    assert seen.local and not seen.sold_out
+    request.getfixturevalue("redis_unreachable")
+    assert soldout.read(SKU) == seen
+    assert purchase(sku=SKU, customer="b", quantity=1).confirmed
+    again = purchase(sku=SKU, customer="a", quantity=1, idempotency_key="k")
+    assert again.confirmed and again.order_id == first.order_id  # from the shelf's read, not a note
+    assert Product.objects.get(sku=SKU).stock == 1
+
+
+def mark_elsewhere(sku: str, generation: int, queue) -> None:
+    """In a forked child (another process): mark ``sku`` sold out, and say when it was marked."""
+    soldout._client = None
+    soldout.mark(sku, generation=generation, limit=1, ends_at=None)
+    queue.put(time.time())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mark_made_in_another_process_ends_unmarked_here(use_strategy, make_product, monkeypatch):
+    """The mark's message reaches this process: what it knew unmarked (made to outlive the test,
+    so nothing but the message can drop it) is read again, and the mark answers "sold out"."""
+    use_strategy("db")
+    monkeypatch.setattr(soldout_local, "MARK_TTL_S", 3600.0)
+    make_product(SKU, stock=5)
+    assert purchase(sku=SKU, customer="a", quantity=1).confirmed
+    known = soldout.read(SKU)
+    assert known.local and not known.sold_out
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=mark_elsewhere, args=(SKU, known.generation, queue))
+    child.start()
+    child.join(10)
+    assert queue.get(timeout=5)
+    deadline = time.monotonic() + 5
+    while not soldout.read(SKU).sold_out:
+        assert time.monotonic() < deadline, "still known unmarked here 5 s after another process marked it"
+        time.sleep(0.01)
+    assert purchase(sku=SKU, customer="b", quantity=1).outcome is Outcome.SOLD_OUT  # the mark's answer
+    assert Product.objects.get(sku=SKU).stock == 4
+
+
+def test_a_message_between_the_read_and_the_keeping_voids_it():
+    """Read unmarked, then a mark's message before the keeping: the stale "unmarked" is not kept."""
+    url = settings.INVENTORY["REDIS_URL"]
+    sku = f"raced-{os.getpid()}"
+    epoch = MARKS.epoch(sku, url=url)
+    assert epoch is not None, "the listener did not subscribe"
+    MARKS.drop(sku, marked=True)
+    assert not MARKS.keep(sku, soldout_local.Clear(1, 0), epoch=epoch)
+    assert MARKS.clear(sku, url=url) is None
+    assert MARKS.keep(sku, soldout_local.Clear(1, 0), epoch=MARKS.epoch(sku, url=url))
+    assert MARKS.clear(sku, url=url) is not None

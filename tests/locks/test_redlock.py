@@ -198,9 +198,7 @@ def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restart
     def contend(other) -> None:
         clients = other.clients(ports)
         while not stop.is_set():
-            lock = other.Redlock(
-                clients, name, ttl_ms=FAULT_TTL_MS, timeout_ms=2_000, node_timeout_ms=NODE_TIMEOUT_MS
-            )
+            lock = other.Redlock(clients, name, ttl_ms=FAULT_TTL_MS, timeout_ms=2_000, node_timeout_ms=NODE_TIMEOUT_MS)
             try:
                 lease = other(lock.acquire())
             except NotAcquired:

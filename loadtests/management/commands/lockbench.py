@@ -7,6 +7,10 @@ that bursts of load from other processes on the machine fall on every row alike:
 * ``floor-1node``: the raw commands of a correct lock on one held connection: a fresh random
   token, ``SET NX PX``, then the distlock page's ``EVALSHA`` compare-and-delete, packed by hiredis, no lock
   library at all; ``floor-5nodes``: the same written to five nodes before reading any reply.
+  ``floor-1node-fenced``/``floor-5nodes-fenced``: the same round trips with the scripts our locks
+  run instead (the acquire that also issues the fence and checks the hand-off window, the release
+  that also wakes a registered waiter): what the server's side of our locks costs, so a gap
+  between ``ours-*`` and its floor splits into the scripts' share and the library's.
 * ``ours-redis``/``ours-redlock``: a new :class:`RedisLock`/:class:`Redlock` per acquisition, as
   the shop uses them (fencing counter included).
 * ``redis-py-lock`` (``redis.lock.Lock``), ``python-redis-lock``, ``pottery-redlock``,
@@ -50,6 +54,16 @@ from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
+from locks._core import (
+    ACQUIRE,
+    HANDOFF_WINDOW_MS,
+    RELEASE,
+    SIGNAL_LIFETIME_MS,
+    fence_key,
+    handoff_key,
+    signal_key,
+    waiters_key,
+)
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
 
@@ -85,28 +99,38 @@ def _clients(ports: list[int]) -> list[redis.Redis]:
     return [redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
 
 
-def _floor(clients: list[redis.Redis]) -> Callable[[], None]:
+def _floor(clients: list[redis.Redis], *, fenced: bool = False) -> Callable[[], None]:
     """The bare protocol cost of a correct lock: a fresh random token, SET NX PX, then the
     compare-and-delete EVALSHA, packed by hiredis and written on one held connection per node
-    (to all nodes before reading any reply); no lock object, no fencing, no error handling."""
+    (to all nodes before reading any reply); no lock object, no fencing, no error handling.
+    With ``fenced``, our locks' own acquire and release scripts in the same round trips."""
     conns = [client.connection_pool.get_connection() for client in clients]
     for client in clients:
         client.script_load(UNLOCK)
+        client.script_load(ACQUIRE.text)
+        client.script_load(RELEASE.text)
+    name = LOCK_NAME + (":fenced" if fenced else "")
+    acquire_keys = (name, fence_key(name), waiters_key(name), handoff_key(name))
+    release_keys = (name, signal_key(name), waiters_key(name), handoff_key(name))
+
+    def both(command: tuple) -> None:
+        packed = [pack_command(command)]
+        for conn in conns:
+            conn.send_packed_command(packed, check_health=False)
+        for conn in conns:
+            conn.read_response()
 
     def op() -> None:
         token = os.urandom(16).hex()
-        set_cmd = [pack_command(("SET", LOCK_NAME, token, "NX", "PX", TTL_MS))]
-        for conn in conns:
-            conn.send_packed_command(set_cmd, check_health=False)
-        for conn in conns:
-            conn.read_response()
-        del_cmd = [pack_command(("EVALSHA", UNLOCK_SHA, 1, LOCK_NAME, token))]
-        for conn in conns:
-            conn.send_packed_command(del_cmd, check_health=False)
-        for conn in conns:
-            conn.read_response()
+        both(("SET", name, token, "NX", "PX", TTL_MS))
+        both(("EVALSHA", UNLOCK_SHA, 1, name, token))
 
-    return op
+    def op_fenced() -> None:
+        token = os.urandom(16).hex()
+        both(("EVALSHA", ACQUIRE.sha, 4, *acquire_keys, token, TTL_MS, "", "0"))
+        both(("EVALSHA", RELEASE.sha, 4, *release_keys, token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
+
+    return op_fenced if fenced else op
 
 
 def _ours_redis(client: redis.Redis) -> Callable[[], None]:
@@ -333,6 +357,8 @@ class Command(BaseCommand):
         return {
             "floor-1node": _floor([single]),
             "floor-5nodes": _floor(clients),
+            "floor-1node-fenced": _floor([single], fenced=True),
+            "floor-5nodes-fenced": _floor(clients, fenced=True),
             "ours-redis": _ours_redis(single),
             "ours-redlock": _ours_redlock(clients),
             "redis-py-lock": _redis_py_lock(single),
@@ -398,6 +424,14 @@ class Command(BaseCommand):
             ratio = by_name[numerator] / by_name[denominator]
             verdict = "met" if ratio >= target else "NOT met"
             out.write(f"  {numerator} / {denominator} = {ratio:5.2f}x  (target >= {target}x)  {verdict}")
+        out.write("where the gap to the floor goes (the scripts' share, then the library's):")
+        for ours, floor in (("ours-redis", "floor-1node"), ("ours-redlock", "floor-5nodes")):
+            fenced = f"{floor}-fenced"
+            if {ours, floor, fenced} <= by_name.keys():
+                out.write(
+                    f"  {fenced} / {floor} = {by_name[fenced] / by_name[floor]:5.2f}x,  "
+                    f"{ours} / {fenced} = {by_name[ours] / by_name[fenced]:5.2f}x"
+                )
         contended = {row["name"]: row for row in rows if "p99_wait_ms" in row}
         if len(contended) == 2:
             poll, notify = contended["contended-polling"], contended["contended-notified"]

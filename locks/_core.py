@@ -201,6 +201,16 @@ def handoff_key(name: str) -> str:
     return f"{name}:handoff"
 
 
+def acquire_keys(name: str) -> tuple[str, str, str, str]:
+    """The keys :data:`ACQUIRE` runs on for the lock ``name``."""
+    return (name, fence_key(name), waiters_key(name), handoff_key(name))
+
+
+def release_keys(name: str) -> tuple[str, str, str, str]:
+    """The keys :data:`RELEASE` runs on for the lock ``name``."""
+    return (name, signal_key(name), waiters_key(name), handoff_key(name))
+
+
 def drift_ms(ttl_ms: int) -> float:
     """Clock drift allowance from the Redis distlock page: 1 % of the TTL plus 2 ms."""
     return ttl_ms * 0.01 + 2.0

@@ -103,6 +103,7 @@ def test_the_rule_sees_a_crossing(tmp_path, monkeypatch):
 FACADES = {
     "locks": "the lock library's public API (RedisLock, Redlock, their asyncio twins, the errors)",
     "inventory.combining": "the combiner's public API (Combiner and lead_batch, their asyncio sources)",
+    "locks.scripts": "the Redis locks' Lua scripts and keys, public for raw senders (lockbench's fenced floors)",
 }
 
 

@@ -18,14 +18,12 @@ from .._core import (
     REFUSALS,
     RELEASED,
     Lease,
+    acquire_keys,
     check_arguments,
     drift_ms,
-    fence_key,
-    handoff_key,
     log_ambiguous_release,
     new_token,
-    signal_key,
-    waiters_key,
+    release_keys,
 )
 from ..errors import LockError, LockLost, NotAcquired, NotOwned
 from . import io as _io
@@ -72,9 +70,8 @@ class BaseLock:
         self.max_renewals = max_renewals
         self.on_lost = on_lost
         self.max_extensions = max_extensions
-        waiters, handoff = waiters_key(name), handoff_key(name)
-        self._keys = (name, fence_key(name), waiters, handoff)
-        self._release_keys = (name, signal_key(name), waiters, handoff)
+        self._keys = acquire_keys(name)
+        self._release_keys = release_keys(name)
         self._drift_ms = drift_ms(self.ttl_ms)
 
     # Subclasses provide: _attempt(token, waiter_id, register) -> Attempt,

@@ -54,16 +54,7 @@ from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
-from locks._core import (
-    ACQUIRE,
-    HANDOFF_WINDOW_MS,
-    RELEASE,
-    SIGNAL_LIFETIME_MS,
-    fence_key,
-    handoff_key,
-    signal_key,
-    waiters_key,
-)
+from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
 
@@ -110,8 +101,7 @@ def _floor(clients: list[redis.Redis], *, fenced: bool = False) -> Callable[[], 
         client.script_load(ACQUIRE.text)
         client.script_load(RELEASE.text)
     name = LOCK_NAME + (":fenced" if fenced else "")
-    acquire_keys = (name, fence_key(name), waiters_key(name), handoff_key(name))
-    release_keys = (name, signal_key(name), waiters_key(name), handoff_key(name))
+    on_acquire, on_release = acquire_keys(name), release_keys(name)
 
     def both(command: tuple) -> None:
         packed = [pack_command(command)]
@@ -127,8 +117,8 @@ def _floor(clients: list[redis.Redis], *, fenced: bool = False) -> Callable[[], 
 
     def op_fenced() -> None:
         token = os.urandom(16).hex()
-        both(("EVALSHA", ACQUIRE.sha, 4, *acquire_keys, token, TTL_MS, "", "0"))
-        both(("EVALSHA", RELEASE.sha, 4, *release_keys, token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
+        both(("EVALSHA", ACQUIRE.sha, 4, *on_acquire, token, TTL_MS, "", "0"))
+        both(("EVALSHA", RELEASE.sha, 4, *on_release, token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS))
 
     return op_fenced if fenced else op
 

@@ -76,7 +76,8 @@ class LocalMarks:
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
         self._clear: dict[str, Clear] = {}
-        self._epochs: dict[str, int] = {}
+        self._epochs: dict[str, int] = {}  # per SKU, raised by every message about it
+        self._marked_epochs: dict[str, int] = {}  # per SKU, raised by its marks' messages only
         self._breaks = 0  # raised when the listener's connection breaks: every epoch taken before is void
         self._subscribed = threading.Event()
         self._owner: int | None = None  # the pid whose listener thread serves these marks
@@ -101,21 +102,30 @@ class LocalMarks:
                 return None
             return known
 
-    def epoch(self, sku: str, *, url: str) -> tuple[int, int] | None:
+    def epoch(self, sku: str, *, url: str) -> tuple[int, int, int] | None:
         """Taken before reading Redis; None while marks cannot be kept (no listener subscribed)."""
         self._listen(url)
         with self._lock:
-            return (self._breaks, self._epochs.get(sku, 0)) if self._subscribed.is_set() else None
+            return self._epoch(sku) if self._subscribed.is_set() else None
 
-    def keep(self, sku: str, entry: Entry | Clear, *, epoch: tuple[int, int] | None) -> bool:
-        """Keep ``entry`` (a mark, or the SKU known unmarked) unless a message (or a break) came
-        since ``epoch`` was taken."""
+    def _epoch(self, sku: str) -> tuple[int, int, int]:
+        return (self._breaks, self._epochs.get(sku, 0), self._marked_epochs.get(sku, 0))
+
+    def keep(self, sku: str, entry: Entry | Clear, *, epoch: tuple[int, int, int] | None) -> bool:
+        """Keep ``entry`` unless a message (or a break) that voids it came since ``epoch`` was
+        taken: any message voids the knowledge that the SKU is unmarked; a mark is voided by a
+        break or a change of its sale, not by a mark's message (its own, arriving late)."""
         with self._lock:
-            if epoch is None or epoch != (self._breaks, self._epochs.get(sku, 0)) or not self._subscribed.is_set():
+            if epoch is None or not self._subscribed.is_set():
                 return False
+            now = self._epoch(sku)
             if isinstance(entry, Clear):
+                if epoch != now:
+                    return False
                 self._clear[sku] = entry
             else:
+                if epoch[:2] != now[:2]:
+                    return False
                 self._entries[sku] = entry
             return True
 
@@ -123,9 +133,11 @@ class LocalMarks:
         """A message about ``sku``: its sale changed (drop everything kept of it), or with
         ``marked`` it was just marked (drop only the knowledge that it was not)."""
         with self._lock:
-            self._epochs[sku] = self._epochs.get(sku, 0) + 1
             self._clear.pop(sku, None)
-            if not marked:
+            if marked:
+                self._marked_epochs[sku] = self._marked_epochs.get(sku, 0) + 1
+            else:
+                self._epochs[sku] = self._epochs.get(sku, 0) + 1
                 self._entries.pop(sku, None)
 
     def drop_all(self, *, subscribed: bool = False) -> None:

@@ -85,6 +85,7 @@ def burst(tmp_path, **options) -> tuple[dict, str, CommandError | None]:
         )
     except CommandError as exc:
         error = exc
+    assert path.exists(), f"flashsale wrote no JSON: {error}\n{out.getvalue()}"
     return json.loads(path.read_text()), out.getvalue(), error
 
 

@@ -136,6 +136,7 @@ def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str,
         )
     except CommandError as exc:
         error = exc
+    assert path.exists(), f"flashsale wrote no JSON: {error}\n{out.getvalue()}"
     return json.loads(path.read_text()), out.getvalue(), error
 
 

@@ -73,6 +73,7 @@ class BaseLock:
         self._keys = acquire_keys(name)
         self._release_keys = release_keys(name)
         self._drift_ms = drift_ms(self.ttl_ms)
+        self._refusal_detail = ""  # a refused release's per-node outcomes (Redlock), for its message
 
     # Subclasses provide: _attempt(token, waiter_id, register) -> Attempt,
     # _unlock(token) -> a _core.release_outcome, _extend_nodes(lease, ttl_ms) -> Lease,
@@ -161,7 +162,7 @@ class BaseLock:
         if outcome == AMBIGUOUS:
             log_ambiguous_release(self.name, lease.fence)
         elif outcome != RELEASED:
-            raise self._error(NotOwned, REFUSALS[outcome])
+            raise self._error(NotOwned, REFUSALS[outcome] + self._refusal_detail)
 
     async def extend(self, *, ttl_ms: int | None = None) -> Lease:
         """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times."""

@@ -270,6 +270,8 @@ class Redlock(BaseLock):
         for index, outcome in enumerate(outcomes):
             if outcome == FAILED:
                 log_failed_release(self.name, self._nodes[index].name, retried.get(index, replies[index]))
+        names = self.node_names()
+        self._refusal_detail = f" (by node: {', '.join(f'{n} {o}' for n, o in zip(names, outcomes, strict=True))})"
         return redlock_release_outcome(outcomes, self.quorum)
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:

@@ -4,6 +4,7 @@ master reports through, and the PostgreSQL connection sampler."""
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import os
@@ -95,11 +96,19 @@ def server_environment(
     return env
 
 
+def static_lock_path() -> Path:
+    """The lock every :func:`collect_static` of this checkout takes, beside its ``STATIC_ROOT``."""
+    return Path(settings.BASE_DIR) / "staticfiles.lock"
+
+
 def collect_static() -> None:
     """Collect static files the way gunicorn will serve them.
 
     gunicorn runs with DEBUG off, where the manifest storage refuses to render a page whose
-    stylesheet was never collected (every product page would be a 500).
+    stylesheet was never collected (every product page would be a 500). One collect at a time per
+    checkout (a file lock): two at once into one ``STATIC_ROOT`` fail on files the other's
+    post-processing replaced (seen in make test: a burst row beside the ASGI browser test,
+    "FileNotFoundError: .../staticfiles/admin/js/calendar.<hash>.js").
     """
     env = {
         **os.environ,
@@ -107,13 +116,15 @@ def collect_static() -> None:
         "DJANGO_DEBUG": "0",
         "DATABASE_URL": database_url(),
     }
-    result = subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    with open(static_lock_path(), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        result = subprocess.run(
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise BurstError(f"collectstatic failed: {lines[-1] if lines else result.returncode}")

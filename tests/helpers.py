@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from pathlib import Path
 
 from inventory.models import Order, Product
@@ -19,6 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).control]
 #: The working strategies whose lock hands out a fencing token that the row's storage check compares.
 FENCED_STRATEGIES = [name for name in WORKING_STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
+
+
+def run_threads(count: int, target, *, timeout_s: float | None = None) -> None:
+    """Run ``target(i)`` for i in range(count), each on its own thread, and wait for them all; with
+    ``timeout_s``, fail if any is still running after waiting that long for each."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    assert not any(thread.is_alive() for thread in threads), f"a thread of {target.__name__} hangs"
 
 
 def snapshot(sku: str = "phone-x") -> tuple[int, int, int]:

@@ -11,19 +11,11 @@ from collections import Counter
 import pytest
 
 from inventory.combining import AsyncCombiner, Combiner
+from tests.helpers import run_threads
 
 
 def busy(ticket) -> str:
     return "busy"
-
-
-def run_threads(count: int, target) -> None:
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(thread.is_alive() for thread in threads), "a submitter hangs"
 
 
 def test_every_request_gets_its_own_answer_once_in_arrival_order():
@@ -47,7 +39,7 @@ def test_every_request_gets_its_own_answer_once_in_arrival_order():
                 assert item not in answers
                 answers[item] = ticket.answer
 
-    run_threads(12, submitter)
+    run_threads(12, submitter, timeout_s=30)
     assert answers == {(i, n): ("done", (i, n)) for i in range(12) for n in range(40)}
     assert sorted(served) == sorted(answers), "a request was served twice or not at all"
     for index in range(12):  # each thread's requests were served in the order it made them
@@ -82,7 +74,7 @@ def test_waiters_behind_a_stalled_leader_are_answered_busy_within_their_timeout(
         answers[index] = combiner.submit(f"w{index}", serve=serve, timeout_s=0.3, busy=busy).answer
         waited[index] = time.monotonic() - started
 
-    run_threads(5, waiter)
+    run_threads(5, waiter, timeout_s=30)
     assert answers == dict.fromkeys(range(5), "busy")
     assert all(seconds >= 0.3 for seconds in waited.values()), waited  # each waited out its own timeout
     resume.set()

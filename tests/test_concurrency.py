@@ -16,6 +16,7 @@ from django.db import connections
 from inventory.audit import audit
 from inventory.services import purchase
 from inventory.strategies import reset_strategy
+from tests.helpers import run_threads
 
 PROCESSES = 4
 THREADS = 6
@@ -45,11 +46,7 @@ def buy_in_threads(process_index: int) -> dict[str, int]:
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=shopper, args=(i,)) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(THREADS, shopper)
     return dict(outcomes)
 
 

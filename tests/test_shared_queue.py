@@ -32,6 +32,7 @@ from inventory.results import PurchaseResult, Timings
 from inventory.services import purchase
 from inventory.strategies import get_strategy, reset_strategy
 from inventory.strategies.contract import Outcome
+from tests.helpers import run_threads
 
 PROCESSES = 2
 THREADS = 12
@@ -187,11 +188,7 @@ def buy_in_threads(process_index: int, *, opens_at: float) -> dict:
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=shopper, args=(i,)) for i in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(THREADS, shopper)
     return {"outcomes": dict(outcomes), "sizes": dict(sizes), "keyed": {c: sorted(o) for c, o in keyed.items()}}
 
 

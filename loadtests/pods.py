@@ -4,7 +4,6 @@ master reports through, and the PostgreSQL connection sampler."""
 
 from __future__ import annotations
 
-import fcntl
 import http.client
 import json
 import os
@@ -23,6 +22,7 @@ from django.db import connection
 
 from inventory.strategies import strategy_class
 from processes.children import Child, free_port, stop_all, wait_until_answers
+from shop.static_lock import static_files
 
 from .balancer import BalancerError, haproxy_config, start_haproxy
 from .plan import FLOOR, BurstError, BurstPlan
@@ -96,19 +96,12 @@ def server_environment(
     return env
 
 
-def static_lock_path() -> Path:
-    """The lock every :func:`collect_static` of this checkout takes, beside its ``STATIC_ROOT``."""
-    return Path(settings.BASE_DIR) / "staticfiles.lock"
-
-
 def collect_static() -> None:
     """Collect static files the way gunicorn will serve them.
 
     gunicorn runs with DEBUG off, where the manifest storage refuses to render a page whose
     stylesheet was never collected (every product page would be a 500). One collect at a time per
-    checkout (a file lock): two at once into one ``STATIC_ROOT`` fail on files the other's
-    post-processing replaced (seen in make test: a burst row beside the ASGI browser test,
-    "FileNotFoundError: .../staticfiles/admin/js/calendar.<hash>.js").
+    checkout, and not while a server starts (:mod:`shop.static_lock`).
     """
     env = {
         **os.environ,
@@ -116,8 +109,7 @@ def collect_static() -> None:
         "DJANGO_DEBUG": "0",
         "DATABASE_URL": database_url(),
     }
-    with open(static_lock_path(), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with static_files(writing=True):
         result = subprocess.run(
             [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
             cwd=settings.BASE_DIR,

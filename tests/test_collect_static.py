@@ -1,14 +1,20 @@
 """Two collects of static files at once (a burst row beside the ASGI browser test, in two xdist
-workers) must both succeed: seen in make test as "collectstatic failed: FileNotFoundError" on a
-hashed file the other collect's post-processing had replaced."""
+workers) must both succeed, and a server must not start while a collect rewrites the folder: both
+seen in make test as a FileNotFoundError on a hashed file a collect had replaced."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
+from django.conf import settings
 
 from loadtests.pods import collect_static
+from shop.static_lock import static_files
 
 pytestmark = pytest.mark.slow
 
@@ -29,3 +35,22 @@ def test_two_collects_at_once_both_succeed():
         for thread in threads:
             thread.join(120)
         assert not errors, errors
+
+
+def test_a_server_starting_during_a_collect_waits_for_it():
+    """A pod's WSGI application loads (WhiteNoise scans STATIC_ROOT) only outside a collect: seen in
+    make test as a gunicorn pod exiting with FileNotFoundError on a hashed file a collect replaced."""
+    script = "import time, shop.wsgi; print(time.monotonic())"  # loads the application under the shared lock
+    with static_files(writing=True):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=settings.BASE_DIR,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2)  # far longer than the application takes to load
+        released = time.monotonic()
+        assert child.poll() is None, "the application loaded while a collect held the lock"
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and float(out.split()[-1]) >= released

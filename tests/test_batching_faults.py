@@ -65,7 +65,7 @@ def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_strategy, make
     use_strategy("redis", LOCK_TTL_MS=300, OPTIONS={**options, "BATCH": 4})
     product = make_product("late", stock=2)
     leader = get_strategy()
-    read, paused, resume = leader.read_section, threading.Event(), threading.Event()
+    read, paused, resume = leader.read_batch, threading.Event(), threading.Event()
 
     def pausing_read(product_id, **kwargs):
         first = read(product_id, **kwargs)
@@ -73,7 +73,7 @@ def test_a_paused_leaders_late_batch_is_refused_whole(fenced, use_strategy, make
         resume.wait(10)
         return first
 
-    leader.read_section = pausing_read
+    leader.read_batch = pausing_read
     results = []
 
     def lead() -> None:

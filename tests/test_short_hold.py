@@ -1,19 +1,25 @@
-"""The hold is short (issue 28): inside the section's transaction a purchase takes two statements
-(three for ``db``, whose side reads must follow the row's lock), then COMMIT. Before, nine round
-trips: BEGIN, SET LOCAL, the row, the key's order, the units, the UPDATE, the upsert, the INSERT,
-COMMIT (the first version of this test counted 11 statements for ``db`` with the two outside)."""
+"""The hold is short (issue 28): inside the section's transaction a purchase sends two messages, the
+reads and the write, and the write carries the COMMIT, so the row's lock is released by the same
+round trip that took it (``atomic``, which may still have to undo its units, sends its COMMIT
+alone). Before, nine round trips: BEGIN, SET LOCAL, the row, the key's order, the units, the
+UPDATE, the upsert, the INSERT, COMMIT; then four (``db``: five)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
+from inventory.strategies.contract import Outcome
 
-#: Statements between BEGIN and COMMIT for one confirmed purchase, per strategy.
-INSIDE = {"db": 3, "optimistic": 2, "redis": 2, "redlock": 2, "atomic": 2, "redis-stock": 2}
+#: Messages between BEGIN and COMMIT for one confirmed purchase, per strategy.
+INSIDE = {"db": 2, "optimistic": 2, "redis": 2, "redlock": 2, "atomic": 2, "redis-stock": 2}
+#: Strategies whose write does not carry the COMMIT (it may roll back what it wrote).
+COMMIT_ALONE = {"atomic", "redis-stock"}
 
 
 def inside_the_transaction(queries: list[dict]) -> list[str]:
@@ -24,7 +30,7 @@ def inside_the_transaction(queries: list[dict]) -> list[str]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", sorted(INSIDE))
-def test_a_purchase_holds_the_row_for_two_statements_and_a_commit(name, use_strategy, make_product):
+def test_a_purchase_holds_the_row_for_two_messages(name, use_strategy, make_product):
     use_strategy(name)
     make_product(stock=5, limit=3)
     assert purchase(sku="phone-x", customer="first", quantity=1).confirmed
@@ -34,6 +40,7 @@ def test_a_purchase_holds_the_row_for_two_statements_and_a_commit(name, use_stra
     statements = inside_the_transaction(captured.captured_queries)
     assert len(statements) == INSIDE[name], statements
     assert "lock_timeout" in statements[0]  # the first statement bounds every row-lock wait
+    assert statements[-1].endswith("; COMMIT") is (name not in COMMIT_ALONE), statements[-1][-80:]
     # What the one write statement did, from the database.
     product = Product.objects.get(sku="phone-x")
     order = Order.objects.get(pk=result.order_id)
@@ -55,3 +62,100 @@ def test_a_refused_limit_writes_nothing(name, use_strategy, make_product):
     assert result.outcome.value == "limit_reached"
     assert Product.objects.get(sku="phone-x").stock == 3
     assert Allocation.objects.get(customer="me").units == 2 and Order.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_inside_a_callers_transaction_the_write_leaves_the_commit_to_it(use_strategy, make_product):
+    """The section nested in another transaction (here the test's own) is a savepoint: its write
+    must not commit the caller's work, so the COMMIT does not ride with it."""
+    use_strategy("db")
+    make_product(stock=5, limit=3)
+    with CaptureQueriesContext(connection) as captured:
+        assert purchase(sku="phone-x", customer="me", quantity=1).confirmed
+    assert not any(query["sql"].endswith("COMMIT") for query in captured.captured_queries)
+    assert connection.in_atomic_block  # the test's transaction is still open, and sees the sale
+    assert Product.objects.get(sku="phone-x").stock == 4
+
+
+REFUSE_BOB = """
+CREATE FUNCTION refuse_bob_order() RETURNS trigger AS $$
+BEGIN
+  IF NEW.customer = 'bob' THEN
+    RAISE EXCEPTION 'bob refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'allocation_within_limit';
+  END IF;
+  RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER refuse_bob_order BEFORE INSERT ON inventory_order FOR EACH ROW EXECUTE FUNCTION refuse_bob_order();
+"""
+DROP_REFUSE_BOB = "DROP TRIGGER refuse_bob_order ON inventory_order; DROP FUNCTION refuse_bob_order();"
+
+
+@pytest.fixture
+def bob_refused(transactional_db):
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_BOB)
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(DROP_REFUSE_BOB)
+
+
+@pytest.mark.parametrize("name", ["db", "redis"])
+def test_a_write_refused_with_its_commit_aboard_leaves_nothing(name, bob_refused, use_strategy, make_product):
+    """The write fails inside PostgreSQL (a constraint refuses bob's order): the COMMIT after it
+    in the same message never runs, the stock UPDATE and the units go with the rolled-back
+    transaction, and the connection serves the next purchase."""
+    use_strategy(name)
+    product = make_product(stock=5, limit=2)
+    refused = purchase(sku="phone-x", customer="bob", quantity=1)
+    assert refused.outcome is Outcome.LIMIT_REACHED and refused.constraint_hits == 1
+    product.refresh_from_db()
+    assert product.stock == 5 and not Allocation.objects.exists() and not Order.objects.exists()
+    assert purchase(sku="phone-x", customer="ann", quantity=2).confirmed
+    product.refresh_from_db()
+    assert product.stock == 3 and list(Order.objects.values_list("customer", flat=True)) == ["ann"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_side_reads_see_what_the_rows_last_holder_committed(use_strategy, make_product):
+    """``db`` reads the row FOR UPDATE and the customer's units in the same message: the units are
+    read after the row's lock is granted, so they include what its last holder committed. Another
+    connection holds the row, gives ``me`` their whole limit and commits while the purchase waits."""
+    use_strategy("db")
+    product = make_product(stock=5, limit=2)
+    locked, answer = threading.Event(), {}
+
+    def buy() -> None:
+        try:
+            locked.wait(5)
+            answer["result"] = purchase(sku="phone-x", customer="me", quantity=1)
+        finally:
+            connections.close_all()
+
+    buyer = threading.Thread(target=buy)
+    buyer.start()
+    with transaction.atomic():
+        Product.objects.select_for_update().get(pk=product.pk)
+        locked.set()
+        _wait_for_a_row_lock_waiter()
+        Allocation.objects.create(product=product, customer="me", units=2, cap=2)
+        Order.objects.create(product=product, customer="me", quantity=2, strategy="db")
+        Product.objects.filter(pk=product.pk).update(stock=3)
+    buyer.join(10)
+    # Refused by the rules on what it read, not by the units' CHECK after a stale read.
+    assert answer["result"].outcome is Outcome.LIMIT_REACHED and answer["result"].constraint_hits == 0
+    product.refresh_from_db()
+    assert product.stock == 3 and Allocation.objects.get(customer="me").units == 2
+
+
+def _wait_for_a_row_lock_waiter(timeout_s: float = 5.0) -> None:
+    """Until another backend waits for a lock (the buyer's FOR UPDATE read behind ours)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    with connections["default"].cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the purchase never waited for the row")

@@ -35,9 +35,10 @@ from typing import AsyncIterator
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
 
+from ..models import Order
 from .batch import Ask, BatchAttempt, batch_section
 from .contract import NO_GRANT, Grant, Needed, SectionResult, Shelf
-from .section import attempt_section, section_read
+from .section import attempt_section, batch_reads, section_read
 from .statements import Statement, run_update
 
 #: Where purchases queue for a shared section: in the process (``local``) or in the shop's Redis (``shared``).
@@ -103,6 +104,13 @@ class Strategy:
     ) -> tuple[Shelf, int | None, int]:
         """The section's first statement: the row and the customer's order and units (:func:`section_read`)."""
         return section_read(self, product_id, customer=customer, key=key)
+
+    def read_batch(
+        self, product_id: int, *, customers: set[str], pairs: set[tuple[str, str]]
+    ) -> tuple[Shelf, dict[str, int], dict[tuple[str, str], Order]]:
+        """A batch's first message: the row, the ``customers``' units and their orders under the
+        ``pairs``' keys (:func:`batch_reads`)."""
+        return batch_reads(self, product_id, customers, pairs)
 
     def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
         """The stock write, as one UPDATE statement (the section runs it with the inserts)."""

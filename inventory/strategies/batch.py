@@ -25,8 +25,7 @@ from django.utils import timezone
 
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
-from .section import allocate_many, decide, new_order, saved, section_transaction
-from .statements import sell
+from .section import allocate_many, decide, new_order, saved, section_transaction, sell_and_commit
 
 
 @dataclass(frozen=True)
@@ -119,14 +118,9 @@ def batch_section(
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
     with section_transaction(strategy, bound_by_first_statement=True):
-        shelf, _, _ = strategy.read_section(product_id)
-        verdicts = decide_batch(
-            shelf,
-            asks,
-            held=held_by(product_id, {ask.customer for ask in asks}),
-            orders=keyed_orders(product_id, asks),
-            now=timezone.now(),
-        )
+        customers, pairs = {ask.customer for ask in asks}, {(ask.customer, ask.key) for ask in asks if ask.key}
+        shelf, held, orders = strategy.read_batch(product_id, customers=customers, pairs=pairs)
+        verdicts = decide_batch(shelf, asks, held=held, orders=orders, now=timezone.now())
         if savepoint_each:
             verdicts, created = _write_one_by_one(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
         else:
@@ -153,7 +147,7 @@ def _write_in_bulk(
     for order in orders:
         order.created_at = now
     update = strategy.stock_update(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant)
-    ids = sell(update, units=dict(units), cap=shelf.per_customer_limit, orders=orders)
+    ids = sell_and_commit(update, units=dict(units), cap=shelf.per_customer_limit, orders=orders)
     if ids is None:
         return None
     return {index: saved(order, pk) for index, order, pk in zip(sold, orders, ids, strict=True)}

@@ -33,12 +33,13 @@ from ..models import Allocation, Order, Product
 from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shelf
 from .statements import (
     SHELF_FIELDS,
+    Statement,
+    batch_read,
     checked_update,
     first_read,
     replay_read,
     run_update,
     sell,
-    side_reads,
     take_and_sell,
     take_update,
 )
@@ -52,9 +53,12 @@ class Spans:
     """What the section transactions run inside :func:`timed_transactions` came to."""
 
     ms: list[float] = field(default_factory=list)  # each transaction, BEGIN to COMMIT (or ROLLBACK)
-    commit_ms: float = 0.0  # their COMMITs themselves (a ROLLBACK ending a refused write counts too)
-    # SQL statements they sent, SET LOCAL included: outside psycopg's pipeline mode one round trip
-    # each, and BEGIN (psycopg sends it alone before the first) and COMMIT one more each.
+    # Their COMMITs: the round trip that carried each (its own, or the write's when it rode along,
+    # see sell_and_commit); a ROLLBACK ending a refused write counts too.
+    commit_ms: float = 0.0
+    # SQL messages they sent, one round trip each (a message may hold several statements: a
+    # FOR UPDATE read's side reads, the COMMIT riding with the write), and BEGIN (psycopg sends it
+    # alone before the first) and a COMMIT that did not ride one more each.
     statements: int = 0
 
     def count(self, execute, sql, params, many, context):
@@ -213,20 +217,52 @@ def new_order(
 def section_read(
     strategy: SectionParts, product_id: int, *, customer: str | None = None, key: str = ""
 ) -> tuple[Shelf, int | None, int]:
-    """The section's reads, its transaction's first statement (which sets its ``lock_timeout``):
-    (the row, the id of ``customer``'s order under ``key`` or None, their units); without a
-    ``customer`` the row alone (None, 0). One round trip; two after a ``FOR UPDATE`` read, whose
-    side reads must follow the row's lock to see what its last holder committed."""
-    read = first_read(
+    """The section's reads, its transaction's first message (whose first statement sets its
+    ``lock_timeout``): (the row, the id of ``customer``'s order under ``key`` or None, their units);
+    without a ``customer`` the row alone (None, 0). One round trip; after a ``FOR UPDATE`` read
+    the side reads are a second statement of the message, so they see what the row's last holder
+    committed."""
+    return first_read(
         product_id,
         lock_timeout_ms=strategy.row_lock_timeout_ms,
         for_update=strategy.for_update,
         customer=customer,
         key=key,
     )
-    if customer is None or not strategy.for_update:
-        return read
-    return (read[0], *side_reads(product_id, customer=customer, key=key))
+
+
+def batch_reads(
+    strategy: SectionParts, product_id: int, customers: set[str], pairs: set[tuple[str, str]]
+) -> tuple[Shelf, dict[str, int], dict[tuple[str, str], Order]]:
+    """A batch's reads, its transaction's first message (:func:`.statements.batch_read`): the row
+    read as the strategy reads it, the customers' units, the orders under the keys; one round trip."""
+    return batch_read(
+        product_id,
+        lock_timeout_ms=strategy.row_lock_timeout_ms,
+        for_update=strategy.for_update,
+        customers=customers,
+        pairs=pairs,
+    )
+
+
+def commit_rides() -> bool:
+    """True when the section's write may carry its transaction's COMMIT (:func:`.statements.sell`):
+    the section's ``transaction.atomic`` is the outermost block, so its end is the COMMIT. Inside
+    another atomic block (a caller's transaction, a test's) it is a savepoint, and the write goes alone."""
+    return len(connection.atomic_blocks) == 1 and not connection.needs_rollback
+
+
+def sell_and_commit(update: Statement, *, units: dict[str, int], cap: int, orders: list[Order]) -> list[int] | None:
+    """The section's write (:func:`.statements.sell`), with the COMMIT aboard when it may ride
+    (:func:`commit_rides`): the section's last statement. While :func:`timed_transactions` collects,
+    the round trip that carried the COMMIT counts as the commit's time."""
+    rides = commit_rides()
+    started = time.perf_counter()
+    ids = sell(update, units=units, cap=cap, orders=orders, commit=rides)
+    spans = _transaction_spans.get()
+    if rides and spans is not None:
+        spans.commit_ms += (time.perf_counter() - started) * 1000
+    return ids
 
 
 def saved(order: Order, pk: int) -> Order:
@@ -240,8 +276,9 @@ def saved(order: Order, pk: int) -> Order:
 def attempt_section(
     strategy: SectionParts, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant
 ) -> SectionResult:
-    """One run of read → decide → write → record, in one transaction: inside it two round trips
-    (three for a ``FOR UPDATE`` read) and the COMMIT (:mod:`.statements`)."""
+    """One run of read → decide → write → record, in one transaction: after BEGIN two round trips,
+    the reads and the write with the COMMIT (:mod:`.statements`; the COMMIT a third when the
+    section runs inside another transaction, see :func:`commit_rides`)."""
     with section_transaction(strategy, bound_by_first_statement=True):
         shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
         if replay_id is not None:
@@ -255,7 +292,7 @@ def attempt_section(
         )
         order.created_at = now
         update = strategy.stock_update(shelf, quantity=quantity, grant=grant)
-        ids = sell(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=[order])
+        ids = sell_and_commit(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=[order])
         if ids is None:
             return SectionResult(conflict=shelf)
     return SectionResult(order=saved(order, ids[0]))

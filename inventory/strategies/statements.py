@@ -9,12 +9,20 @@ was held. Here:
   ``SET LOCAL``), the row and, when nothing can have changed them since the statement began, the
   customer's order under the key and their units, in one statement. A ``FOR UPDATE`` read may
   wait for the row, and its subqueries would see the data as it was before that wait; it reads
-  them in a second statement (:func:`side_reads`).
+  them in a second statement of the same message (see below), which starts after the row's lock.
 * :func:`sell`: the checked stock UPDATE, the units upsert and the order INSERT in one statement
   (data-modifying CTEs). The upsert and the INSERT read the UPDATE's ``RETURNING``: when the
   storage check refuses the write, nothing is inserted and no row comes back. A constraint that
   refuses (the units' CHECK, the order's unique key) raises :class:`~django.db.IntegrityError` as
-  the separate statements did.
+  the separate statements did. With ``commit`` the transaction's COMMIT follows in the same
+  message: the row's lock is taken and released inside PostgreSQL, with no Python (and no wait
+  for this process's turn on the GIL or a core) in between.
+
+One message, several statements: Django's psycopg cursor binds parameters on the client and sends
+the text with the simple query protocol, which runs each statement of a message in turn, each
+with its own snapshot (READ COMMITTED), and stops at the first error. psycopg keeps every
+statement's result (``nextset()``). An error in the write leaves the COMMIT unrun and the
+transaction aborted; the section's ``transaction.atomic`` rolls it back as before.
 
 No Django model query runs here: the statements are plain SQL on Django's connection, so they
 run inside the section's transaction (``transaction.atomic``) like the ORM's.
@@ -48,6 +56,12 @@ _REPLAY = _KEYED_ORDER.format(product="%s")
 #: The same, for the row the statement reads (``p``).
 _REPLAY_OF_ROW = _KEYED_ORDER.format(product="p.id")
 _UNITS = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = %s AND a.customer = %s)"
+#: An order's columns, and the model's names for them (``Order.from_db``).
+_ORDER_ATTNAMES = [field.attname for field in Order._meta.concrete_fields]
+_ORDER_COLUMNS = ", ".join(field.column for field in Order._meta.concrete_fields)
+_KEYED_ORDERS = (
+    f"SELECT {_ORDER_COLUMNS} FROM {ORDER} WHERE product_id = %s AND (customer, idempotency_key) IN ({{pairs}})"
+)
 
 
 def _one_row(sql: str, params: Sequence) -> tuple | None:
@@ -56,31 +70,77 @@ def _one_row(sql: str, params: Sequence) -> tuple | None:
         return cursor.fetchone()
 
 
+def _row_read(product_id: int, *, lock_timeout_ms: int | None, for_update: bool, columns: list[str], params: list):
+    """The row (and ``columns`` more, with their ``params``) as the transaction's first statement."""
+    bound = [_LOCK_TIMEOUT] if lock_timeout_ms is not None else []
+    bound_params = [str(int(lock_timeout_ms))] if lock_timeout_ms is not None else []
+    sql = f"SELECT {', '.join([*bound, _SHELF, *columns])} FROM {PRODUCT} p WHERE p.id = %s"
+    return sql + (" FOR UPDATE" if for_update else ""), [*bound_params, *params, product_id]
+
+
+def _read_row(cursor, product_id: int, *, lock_timeout_ms: int | None) -> tuple[Shelf, tuple]:
+    """The shelf and the columns after it, from the message's first result."""
+    row = cursor.fetchone()
+    if row is None:
+        raise Product.DoesNotExist(f"no product {product_id}")
+    row = row[1:] if lock_timeout_ms is not None else row
+    return Shelf(*row[: len(SHELF_FIELDS)]), row[len(SHELF_FIELDS) :]
+
+
 def first_read(
     product_id: int, *, lock_timeout_ms: int | None, for_update: bool, customer: str | None = None, key: str = ""
 ) -> tuple[Shelf, int | None, int]:
     """(the row, the id of the customer's order under ``key`` or None, their units) in one round
-    trip; with ``for_update`` or no ``customer`` only the row (None, 0: see :func:`side_reads`).
+    trip; without a ``customer`` only the row (None, 0). With ``for_update`` the order and units
+    are a second statement of the message (:func:`side_read`), run once the row is locked.
     ``lock_timeout_ms`` (not None) makes this the transaction's first statement's bound."""
-    columns, params = [_SHELF], []
-    if lock_timeout_ms is not None:
-        columns.insert(0, _LOCK_TIMEOUT)
-        params.append(str(int(lock_timeout_ms)))
-    sides = customer is not None and not for_update
-    if sides:
-        columns += [_REPLAY if key else "NULL", _UNITS]
-        params += [product_id, customer, key] if key else []
-        params += [product_id, customer]
-    sql = f"SELECT {', '.join(columns)} FROM {PRODUCT} p WHERE p.id = %s" + (" FOR UPDATE" if for_update else "")
-    row = _one_row(sql, [*params, product_id])
-    if row is None:
-        raise Product.DoesNotExist(f"no product {product_id}")
-    row = row[1:] if lock_timeout_ms is not None else row
-    shelf = Shelf(*row[: len(SHELF_FIELDS)])
-    if not sides:
+    columns, params, after = [], [], None
+    if customer is not None and not for_update:
+        columns = [_REPLAY if key else "NULL", _UNITS]
+        params = [*([product_id, customer, key] if key else []), product_id, customer]
+    elif customer is not None:
+        after = side_read(product_id, customer=customer, key=key)
+    sql, params = _row_read(
+        product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=columns, params=params
+    )
+    if after is not None:
+        sql, params = f"{sql}; {after[0]}", [*params, *after[1]]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        shelf, rest = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
+        if after is not None:
+            cursor.nextset()
+            rest = cursor.fetchone()
+    if customer is None:
         return shelf, None, 0
-    replay_id, units = row[len(SHELF_FIELDS) :]
+    replay_id, units = rest
     return shelf, replay_id, units or 0
+
+
+def batch_read(
+    product_id: int, *, lock_timeout_ms: int | None, for_update: bool, customers: set[str], pairs: set[tuple[str, str]]
+) -> tuple[Shelf, dict[str, int], dict[tuple[str, str], Order]]:
+    """A batch's reads in one message: the row (its first statement), then the ``customers``' units
+    and the orders already placed under the ``pairs`` (customer, Idempotency-Key), each a statement
+    of its own, run once the row is read (and, ``for_update``, locked)."""
+    sql, params = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[])
+    marks = ", ".join(["%s"] * len(customers))
+    sql += f"; SELECT customer, units FROM {ALLOCATION} WHERE product_id = %s AND customer IN ({marks})"
+    params += [product_id, *customers]
+    if pairs:
+        sql += "; " + _KEYED_ORDERS.format(pairs=", ".join(["(%s, %s)"] * len(pairs)))
+        params += [product_id, *(value for pair in pairs for value in pair)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        shelf, _ = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
+        cursor.nextset()
+        held = dict(cursor.fetchall())
+        rows = []
+        if pairs:
+            cursor.nextset()
+            rows = cursor.fetchall()
+    orders = [Order.from_db(connection.alias, _ORDER_ATTNAMES, row) for row in rows]
+    return shelf, held, {(order.customer, order.idempotency_key): order for order in orders}
 
 
 def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int | None] | None:
@@ -94,12 +154,11 @@ def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int 
     return None if row is None else (Shelf(*row[:-1]), row[-1])
 
 
-def side_reads(product_id: int, *, customer: str, key: str) -> tuple[int | None, int]:
-    """(the id of the customer's order under ``key`` or None, their units), one round trip."""
+def side_read(product_id: int, *, customer: str, key: str) -> Statement:
+    """(the id of the customer's order under ``key`` or None, their units), as one statement."""
     replay = _REPLAY if key else "NULL"
     params = [product_id, customer, key] if key else []
-    replay_id, units = _one_row(f"SELECT {replay}, {_UNITS}", [*params, product_id, customer])
-    return replay_id, units or 0
+    return f"SELECT {replay}, {_UNITS}", [*params, product_id, customer]
 
 
 def replay_read(product_id: int, *, lock_timeout_ms: int, customer: str, key: str) -> int | None:
@@ -166,11 +225,14 @@ def _ids(sql: str, params: list) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def sell(update: Statement, *, units: dict[str, int], cap: int, orders: list[Order]) -> list[int] | None:
+def sell(
+    update: Statement, *, units: dict[str, int], cap: int, orders: list[Order], commit: bool = False
+) -> list[int] | None:
     """The stock ``update``, each customer's ``units`` and the ``orders`` (built, not saved; at
     least one) in one statement: the new orders' ids in the order given, or None when ``update``
     changed no row. The ids come back sorted: the sequence hands them out in insertion order, which
-    is the order given (as Django's ``bulk_create`` relies on)."""
+    is the order given (as Django's ``bulk_create`` relies on). ``commit``: the transaction's
+    COMMIT in the same message (the caller's transaction must be the outermost and end here)."""
     update_sql, update_params = update
     unit_params = [value for customer, amount in units.items() for value in (customer, amount, cap)]
     sql = (
@@ -178,7 +240,7 @@ def sell(update: Statement, *, units: dict[str, int], cap: int, orders: list[Ord
         f" units AS ({_UNITS_FROM_TAKEN.format(units=', '.join([_UNIT_ROW] * len(units)))}),"
         f" placed AS ({_ORDERS_FROM_TAKEN.format(orders=', '.join([_ORDER_ROW] * len(orders)))})"
         " SELECT id FROM placed ORDER BY id"
-    )
+    ) + ("; COMMIT" if commit else "")
     ids = _ids(sql, [*update_params, *unit_params, *_order_params(orders)])
     return ids or None
 

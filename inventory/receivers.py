@@ -28,7 +28,7 @@ def product_changed(sender, instance: Product, signal, **kwargs) -> None:
     sku, gone = instance.sku, signal is post_delete
 
     def after_commit() -> None:
-        soldout.sale_changed(sku, new_era=gone)  # a product deleted: its orders went with it
+        soldout.sale_changed(sku)
         try:
             forget_sale(soldout.client(), sku, units_too=gone)
         except redis.RedisError:

@@ -162,9 +162,9 @@ def queued(ready: Ready) -> dict:
 
 
 def finish(result: PurchaseResult, ready: Ready) -> PurchaseResult:
-    """The purchase's total time, and what it leaves for later shoppers (:func:`_remember`)."""
+    """The purchase's total time, and the sold-out mark it leaves for later shoppers (:func:`_remember`)."""
     result.timings.total_ms = _elapsed_ms(ready.began)
-    return _remember(result, sku=ready.sku, shelf=ready.shelf, seen=ready.seen, customer=ready.customer, key=ready.key)
+    return _remember(result, sku=ready.sku, shelf=ready.shelf, seen=ready.seen)
 
 
 def _alone(strategy: Strategy, ready: Ready) -> PurchaseResult:
@@ -216,14 +216,10 @@ def _past(moment: float | None) -> bool:
     return moment is not None and time.time() >= moment
 
 
-def _remember(
-    result: PurchaseResult, *, sku: str, shelf: Shelf, seen: soldout.Reading | None, customer: str, key: str
-) -> PurchaseResult:
-    """Leave the sold-out mark when the shelf was empty, and note a keyed order for its retries."""
+def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, seen: soldout.Reading | None) -> PurchaseResult:
+    """Leave the sold-out mark when the shelf was empty."""
     if seen is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
         soldout.mark(sku, generation=seen.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
-    elif result.confirmed and key and seen is not None and seen.era is not None:
-        soldout.note_order(sku, customer=customer, key=key, order_id=result.order_id, era=seen.era)
     return result
 
 
@@ -317,12 +313,10 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
     The sold-out mark's generation is raised before the commit, so if Redis does not answer
     the change is refused and nothing changes; ``inventory.receivers`` raises it again after
     the commit (a mark left meanwhile stops counting) and drops the ``redis-stock`` counter. A
-    reset also starts a new era, before and after the commit, so the idempotency notes of the
-    orders it deletes stop counting (a note written meanwhile carries the older era), and drops
-    the customers' units there: its orders are gone.
+    reset also drops the customers' units there: its orders are gone.
     """
     try:
-        soldout.raise_generation(sku, new_era=reset)
+        soldout.raise_generation(sku)
     except redis.RedisError as exc:
         raise InventoryError(
             f"Redis at {settings.INVENTORY['REDIS_URL']} does not answer ({exc}); nothing changed"
@@ -332,7 +326,7 @@ def _sale_changing(sku: str, *, reset: bool) -> None:
 
 
 def _after_reset(sku: str) -> None:
-    soldout.sale_changed(sku, new_era=True)
+    soldout.sale_changed(sku)
     try:
         forget_sale(soldout.client(), sku, units_too=True)
     except redis.RedisError:

@@ -60,12 +60,11 @@ class Entry:
 
 @dataclass
 class Clear:
-    """A SKU this process read unmarked in Redis, with the generation and era of that read: until
+    """A SKU this process read unmarked in Redis, with the generation of that read: until
     a message says it was marked (or its sale changed), a purchase needs no read of Redis. Wrong
     only in the slow direction: a missed mark sends a purchase to the shelf, which answers it."""
 
     generation: int
-    era: int
     kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
 
 

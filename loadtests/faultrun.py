@@ -391,7 +391,7 @@ def holder_kills(fault: KillHolder, *, backend: str, to_wall, orders_created: li
 
     ``stalled_s`` runs from the kill to the first order created after it (``orders_created``, wall
     clock): the next holder got the lock. Not to the next 201: a keyed resend is answered 201 from
-    its order (or the idempotency note) without the lock, while the lock may still be blocked."""
+    its order without the lock, while the lock may still be blocked."""
     kills, problems = [], []
     for number, kill in enumerate(fault.kills, start=1):
         at = to_wall(kill["at"])

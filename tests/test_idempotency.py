@@ -78,8 +78,9 @@ class TestIdempotencyKey:
 
 
 @pytest.mark.django_db(transaction=True)
-class TestNotesFollowTheSale:
-    """The Redis note of a keyed order (``flashsale:idem:*``) lives as long as the order does."""
+class TestRetriesFollowTheSale:
+    """A keyed retry is answered from the orders as they are: a reset deletes them, a restock keeps
+    them (these once guarded a Redis note of each keyed order; the note is gone, the rule stays)."""
 
     def test_a_reset_forgets_the_notes_with_the_orders(self, use_strategy, make_product):
         use_strategy("db")
@@ -102,3 +103,14 @@ class TestNotesFollowTheSale:
         again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
         assert again.confirmed and again.order_id == first.order_id
         assert Order.objects.count() == 1 and Product.objects.get(sku="phone-x").stock == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_keyed_purchase_leaves_nothing_in_redis(use_strategy, make_product, redis_client):
+    """A confirmed purchase writes no Redis key of its own (it used to note each keyed order, one
+    round trip per purchase): a retry after sold out is answered from the orders."""
+    use_strategy("db")
+    make_product(stock=2, limit=1)
+    before = set(redis_client.keys("flashsale:*"))
+    assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
+    assert set(redis_client.keys("flashsale:*")) == before

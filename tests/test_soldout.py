@@ -57,6 +57,20 @@ class TestSoldOutMark:
         again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
         assert again.confirmed and again.order_id == first.order_id and Order.objects.count() == 1
 
+    def test_a_keyed_retry_gets_its_order_where_marks_are_not_kept(self, use_strategy, make_product, monkeypatch):
+        """Without a listener this process keeps no mark: the retry reads the mark from Redis and
+        its order by one query for its key."""
+        use_strategy("db")
+        make_product(stock=1)
+        monkeypatch.setattr(MARKS, "epoch", lambda sku, *, url: None)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
+        assert purchase(sku="phone-x", customer="b", quantity=1).outcome is Outcome.SOLD_OUT
+        assert MARKS.get("phone-x", url=settings.INVENTORY["REDIS_URL"]) is None
+        again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k")
+        assert again.confirmed and again.order_id == first.order_id and Order.objects.count() == 1
+        other = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-2")
+        assert other.outcome is Outcome.SOLD_OUT
+
     def test_restock_is_refused_when_redis_is_down(self, settings, make_product):
         make_product(stock=1)
         settings.INVENTORY = {**settings.INVENTORY, "REDIS_URL": "redis://127.0.0.1:6/0"}

@@ -206,9 +206,9 @@ def test_a_message_between_the_read_and_the_keeping_voids_it():
     epoch = MARKS.epoch(sku, url=url)
     assert epoch is not None, "the listener did not subscribe"
     MARKS.drop(sku, marked=True)
-    assert not MARKS.keep(sku, soldout_local.Clear(1, 0), epoch=epoch)
+    assert not MARKS.keep(sku, soldout_local.Clear(1), epoch=epoch)
     assert MARKS.clear(sku, url=url) is None
-    assert MARKS.keep(sku, soldout_local.Clear(1, 0), epoch=MARKS.epoch(sku, url=url))
+    assert MARKS.keep(sku, soldout_local.Clear(1), epoch=MARKS.epoch(sku, url=url))
     assert MARKS.clear(sku, url=url) is not None
 
 

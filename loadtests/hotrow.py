@@ -4,25 +4,26 @@ Plain psycopg, no Django, no HTTP. ``connections`` processes, each with its own 
 from one product row until ``purchases`` have been asked for, in one of two shapes:
 
 * ``batch`` 1, one purchase per transaction: ``UPDATE inventory_product SET stock = stock - 1,
-  version = version + 1 WHERE id = %s AND stock >= 1``, then, if it took the unit, the order's
-  ``INSERT``, then ``COMMIT``: the writes of every strategy's section at BATCH=1, and none of its
-  reads, guard or HTTP;
+  version = version + 1 WHERE id = %s AND stock >= 1``, the order's ``INSERT`` reading its
+  ``RETURNING`` (nothing when the unit was not taken), then ``COMMIT``: the writes of every
+  strategy's section at BATCH=1, and none of its reads, guard or HTTP;
 * ``batch`` K, K purchases per commit: one ``UPDATE`` of K units (the same condition, refused
-  whole when fewer are left, as a late batch is), the K orders in one ``INSERT``, one ``COMMIT``:
-  the writes of a combined section.
+  whole when fewer are left, as a late batch is), the K orders in the same ``INSERT``, one
+  ``COMMIT``: the writes of a combined section.
 
-The row lock is held from the ``UPDATE`` to the ``COMMIT`` (the ``INSERT``'s round trip and the
-commit's). A process per connection, as ``pgbench`` runs its clients: the client's Python never
-waits for another connection's thread to give back the GIL while holding the row (with threads of
-one process, 85 connections sold 425/s where ``pgbench`` sold 741/s, and 2,154/s at 2). Each shape
-runs at every count of :data:`CONNECTION_COUNTS` (:func:`best_shape`); its best is the limit, as a
-floor is the best a request can do. So purchases/s here is the physical limit of the shape on this machine: no strategy,
-which adds its reads, its guard and a request's path around the same writes, can beat it. The
-burst reads every strategy row against it (``hot_row_ratio``, ``flashsale --hot-row``). The orders
-are real rows (strategy ``hot-row``, no fence, no Idempotency-Key): the caller resets the sale
-afterwards. Nothing here writes the customers' units (``inventory_allocation``): each purchase is a
-new customer, whose limit cannot be reached.
-"""
+The write and its ``COMMIT`` go in one message (client-side binding, the simple query protocol), as
+the shop's section sends them: the row lock is held from the ``UPDATE`` to the ``COMMIT`` inside
+PostgreSQL, with no round trip between. A process per connection, as ``pgbench`` runs its clients:
+the client's Python never waits for another connection's thread to give back the GIL while holding
+the row (with threads of one process, 85 connections sold 425/s where ``pgbench`` sold 741/s, and
+2,154/s at 2). Each shape runs at every count of :data:`CONNECTION_COUNTS` (:func:`best_shape`); its
+best is the limit, as a floor is the best a request can do. So purchases/s here is the physical
+limit of the shape on this machine: no strategy, which adds its reads, its guard and a request's
+path around the same writes, can beat it. The burst reads every strategy row against it
+(``hot_row_ratio``, ``flashsale --hot-row``). The orders are real rows (strategy ``hot-row``, no
+fence, no Idempotency-Key): the caller resets the sale afterwards. Nothing here writes the
+customers' units (``inventory_allocation``): each purchase is a new customer, whose limit cannot be
+reached."""
 
 from __future__ import annotations
 
@@ -50,11 +51,13 @@ class HotRowError(RuntimeError):
     """A connection of the hot row failed (its first line says how)."""
 
 
-TAKE = "UPDATE inventory_product SET stock = stock - %s, version = version + 1 WHERE id = %s AND stock >= %s"
-# The orders of one transaction in one statement: one row per customer in the array.
-RECORD = (
-    "INSERT INTO inventory_order (product_id, customer, quantity, strategy, fence, idempotency_key, created_at) "
-    "SELECT %s, customer, 1, %s, NULL, '', now() FROM unnest(%s::text[]) AS customer"
+# The units (refused whole when fewer are left), the orders of one transaction (one row per customer
+# in the array, none when nothing was taken) and the COMMIT, in one message.
+TAKE_AND_RECORD = (
+    "WITH taken AS (UPDATE inventory_product SET stock = stock - %s, version = version + 1"
+    " WHERE id = %s AND stock >= %s RETURNING id)"
+    " INSERT INTO inventory_order (product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
+    " SELECT taken.id, customer, 1, %s, NULL, '', now() FROM taken, unnest(%s::text[]) AS customer; COMMIT"
 )
 
 
@@ -99,17 +102,14 @@ def take_claims(left, batch: int) -> int:
 def buy(conn: psycopg.Connection, *, product_id: int, left, batch: int, who: str, tally: Tally) -> None:
     """One connection's loop: claim up to ``batch`` purchases, take them in one transaction, repeat."""
     number = 0
-    with conn.cursor() as cursor:
+    with psycopg.ClientCursor(conn) as cursor:
         while units := take_claims(left, batch):
-            cursor.execute(TAKE, (units, product_id, units))
-            if cursor.rowcount != 1:
-                conn.rollback()
+            customers = [f"{who}-{number + i}" for i in range(units)]
+            cursor.execute(TAKE_AND_RECORD, (units, product_id, units, HOT_ROW, customers))
+            if cursor.rowcount != units:  # nothing taken, nothing written (the COMMIT ended an empty transaction)
                 tally.refused += units
                 continue
-            customers = [f"{who}-{number + i}" for i in range(units)]
             number += units
-            cursor.execute(RECORD, (product_id, HOT_ROW, customers))
-            conn.commit()
             tally.sold += units
             tally.commits += 1
 

@@ -27,9 +27,9 @@ from .models import Allocation, Order, Product
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
-from .strategies.contract import Grant, LockUnavailable, Outcome, SectionResult, Shelf
+from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
 from .strategies.redis_stock import forget_sale
-from .strategies.section import Spans, decide, lock_timed_out, timed_transactions
+from .strategies.section import Spans, decide, lock_timed_out, on_sale, timed_transactions
 from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,10 @@ def prepare(
     strategy: Strategy, *, sku: str, customer: str, quantity: int, idempotency_key: str
 ) -> PurchaseResult | Ready:
     """Check the input and answer what the plain read can (sold out, a replayed key, a refusal
-    the shelf shows); the rest is :class:`Ready` for the section. Both servers start here."""
+    the shelf shows); the rest is :class:`Ready` for the section. Both servers start here.
+
+    A SKU this process knows unmarked, with the row from its last read (:func:`soldout.remember_shelf`),
+    needs no read here (:func:`_from_memory`)."""
     began = time.perf_counter()
     if not customer:
         raise InventoryError("a purchase needs a customer")
@@ -132,17 +135,33 @@ def prepare(
         if seen.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
+    if seen is not None and seen.shelf is not None:
+        return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, seen.shelf, seen, began, timings))
     found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
     if found is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
     shelf, replay_id = found
     check_quantity(quantity, limit=shelf.per_customer_limit)
+    if seen is not None:
+        soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
     replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
     if replay or refusal:
         return finish(result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings), ready)
     return ready
+
+
+def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:
+    """A purchase of a SKU known unmarked, with the row as this process last read it: its limit
+    and sale window hold (a change of the product would have dropped them), its stock does not,
+    so only bad input and a closed sale are answered here. The section reads the row, and a keyed
+    retry's order, under the guard; a refusal there is as exact as the plain read's."""
+    check_quantity(ready.quantity, limit=ready.shelf.per_customer_limit)
+    if on_sale(ready.shelf, now=timezone.now()):
+        return ready
+    closed = SectionResult(refusal=Refusal(Outcome.NOT_ON_SALE))
+    return finish(result_of(strategy, closed, timings=ready.timings), ready)
 
 
 def in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:

@@ -29,14 +29,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
 from django.core.signals import setting_changed
 
 from .soldout_local import CHANNEL, MARK_TTL_S, MARKED_CHANNEL, MARKS, Clear, Entry
+
+if TYPE_CHECKING:
+    from .strategies.contract import Shelf
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +87,9 @@ class Reading:
     ends_at: float | None = None  # the sale's end (epoch seconds): after it, "not on sale", so no shortcut
     order_id: int | None = None  # the order this idempotency key already has
     local: bool = False  # answered from this process's memory (inventory.soldout_local), no round trip
+    #: Known unmarked: the row as this process last read it (id, limit, window; see remember_shelf)
+    shelf: Shelf | None = None
+    clear: Clear | None = field(default=None, compare=False, repr=False)  # what remember_shelf keeps it with
 
 
 def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
@@ -97,7 +104,7 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
         return Reading(kept.generation, True, kept.limit, kept.ends_at, keyed_order(kept, sku, customer, key), True)
     clear = MARKS.clear(sku, url=url)
     if clear is not None:
-        return Reading(clear.generation, False, local=True)
+        return Reading(clear.generation, False, local=True, shelf=clear.shelf, clear=clear)
     epoch = MARKS.epoch(sku, url=url)
     try:
         values = client().mget(_keys(sku))
@@ -106,9 +113,9 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
         return None
     generation = int(values[0] or 0)
     if not values[1]:
-        if epoch is not None:
-            MARKS.keep(sku, Clear(generation), epoch=epoch)
-        return Reading(generation, False)
+        clear = Clear(generation)
+        kept = epoch is not None and MARKS.keep(sku, clear, epoch=epoch)
+        return Reading(generation, False, clear=clear if kept else None)
     mark_generation, limit, ends_at = values[1].decode().split(":")
     if int(mark_generation) != generation:
         return Reading(generation, False)
@@ -136,6 +143,14 @@ def _order_of_key(sku: str, customer: str, key: str) -> int | None:
         return None
     rows = Order.objects.filter(product__sku=sku, customer=customer, idempotency_key=key)
     return rows.values_list("pk", flat=True).first()
+
+
+def remember_shelf(sku: str, seen: Reading, shelf: Shelf) -> None:
+    """After a shelf read of a SKU known unmarked (``seen``), keep the row with that knowledge: the
+    next purchases here take its id, limit and sale window from memory, without a read, until a
+    message drops it (a mark, a restock, a reset, an edit or deletion of the product) or 2 s pass."""
+    if seen.clear is not None:
+        MARKS.remember(sku, seen.clear, shelf)
 
 
 def final_orders(sku: str) -> dict[tuple[str, str], int]:

@@ -25,8 +25,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
+
+if TYPE_CHECKING:
+    from .strategies.contract import Shelf
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,10 @@ class Clear:
 
     generation: int
     kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
+    #: The row as a shelf read saw it while this entry was kept (:meth:`LocalMarks.remember`): its
+    #: id, per-customer limit and sale window hold while the entry does, as any change of the
+    #: product sends the message that drops it; its stock is history and never read.
+    shelf: Shelf | None = None
 
 
 class LocalMarks:
@@ -127,6 +135,13 @@ class LocalMarks:
                     return False
                 self._entries[sku] = entry
             return True
+
+    def remember(self, sku: str, clear: Clear, shelf: Shelf) -> None:
+        """Keep ``shelf`` with ``clear`` if ``clear`` is still what this process knows of ``sku``
+        (a message since would have dropped it: the read may predate the change it announced)."""
+        with self._lock:
+            if self._clear.get(sku) is clear:
+                clear.shelf = shelf
 
     def drop(self, sku: str, *, marked: bool = False) -> None:
         """A message about ``sku``: its sale changed (drop everything kept of it), or with

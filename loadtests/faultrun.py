@@ -390,8 +390,8 @@ def holder_kills(fault: KillHolder, *, backend: str, to_wall, orders_created: li
     and what freed the dead holder's lock.
 
     ``stalled_s`` runs from the kill to the first order created after it (``orders_created``, wall
-    clock): the next holder got the lock. Not to the next 201: a keyed resend is answered 201 from
-    its order without the lock, while the lock may still be blocked."""
+    clock): the next holder got the lock. Not to the next 201: a keyed resend can be answered 201
+    from its order by the plain read, without the lock, while the lock may still be blocked."""
     kills, problems = [], []
     for number, kill in enumerate(fault.kills, start=1):
         at = to_wall(kill["at"])

@@ -9,11 +9,14 @@ import time
 import pytest
 import redis
 from django.conf import settings
-from django.db import connections
+from django.db import connection, connections
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from inventory import soldout, soldout_local
-from inventory.models import Product
+from inventory.errors import InvalidQuantity
+from inventory.models import Order, Product
 from inventory.services import purchase, restock
 from inventory.soldout_local import LISTENER_NAME, MARK_TTL_S, MARKS
 from inventory.strategies import reset_strategy
@@ -164,7 +167,7 @@ def test_an_unmarked_sku_is_read_from_memory(use_strategy, make_product, request
     assert soldout.read(SKU) == seen
     assert purchase(sku=SKU, customer="b", quantity=1).confirmed
     again = purchase(sku=SKU, customer="a", quantity=1, idempotency_key="k")
-    assert again.confirmed and again.order_id == first.order_id  # from the shelf's read, not a note
+    assert again.confirmed and again.order_id == first.order_id  # from a read of the database, not Redis
     assert Product.objects.get(sku=SKU).stock == 1
 
 
@@ -225,3 +228,64 @@ def test_a_marks_own_message_arriving_late_does_not_void_keeping_the_mark():
     epoch = MARKS.epoch(sku, url=url)
     MARKS.drop(sku)
     assert not MARKS.keep(sku, soldout_local.Entry(1, 1, None), epoch=epoch)
+
+
+def row_remembered(sku: str, *, customer: str) -> soldout.Reading:
+    """Buy one unit of ``sku`` until this process keeps the row with its knowledge that ``sku`` is
+    unmarked (the first purchases may read before the listener has subscribed, or before the
+    message of the product's creation has arrived, and keep nothing)."""
+    deadline, bought = time.monotonic() + 5, 0
+    while (seen := soldout.read(sku)).shelf is None:
+        assert time.monotonic() < deadline, f"the row of {sku} was never remembered: {seen}"
+        assert purchase(sku=sku, customer=f"{customer}-{bought}", quantity=1).confirmed
+        bought += 1
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sku_known_unmarked_is_bought_without_a_shelf_read(use_strategy, make_product):
+    """The row read once is remembered with the knowledge that its SKU is unmarked: the next
+    purchase reads it only inside its section, and bad input is refused from memory."""
+    use_strategy("db")
+    make_product(SKU, stock=20, limit=2)
+    row_remembered(SKU, customer="a")
+    with CaptureQueriesContext(connection) as captured:
+        assert purchase(sku=SKU, customer="b", quantity=2).confirmed
+        with pytest.raises(InvalidQuantity):
+            purchase(sku=SKU, customer="c", quantity=3)
+    sqls = [query["sql"] for query in captured.captured_queries]
+    assert not any("p.sku = " in sql for sql in sqls), sqls  # no plain read of the shelf by its sku
+    assert any("FOR UPDATE" in sql for sql in sqls)  # the section's own read of the row
+    assert Order.objects.get(customer="b").quantity == 2 and not Order.objects.filter(customer="c").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_of_the_product_drops_the_remembered_row(use_strategy, make_product, monkeypatch):
+    """The product's limit is lowered: its save's message drops the row kept here (made to outlive
+    the test, so nothing else can), and the next purchase over the new limit is refused."""
+    use_strategy("db")
+    monkeypatch.setattr(soldout_local, "MARK_TTL_S", 3600.0)
+    product = make_product(SKU, stock=20, limit=3)
+    row_remembered(SKU, customer="a")
+    Product.objects.filter(pk=product.pk).update(per_customer_limit=1)  # no signal: memory is stale
+    assert soldout.read(SKU).shelf.per_customer_limit == 3
+    product.refresh_from_db()
+    product.save()  # as the admin's form saves it: post_save, then the message after the commit
+    deadline = time.monotonic() + 5
+    while (seen := soldout.read(SKU)).shelf is not None and seen.shelf.per_customer_limit == 3:
+        assert time.monotonic() < deadline, "the remembered row outlived the product's edit by 5 s"
+        time.sleep(0.01)
+    with pytest.raises(InvalidQuantity):
+        purchase(sku=SKU, customer="b", quantity=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_closed_sale_is_answered_from_the_remembered_row(use_strategy, make_product, django_assert_num_queries):
+    """The remembered sale window says when the sale has ended, without a query."""
+    use_strategy("db")
+    make_product(SKU, stock=20, limit=5, sale_ends_at=timezone.now() + timezone.timedelta(seconds=0.4))
+    row_remembered(SKU, customer="a")
+    time.sleep(0.5)
+    with django_assert_num_queries(0):
+        result = purchase(sku=SKU, customer="b", quantity=1)
+    assert result.outcome is Outcome.NOT_ON_SALE

@@ -130,12 +130,19 @@ def read_shelf(product_id: int, *, for_update: bool = False) -> Shelf:
     return Shelf(*rows.values_list(*SHELF_FIELDS).get())
 
 
+def on_sale(shelf: Shelf, *, now: datetime) -> bool:
+    """``now`` lies inside the row's sale window."""
+    return not (
+        (shelf.sale_starts_at and now < shelf.sale_starts_at) or (shelf.sale_ends_at and now >= shelf.sale_ends_at)
+    )
+
+
 def decide(shelf: Shelf, *, quantity: int, held: int, now: datetime) -> Refusal | None:
     """The sale's rules, for every strategy: None when ``quantity`` units may be sold.
 
     ``held`` is what the customer already holds of this product (units across their orders).
     """
-    if (shelf.sale_starts_at and now < shelf.sale_starts_at) or (shelf.sale_ends_at and now >= shelf.sale_ends_at):
+    if not on_sale(shelf, now=now):
         return Refusal(Outcome.NOT_ON_SALE)
     if held + quantity > shelf.per_customer_limit:
         return Refusal(Outcome.LIMIT_REACHED)

@@ -22,6 +22,24 @@ WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).co
 FENCED_STRATEGIES = [name for name in WORKING_STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
 
 
+def refusing_trigger(
+    name: str, *, table: str, customer: str = "bob", constraint: str = "allocation_within_limit"
+) -> tuple[str, str]:
+    """SQL that has PostgreSQL refuse every row of ``customer`` written to ``table`` as the named
+    ``constraint`` would (a check violation), and the SQL that removes it again."""
+    create = f"""
+CREATE FUNCTION {name}() RETURNS trigger AS $$
+BEGIN
+  IF NEW.customer = '{customer}' THEN
+    RAISE EXCEPTION '{customer} refused' USING ERRCODE = 'check_violation', CONSTRAINT = '{constraint}';
+  END IF;
+  RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER {name} BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {name}();
+"""
+    return create, f"DROP TRIGGER {name} ON {table}; DROP FUNCTION {name}();"
+
+
 def run_threads(count: int, target, *, timeout_s: float | None = None) -> None:
     """Run ``target(i)`` for i in range(count), each on its own thread, and wait for them all; with
     ``timeout_s``, fail if any is still running after waiting that long for each."""

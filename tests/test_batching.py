@@ -28,6 +28,7 @@ from inventory.strategies.batch import Ask
 from inventory.strategies.contract import NO_GRANT, Outcome
 from inventory.strategies.redis_stock import forget_sale
 from inventory.strategies.section import read_shelf
+from tests.helpers import refusing_trigger
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]
@@ -157,16 +158,7 @@ def test_a_bad_batch_option_is_refused(use_strategy):
             load_strategy("db", config={"OPTIONS": {"QUEUE": bad}})
 
 
-REFUSE_BOB = """
-CREATE FUNCTION refuse_bob() RETURNS trigger AS $$
-BEGIN
-  IF NEW.customer = 'bob' THEN
-    RAISE EXCEPTION 'bob refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'allocation_within_limit';
-  END IF;
-  RETURN NEW;
-END $$ LANGUAGE plpgsql;
-CREATE TRIGGER refuse_bob BEFORE INSERT OR UPDATE ON inventory_allocation FOR EACH ROW EXECUTE FUNCTION refuse_bob();
-"""
+REFUSE_BOB, _ = refusing_trigger("refuse_bob", table="inventory_allocation")
 
 
 @pytest.mark.django_db
@@ -188,7 +180,7 @@ def test_one_bad_purchase_never_fails_the_others(make_product):
     assert state(product.pk) == (2, {"ann": 1, "cat": 2}, [("ann", 1, ""), ("cat", 2, "")])
 
 
-REFUSE_BOB_UNKNOWN = REFUSE_BOB.replace("allocation_within_limit", "a_rule_nobody_mapped")
+REFUSE_BOB_UNKNOWN, _ = refusing_trigger("refuse_bob", table="inventory_allocation", constraint="a_rule_nobody_mapped")
 
 
 @pytest.mark.django_db

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
 from inventory.strategies.contract import Outcome
+from tests.helpers import refusing_trigger
 
 #: Messages between BEGIN and COMMIT for one confirmed purchase, per strategy.
 INSIDE = {"db": 2, "optimistic": 2, "redis": 2, "redlock": 2, "atomic": 2, "redis-stock": 2}
@@ -77,17 +78,7 @@ def test_inside_a_callers_transaction_the_write_leaves_the_commit_to_it(use_stra
     assert Product.objects.get(sku="phone-x").stock == 4
 
 
-REFUSE_BOB = """
-CREATE FUNCTION refuse_bob_order() RETURNS trigger AS $$
-BEGIN
-  IF NEW.customer = 'bob' THEN
-    RAISE EXCEPTION 'bob refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'allocation_within_limit';
-  END IF;
-  RETURN NEW;
-END $$ LANGUAGE plpgsql;
-CREATE TRIGGER refuse_bob_order BEFORE INSERT ON inventory_order FOR EACH ROW EXECUTE FUNCTION refuse_bob_order();
-"""
-DROP_REFUSE_BOB = "DROP TRIGGER refuse_bob_order ON inventory_order; DROP FUNCTION refuse_bob_order();"
+REFUSE_BOB, DROP_REFUSE_BOB = refusing_trigger("refuse_bob_order", table="inventory_order")
 
 
 @pytest.fixture

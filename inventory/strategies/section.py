@@ -229,13 +229,7 @@ def section_read(
     without a ``customer`` the row alone (None, 0). One round trip; after a ``FOR UPDATE`` read
     the side reads are a second statement of the message, so they see what the row's last holder
     committed."""
-    return first_read(
-        product_id,
-        lock_timeout_ms=strategy.row_lock_timeout_ms,
-        for_update=strategy.for_update,
-        customer=customer,
-        key=key,
-    )
+    return first_read(product_id, customer=customer, key=key, **_row_read_of(strategy))
 
 
 def batch_reads(
@@ -243,13 +237,12 @@ def batch_reads(
 ) -> tuple[Shelf, dict[str, int], dict[tuple[str, str], Order]]:
     """A batch's reads, its transaction's first message (:func:`.statements.batch_read`): the row
     read as the strategy reads it, the customers' units, the orders under the keys; one round trip."""
-    return batch_read(
-        product_id,
-        lock_timeout_ms=strategy.row_lock_timeout_ms,
-        for_update=strategy.for_update,
-        customers=customers,
-        pairs=pairs,
-    )
+    return batch_read(product_id, customers=customers, pairs=pairs, **_row_read_of(strategy))
+
+
+def _row_read_of(strategy: SectionParts) -> dict:
+    """How ``strategy`` reads the row: its transaction's bound on row-lock waits, and FOR UPDATE or not."""
+    return {"lock_timeout_ms": strategy.row_lock_timeout_ms, "for_update": strategy.for_update}
 
 
 def commit_rides() -> bool:

@@ -135,8 +135,9 @@ def prepare(
         if seen.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
-    if seen is not None and seen.shelf is not None:
-        return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, seen.shelf, seen, began, timings))
+    known = seen.shelf if seen is not None else None
+    if known is not None:
+        return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
     found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
     if found is None:
         raise ProductNotFound(f"no product with sku {sku!r}")

@@ -87,9 +87,12 @@ class Reading:
     ends_at: float | None = None  # the sale's end (epoch seconds): after it, "not on sale", so no shortcut
     order_id: int | None = None  # the order this idempotency key already has
     local: bool = False  # answered from this process's memory (inventory.soldout_local), no round trip
-    #: Known unmarked: the row as this process last read it (id, limit, window; see remember_shelf)
-    shelf: Shelf | None = None
     clear: Clear | None = field(default=None, compare=False, repr=False)  # what remember_shelf keeps it with
+
+    @property
+    def shelf(self) -> Shelf | None:
+        """Known unmarked: the row as this process last read it (id, limit, window; see remember_shelf)."""
+        return self.clear.shelf if self.clear is not None else None
 
 
 def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
@@ -104,7 +107,7 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
         return Reading(kept.generation, True, kept.limit, kept.ends_at, keyed_order(kept, sku, customer, key), True)
     clear = MARKS.clear(sku, url=url)
     if clear is not None:
-        return Reading(clear.generation, False, local=True, shelf=clear.shelf, clear=clear)
+        return Reading(clear.generation, False, local=True, clear=clear)
     epoch = MARKS.epoch(sku, url=url)
     try:
         values = client().mget(_keys(sku))

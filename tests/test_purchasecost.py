@@ -1,0 +1,44 @@
+"""``manage.py purchasecost``: per-request cost of the floor and the purchase view, in child processes."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from inventory.models import Order, Product
+
+
+@pytest.mark.slow  # four child processes, each a Django start
+@pytest.mark.django_db(transaction=True)
+def test_cpu_counter_prints_a_row_per_strategy_and_leaves_nothing_behind():
+    out = StringIO()
+    call_command(
+        "purchasecost",
+        "--counter",
+        "cpu",
+        "--strategies",
+        "db,atomic",
+        "--requests",
+        "16",
+        stdout=out,
+        stderr=StringIO(),
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("per request, CPU ms of this process (16 requests a case, cpu)")
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert set(rows) == {"db", "atomic"}
+    for floor, purchase, ratio in rows.values():
+        assert float(floor) > 0 and float(purchase) > 0
+        assert float(ratio) == pytest.approx(float(floor) / float(purchase), abs=0.02)
+    # The children bought from a probe product of their own, in this database, and removed it.
+    assert not Product.objects.filter(sku__startswith="cost-probe-").exists() and not Order.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_arguments_are_one_line_errors():
+    with pytest.raises(CommandError, match=r"^--strategies 'nosuch' is not a strategy: use one of db, "):
+        call_command("purchasecost", "--counter", "cpu", "--strategies", "nosuch", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match="--requests must be at least 1"):
+        call_command("purchasecost", "--requests", "0", stdout=StringIO(), stderr=StringIO())

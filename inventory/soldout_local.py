@@ -190,6 +190,8 @@ class LocalMarks:
                 self._serve(pubsub, url)
             except redis.RedisError as exc:
                 logger.warning("sold-out listener lost Redis (%s): local marks dropped", exc)
+            except Exception:  # noqa: BLE001 - nothing restarts a listener that dies: it must not
+                logger.exception("sold-out listener failed: local marks dropped, listening again")
             finally:
                 self.drop_all()
                 pubsub.close()

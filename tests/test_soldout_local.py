@@ -144,9 +144,22 @@ def test_a_restock_in_another_process_ends_sold_out_here(use_strategy, make_prod
     print(f"another process stopped answering sold out {delay_ms:.1f} ms after the restock committed")
 
 
+def subscribed_epoch(sku: str) -> tuple[int, int, int]:
+    """``sku``'s epoch once this process's listener is subscribed: after a break (a test kills it)
+    it subscribes again within ``RECONNECT_S`` and a round trip, which on a machine loaded by the
+    rest of the suite took longer than the half second ``epoch`` itself waits (a fresh clone's
+    make test: "the listener did not subscribe")."""
+    url, deadline = settings.INVENTORY["REDIS_URL"], time.monotonic() + 15
+    while (epoch := MARKS.epoch(sku, url=url)) is None:
+        assert time.monotonic() < deadline, "the listener did not subscribe within 15 s"
+        time.sleep(0.05)
+    return epoch
+
+
 def known_unmarked(sku: str) -> soldout.Reading:
     """Read ``sku`` until this process knows it unmarked: the message that creating the product
     published (its sale changed) may reach the listener after the first read and void it."""
+    subscribed_epoch(sku)
     deadline = time.monotonic() + 5
     while not (seen := soldout.read(sku)).local:
         assert time.monotonic() < deadline, f"{sku} never known unmarked: {seen}"
@@ -206,8 +219,7 @@ def test_a_message_between_the_read_and_the_keeping_voids_it():
     """Read unmarked, then a mark's message before the keeping: the stale "unmarked" is not kept."""
     url = settings.INVENTORY["REDIS_URL"]
     sku = f"raced-{os.getpid()}"
-    epoch = MARKS.epoch(sku, url=url)
-    assert epoch is not None, "the listener did not subscribe"
+    epoch = subscribed_epoch(sku)
     MARKS.drop(sku, marked=True)
     assert not MARKS.keep(sku, soldout_local.Clear(1), epoch=epoch)
     assert MARKS.clear(sku, url=url) is None
@@ -221,7 +233,7 @@ def test_a_marks_own_message_arriving_late_does_not_void_keeping_the_mark():
     (a sale-changed message would void it)."""
     url = settings.INVENTORY["REDIS_URL"]
     sku = f"late-{os.getpid()}"
-    epoch = MARKS.epoch(sku, url=url)
+    epoch = subscribed_epoch(sku)
     MARKS.drop(sku, marked=True)
     assert MARKS.keep(sku, soldout_local.Entry(1, 1, None), epoch=epoch)
     assert MARKS.get(sku, url=url) is not None
@@ -234,6 +246,7 @@ def row_remembered(sku: str, *, customer: str) -> soldout.Reading:
     """Buy one unit of ``sku`` until this process keeps the row with its knowledge that ``sku`` is
     unmarked (the first purchases may read before the listener has subscribed, or before the
     message of the product's creation has arrived, and keep nothing)."""
+    subscribed_epoch(sku)
     deadline, bought = time.monotonic() + 5, 0
     while (seen := soldout.read(sku)).shelf is None:
         assert time.monotonic() < deadline, f"the row of {sku} was never remembered: {seen}"
@@ -289,3 +302,32 @@ def test_a_closed_sale_is_answered_from_the_remembered_row(use_strategy, make_pr
     with django_assert_num_queries(0):
         result = purchase(sku=SKU, customer="b", quantity=1)
     assert result.outcome is Outcome.NOT_ON_SALE
+
+
+def test_a_listener_that_fails_on_a_message_listens_again(monkeypatch):
+    """Nothing restarts a listener thread that dies, so one that fails on a message (here its drop
+    raises once) must log it, drop every mark and subscribe again: the next message is heard."""
+    sku, url = f"boom-{os.getpid()}", settings.INVENTORY["REDIS_URL"]
+    breaks = subscribed_epoch(sku)[0]
+    heard, drop = [], MARKS.drop
+
+    def drop_failing_once(name: str, *, marked: bool = False) -> None:
+        if name == sku:
+            heard.append(name)
+            if len(heard) == 1:
+                raise ValueError("a failure no one planned for")
+        drop(name, marked=marked)
+
+    def wait_until(condition, what: str) -> None:
+        deadline = time.monotonic() + 5
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    monkeypatch.setattr(MARKS, "drop", drop_failing_once)
+    soldout.sale_changed(sku)
+    wait_until(lambda: heard, "the first message was never heard")
+    wait_until(lambda: (MARKS.epoch(sku, url=url) or (breaks + 1,))[0] > breaks, "the failure broke nothing")
+    subscribed_epoch(sku)  # listening again
+    soldout.sale_changed(sku)
+    wait_until(lambda: len(heard) == 2, "the message after the failure was never heard")

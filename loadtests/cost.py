@@ -18,12 +18,13 @@ from inventory.models import Allocation, Order, Product
 
 #: Far more than any run sells: every purchase takes the confirmed path.
 PLENTY = 10**9
+PROBE_PREFIX = "cost-probe-"
 BLOCKS = 8
 
 
 class Probe:
     def __init__(self) -> None:
-        self.sku = f"cost-probe-{os.getpid()}"
+        self.sku = f"{PROBE_PREFIX}{os.getpid()}"
         self.client = Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True)
         self.body = json.dumps({"quantity": 1})
 
@@ -43,10 +44,10 @@ class Probe:
     def __exit__(self, *exc) -> None:
         # Plain DELETEs: the ORM's would load every order first, a cost that grows with the requests.
         product = Product.objects.filter(sku=self.sku).values_list("pk", flat=True).first()
+        rows = ((Order, "product_id"), (Allocation, "product_id"), (Product, "id"))
         with connection.cursor() as cursor:
-            for table in (Order._meta.db_table, Allocation._meta.db_table, Product._meta.db_table):
-                column = "id" if table == Product._meta.db_table else "product_id"
-                cursor.execute(f"DELETE FROM {table} WHERE {column} = %s", [product])
+            for model, column in rows:
+                cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {column} = %s", [product])
 
     def send(self, kind: str) -> None:
         """One request to ``/api/products/<sku>/<kind>``; anything but a confirmed answer is an error."""

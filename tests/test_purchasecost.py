@@ -8,6 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from inventory.models import Order, Product
+from loadtests.cost import PROBE_PREFIX
 
 
 @pytest.mark.slow  # four child processes, each a Django start
@@ -33,7 +34,7 @@ def test_cpu_counter_prints_a_row_per_strategy_and_leaves_nothing_behind():
         assert float(floor) > 0 and float(purchase) > 0
         assert float(ratio) == pytest.approx(float(floor) / float(purchase), abs=0.02)
     # The children bought from a probe product of their own, in this database, and removed it.
-    assert not Product.objects.filter(sku__startswith="cost-probe-").exists() and not Order.objects.exists()
+    assert not Product.objects.filter(sku__startswith=PROBE_PREFIX).exists() and not Order.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

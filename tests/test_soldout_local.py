@@ -147,8 +147,8 @@ def test_a_restock_in_another_process_ends_sold_out_here(use_strategy, make_prod
 def subscribed_epoch(sku: str) -> tuple[int, int, int]:
     """``sku``'s epoch once this process's listener is subscribed: after a break (a test kills it)
     it subscribes again within ``RECONNECT_S`` and a round trip, which on a machine loaded by the
-    rest of the suite took longer than the half second ``epoch`` itself waits (a fresh clone's
-    make test: "the listener did not subscribe")."""
+    rest of the suite may take longer than the half second ``epoch`` itself waits (a fresh clone's
+    make test once failed "the listener did not subscribe"; its cause there is not known)."""
     url, deadline = settings.INVENTORY["REDIS_URL"], time.monotonic() + 15
     while (epoch := MARKS.epoch(sku, url=url)) is None:
         assert time.monotonic() < deadline, "the listener did not subscribe within 15 s"

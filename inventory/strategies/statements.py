@@ -237,10 +237,15 @@ def units_upsert(units: dict[str, int], cap: int) -> Statement:
     return _UNITS_FROM_TAKEN, [cap, list(units), list(units.values())]
 
 
+def order_values(order: Order) -> list:
+    """One order's values, in :data:`_ORDER_FROM_TAKEN`'s order."""
+    return [getattr(order, field) for field in _ORDER_FIELDS]
+
+
 def orders_insert(orders: list[Order]) -> Statement:
     """The INSERT of ``orders`` (built, not saved) from ``taken``, returning their ids in the order given."""
     if len(orders) == 1:
-        return _ORDER_FROM_TAKEN, [getattr(orders[0], field) for field in _ORDER_FIELDS]
+        return _ORDER_FROM_TAKEN, order_values(orders[0])
     return _ORDERS_FROM_TAKEN, [[getattr(order, field) for order in orders] for field in _ORDER_FIELDS]
 
 
@@ -287,8 +292,7 @@ def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
     Units added and no order: the caller rolls the units back."""
     take_sql, take_params = take
     unit_params = [order.product_id, order.customer, order.quantity, order.product_id]
-    order_params = orders_insert([order])[1]
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_params])
+        cursor.execute(_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)])
         added, order_id = cursor.fetchone()
     return added == 1, order_id

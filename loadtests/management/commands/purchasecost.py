@@ -39,7 +39,6 @@ from loadtests.pods import database_url
 
 WARM_UP = 20
 KINDS = ("floor", "purchase")
-PROBE_PREFIX = "cost-probe-"
 
 
 class Command(BaseCommand):

@@ -39,6 +39,7 @@ from inventory.audit import audit
 from inventory.models import BurstRun, Product
 from processes.children import ChildError
 
+from . import cpu
 from .faultrun import FaultRun
 from .figures import timeline, with_floor_ratio
 from .judge import judge
@@ -147,6 +148,7 @@ def floor_row(runs: list[dict]) -> dict | None:
         "hold_p50": None,  # the floor takes no lock and runs no transaction
         "hold_p99": None,
         "breakdown": None,
+        "cpu_ms": floor.get("cpu_ms"),
         "peak_db_connections": best["peak_db_connections"],  # the row's: its pods, both rounds
         "batch": 1,
         "queue": None,
@@ -211,6 +213,7 @@ def run_processes(
             row.reserve_ports()
             row.start_locusts()  # Locust starts while the pods boot; it prepares nobody before row.go()
             row.start_pods()
+            progress.meter = lambda: cpu.snapshot(row.cpu_roots())
             progress.step("pods", since)
             row.warm_up()
             progress.step("warm_up", since)
@@ -227,6 +230,7 @@ def run_processes(
         except ChildError as exc:
             raise BurstError(str(exc)) from exc
         finally:
+            progress.meter = None
             row.stop()
             peak_connections = sampler.stop()
             progress.step("stop", since)
@@ -261,11 +265,12 @@ def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: Fau
     figures = dict(chosen)
     figures["other_sales"] = [sale for sale in sales if sale is not chosen]
     figures["sales"] = [sale_headline(sale) for sale in sales]
-    floors = [(sku, floor) for (endpoint, sku), floor in played if endpoint == "floor"]
+    floors = [(number, sku, floor) for number, ((endpoint, sku), floor) in enumerate(played) if endpoint == "floor"]
     if floors and row.backend != FLOOR:
-        sku, best = max(floors, key=lambda pair: pair[1].get("rps") or 0)
+        number, sku, best = max(floors, key=lambda found: found[2].get("rps") or 0)
         figures["floor_round"] = floor_figures(best, server_posts=row.server_purchases("floor", sku))
-        figures["floor_rounds_rps"] = [round(floor.get("rps") or 0, 1) for _, floor in floors]
+        figures["floor_round"]["cpu_ms"] = round_cpu(progress, number, best)
+        figures["floor_rounds_rps"] = [round(floor.get("rps") or 0, 1) for _, _, floor in floors]
     if faulted:
         figures.update(faulted.figures(figures["purchases"], opened_at=progress.opened_at or 0.0))
     return figures
@@ -287,8 +292,16 @@ def sale_figures(row: Row, progress: Progress, number: int, endpoint: str, sku: 
             answer_times=summary["answer_times"],
         ),
         locust_report=f"{row.locust_report}.html",
+        cpu_ms=round_cpu(progress, number, summary),
     )
     return summary
+
+
+def round_cpu(progress: Progress, number: int, summary: dict) -> dict | None:
+    """Round ``number``'s CPU a request by process group (:mod:`loadtests.cpu`): from its opening
+    to its end, over its answered requests; None without the two snapshots."""
+    at = progress.cpu_at
+    return cpu.per_request(at.get(f"countdown_{number}"), at.get(f"round_{number}"), summary.get("answered") or 0)
 
 
 def sale_rounds(rounds: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -498,6 +511,7 @@ ROW_FIGURES = (
     "locust_report",
     "timeline",
     "latency_histogram_ms",
+    "cpu_ms",
 )
 
 

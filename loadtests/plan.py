@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from processes.ports import LOCUST_MASTER_PORT
 
@@ -95,6 +96,9 @@ class Progress:
     # Per round: (wall clock, since its opening, stock of its product) every sample while it ran
     samples: dict[int, list[tuple[float, float, int | None]]] = field(default_factory=dict)
     steps: dict[str, float] = field(default_factory=dict)  # where the row's wall-clock time went, in order
+    # CPU seconds by process group (loadtests/cpu.py) as each step ended, while ``meter`` is set.
+    cpu_at: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    meter: Callable[[], dict[str, float] | None] | None = field(default=None, repr=False)
 
     def samples_of(self, number: int) -> list[tuple[float, float, int | None]]:
         """The samples of round ``number`` (0-based), a list kept as it grows."""
@@ -110,3 +114,5 @@ class Progress:
         now = time.monotonic()
         self.steps[name] = round(now - since[0], 2)
         since[0] = now
+        if self.meter is not None:
+            self.cpu_at[name] = self.meter()

@@ -338,6 +338,15 @@ class Row:
     def first_pod_pid(self) -> int | None:
         return self.pods[0].process.pid if self.pods and self.pods[0] is not None else None
 
+    def cpu_roots(self) -> dict[str, list[int]]:
+        """The row's own process trees by group, for :func:`loadtests.cpu.snapshot`: its pods (a pod
+        killed and started again by a fault counts from its restart) and its Locust processes."""
+        locusts = [child for child in [self.master, *self.workers] if child is not None]
+        return {
+            "pods": [pod.process.pid for pod in self.pods if pod is not None and pod.process is not None],
+            "locust": [child.process.pid for child in locusts if child.process is not None],
+        }
+
     def stop(self) -> None:
         """Stop the row's processes together. The pods are SIGKILLed: a gthread gunicorn takes 2.7 s
         to leave after SIGTERM even when idle (its workers poll once a second, then wind down its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loadtests.plan import FLOOR
 
+from . import cpu
 from .report.sentences import ARTICLE_CLAIM
 
 COLUMNS = [
@@ -149,6 +150,25 @@ def breakdown_line(run: dict) -> str | None:
         f"{parts['lock_hold_ms']:.1f} (commit {parts['commit_ms']:.1f}, {parts['sql_statements']:g} SQL) + outside "
         f"{parts['outside_ms']:.1f} = {parts['total_ms']:.1f} (mean of {parts['answers']})"
     )
+
+
+def cpu_line(run: dict) -> str | None:
+    """What a request of the row's median sale cost in CPU, by process group (:mod:`loadtests.cpu`),
+    beside its floor round's: ``  cpu ms a request: pods 1.83 + postgres 0.33 + locust 0.30 = 2.46;
+    floor round 1.67 (pods 1.39 + locust 0.28): 1.47×``. On cores the two rounds keep busy, ×floor
+    is about one over that last figure."""
+    cost = run.get("cpu_ms")
+    if not cost:
+        return None
+    line = f"  cpu ms a request: {_cpu_parts(cost)} = {cost['total']:.2f}"
+    floor = (run.get("floor") or {}).get("cpu_ms")
+    if floor and floor.get("total"):
+        line += f"; floor round {floor['total']:.2f} ({_cpu_parts(floor)}): {cost['total'] / floor['total']:.2f}×"
+    return line
+
+
+def _cpu_parts(cost: dict) -> str:
+    return " + ".join(f"{group} {cost[group]:.2f}" for group in cpu.ORDER if group in cost)
 
 
 def phase_lines(run: dict) -> list[str]:

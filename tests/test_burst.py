@@ -65,6 +65,7 @@ RUN_KEYS = {
     "transport_resends",
     "balancer_answers",
     "locust_report",
+    "cpu_ms",
 }
 
 
@@ -167,6 +168,11 @@ def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
     assert db["status_counts"] == {"201": 300} and db["orders"] == 300 and db["stock_final"] == 0
     assert db["floor_ratio"] > 0 and db["invariants_ok"] is True
     assert Product.objects.get(sku=SKU).stock == 0
+    # What a request cost in CPU by who spent it, the purchase round's and its floor round's.
+    cost, floor_cost = db["cpu_ms"], db["floor"]["cpu_ms"]
+    assert cost["pods"] > 0 and cost["locust"] > 0 and floor_cost["pods"] > 0 and floor_cost["locust"] > 0
+    assert cost["total"] == pytest.approx(sum(ms for part, ms in cost.items() if part != "total"), abs=0.01)
+    assert "  cpu ms a request: pods " in printed and "; floor round " in printed
 
 
 @pytest.mark.django_db(transaction=True)

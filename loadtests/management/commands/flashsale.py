@@ -35,6 +35,7 @@ from loadtests.steadiness import describe, steadiness
 from loadtests.table import (
     COLUMNS,
     breakdown_line,
+    cpu_line,
     holder_note,
     hot_row_cells,
     phase_lines,
@@ -204,7 +205,8 @@ class Command(BaseCommand):
                     run["round"] = round_number
                 runs.append(run)
                 self.stdout.write(table_row(run_cells(run)))
-                for line in filter(None, [steps_line(run), sales_line(run), breakdown_line(run), *phase_lines(run)]):
+                lines = [steps_line(run), sales_line(run), breakdown_line(run), cpu_line(run), *phase_lines(run)]
+                for line in filter(None, lines):
                     self.stdout.write(line)
         floors = [floor_row([run for run in runs if via_of(run) == via]) for via in vias]
         for floor in (floor for floor in floors if floor):

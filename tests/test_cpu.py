@@ -1,0 +1,80 @@
+"""loadtests/cpu.py: the CPU a burst round cost each request, by the processes that spent it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from loadtests import cpu
+from loadtests.table import cpu_line
+
+# Burns 0.3 s of CPU in itself and in a child of its own, says so, then waits for its stdin to close.
+BURNER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    BURN = "import time\\nwhile time.process_time() < 0.3: pass\\nprint('burnt', flush=True)\\nsys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", "import sys\\n" + BURN], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    while time.process_time() < 0.3:
+        pass
+    child.stdout.readline()
+    print("burnt", flush=True)
+    sys.stdin.read()
+    child.stdin.close()
+    child.wait()
+    """
+)
+
+
+def test_a_group_is_the_cpu_of_its_process_trees():
+    burner = subprocess.Popen([sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout.readline().strip() == "burnt"
+        # The burner is this process's child: a process belongs to its nearest root's group.
+        taken = cpu.snapshot({"burner": [burner.pid], "test": [os.getpid()]})
+        mine = time.process_time()
+    finally:
+        burner.stdin.close()
+        burner.wait(timeout=10)
+    assert 0.5 <= taken["burner"] < 3.0  # both processes' 0.3 s each (/proc counts 10 ms ticks)
+    assert taken["test"] >= mine - 0.25  # this process's own CPU (less the snapshot's), in its own group
+    assert "postgres" in taken  # a service is counted by its name, whoever started it
+
+
+def test_a_rounds_cost_is_milliseconds_a_request_by_group():
+    before = {"pods": 1.0, "postgres": 2.0, "locust": 0.5}
+    after = {"pods": 2.83, "postgres": 2.33, "locust": 0.8, "redis": 0.02}
+
+    cost = cpu.per_request(before, after, 1000)
+
+    assert cost == {"pods": 1.83, "postgres": 0.33, "redis": 0.02, "locust": 0.3, "total": 2.48}
+    assert cpu.per_request(None, after, 1000) is None and cpu.per_request(before, after, 0) is None
+
+
+def test_the_cpu_line_reads_a_purchase_against_its_floor_round():
+    run = {
+        "cpu_ms": {"pods": 1.83, "postgres": 0.33, "locust": 0.3, "total": 2.46},
+        "floor": {"cpu_ms": {"pods": 1.39, "locust": 0.28, "total": 1.67}},
+    }
+
+    assert cpu_line(run) == (
+        "  cpu ms a request: pods 1.83 + postgres 0.33 + locust 0.30 = 2.46; "
+        "floor round 1.67 (pods 1.39 + locust 0.28): 1.47×"
+    )
+    assert cpu_line({"cpu_ms": None}) is None
+    assert cpu_line({"cpu_ms": run["cpu_ms"], "floor": None}).endswith("= 2.46")
+
+
+@pytest.mark.parametrize("missing", ["countdown", "round"])
+def test_a_round_without_both_snapshots_has_no_cost(missing):
+    from loadtests.burst import round_cpu
+    from loadtests.plan import Progress
+
+    progress = Progress(backend="db", requests=10)
+    progress.cpu_at = {"countdown_1": {"pods": 1.0}, "round_1": {"pods": 2.0}}
+    del progress.cpu_at[f"{missing}_1"]
+
+    assert round_cpu(progress, 1, {"answered": 10}) is None

@@ -208,7 +208,9 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     assert "db ×1: sold 200 of 200 units" in html and "db ×8: sold 200 of 200 units" in html
     total = sum(batched["breakdown"][part] for part in BREAKDOWN_PARTS)  # as the sentence adds it
     said = f"db ×8: {ms(total)} ms per purchase on the server (mean of 200"
-    assert said in html and html.count("chart-stacked") == 3  # one per row, one in the batching section
+    # One per row, and in the batching section where the time went and what a request cost in CPU.
+    assert said in html and html.count("chart-stacked") == 4
+    assert "db ×8: " in html and "ms of CPU a purchase" in html
 
 
 @pytest.mark.django_db(transaction=True)

@@ -157,3 +157,20 @@ def test_each_row_has_its_breakdown_chart_and_the_page_shows_hold_and_the_hot_ro
     assert "db ×1 0.15× hot-row 1, db ×64 0.07× hot-row 64" in hot
     older = render_report({"runs": [row("redis", batch=1, rps=1.0, sections=1, drain_s=1.0)]})
     assert 'id="hot-row"' not in older and "hold p50 ms" not in older and "chart-stacked" not in older
+
+
+def test_what_a_request_cost_in_cpu_is_a_sentence_and_two_bars_a_row():
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    alone = row("redis", batch=1, rps=300.0, sections=3000, drain_s=10.0)
+    batched = row("redis", batch=64, rps=620.0, sections=73, drain_s=4.8)
+    batched["cpu_ms"] = {"pods": 1.83, "postgres": 0.33, "locust": 0.3, "total": 2.46}
+    batched["floor"] = {"rps": 1000.0, "cpu_ms": {"pods": 1.39, "locust": 0.28, "total": 1.67}}
+
+    html = render_report({"runs": [floor, alone, batched]})
+
+    assert 'id="cpu-cost"' in html
+    assert "redis ×64: 2.46 ms of CPU a purchase, 1.47× its floor round&#x27;s 1.67 ms." in html
+    start = html.index('id="cpu-cost"')
+    chart = html[start : html.index("</figure>", start)]
+    assert chart.count('class="tick row-label"') == 2  # the row and its floor round; alone measured none
+    assert 'id="cpu-cost"' not in render_report({"runs": [floor, alone, {**batched, "cpu_ms": None}]})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.utils.html import escape as esc
 
+from . import svg
 from .base import breakdown_of, count, figure, ms, ratio, timing
 from .charts import breakdown_chart
 from .sentences import time_sentence
@@ -82,7 +83,8 @@ def batching_section(shown: list[View]) -> str:
         f'<ul class="sentences">{"".join(said)}</ul>'
         f'<div class="table-scroll"><table class="comparison"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
-        f"{where_time_went([view for pair in found for view in pair])}</section>"
+        f"{where_time_went([view for pair in found for view in pair])}"
+        f"{what_a_request_cost([view for pair in found for view in pair])}</section>"
     )
 
 
@@ -102,6 +104,57 @@ def where_time_went(shown: list[View]) -> str:
         "The four add up to the purchase's server time.</p>"
         f'<ul class="sentences">{said}</ul><figure class="card overview">{chart}</figure>'
     )
+
+
+#: The CPU chart's parts (the groups of ``loadtests/cpu.py``, the row's own processes first) and colours.
+CPU_COLOURS = [
+    ("pods", "#2563eb"),
+    ("postgres", "#0f766e"),
+    ("redis", "#dc2626"),
+    ("lock service", "#f59e0b"),
+    ("balancer", "#a855f7"),
+    ("locust", "#64748b"),
+]
+
+
+def what_a_request_cost(shown: list[View]) -> str:
+    """A sentence per row on the CPU a purchase cost against its floor round's, and a stacked bar
+    each (the row's, then its floor round's): on cores both rounds keep busy, ×floor is about one
+    over that ratio. Nothing when no row measured it (``cpu_ms``)."""
+    found = [v for v in shown if (v.run.get("cpu_ms") or {}).get("total")]
+    if not found:
+        return ""
+    stacks, said = [], []
+    for v in found:
+        cost, floor = v.run["cpu_ms"], (v.run.get("floor") or {}).get("cpu_ms")
+        stacks.append(svg.Stack(v.label, [cost.get(group, 0.0) for group, _ in CPU_COLOURS]))
+        sentence = f"{v.label}: {_cpu(cost['total'])} ms of CPU a purchase"
+        if floor and floor.get("total"):
+            stacks.append(svg.Stack("its floor", [floor.get(group, 0.0) for group, _ in CPU_COLOURS]))
+            sentence += f", {ratio(cost['total'] / floor['total'])} its floor round's {_cpu(floor['total'])} ms"
+        said.append(sentence)
+    chart = svg.stacked_bar_chart(
+        stacks,
+        parts=CPU_COLOURS,
+        unit="CPU ms per request",
+        title="What a request cost in CPU, by who spent it",
+        desc="; ".join(said),
+        value_format=_cpu,
+    )
+    return (
+        '<h3 id="cpu-cost">What a request cost in CPU</h3>'
+        "<p>CPU time of every process that served or drove a round (the pods, PostgreSQL, Redis, the lock "
+        "service, HAProxy, Locust; read from /proc as the round opened and ended) over its answered requests, "
+        "each row's purchase round beside the floor round on its own pods. Where the two cores are the bound, "
+        "a row's ×floor is about one over the ratio of the two.</p>"
+        f'<ul class="sentences">{"".join(f"<li>{esc(one)}.</li>" for one in said)}</ul>'
+        f'<figure class="card overview">{chart}</figure>'
+    )
+
+
+def _cpu(value: float) -> str:
+    """CPU ms to the hundredth: a purchase and its floor round differ by tenths."""
+    return f"{value:.2f}"
 
 
 #: The hot-row table: (heading, key of a shape, format).

@@ -329,16 +329,17 @@ def transport_error(reply) -> bool:
 
 def release_outcome(first, retried=None) -> str:
     """One node's release from its RELEASE reply (or exception) and, if it failed for a transport
-    reason, the retry's. A retry that finds the key gone after a first attempt that timed out is
-    ambiguous: that first attempt may have run and deleted it."""
+    reason, the retry's. A retry that finds the key gone, or held by another token, after a first
+    attempt that timed out is ambiguous: that first attempt may have run and deleted it, and the
+    waiter it woke may have taken the lock before the retry (the hand-off window lets it in)."""
     reply = first if retried is None else retried
     if type(reply) is not int:
         return FAILED
     if reply == 1:
         return RELEASED
-    if reply < 0:
-        return TAKEN
-    return AMBIGUOUS if isinstance(first, RedisTimeoutError) else GONE
+    if isinstance(first, RedisTimeoutError):
+        return AMBIGUOUS
+    return TAKEN if reply < 0 else GONE
 
 
 def majority_denies(outcomes: Sequence[str], quorum: int) -> bool:
@@ -369,8 +370,8 @@ def log_failed_release(name: str, node: str, error) -> None:
 
 def log_ambiguous_release(name: str, fence: int) -> None:
     logger.warning(
-        "release of %s (fence %s) ambiguous: the first attempt timed out and the retry found the key gone; "
-        "the first attempt may have deleted it",
+        "release of %s (fence %s) ambiguous: the first attempt timed out and the retry found the key gone or "
+        "another token's; the first attempt may have deleted it, and a waiter it woke taken the lock since",
         name,
         fence,
     )

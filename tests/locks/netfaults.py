@@ -6,7 +6,10 @@
 
 * :class:`Proxy`: a TCP proxy to one server that can drop every connection (``cut``) and can
   stall one connection for good from the first request that contains ``stall_on``, while new
-  connections pass: a member that took a request and went silent on that connection only.
+  connections pass: a member that took a request and went silent on that connection only. With
+  ``mute_on``, the first request that contains it does reach the server, but nothing the server
+  answers on that connection reaches the client (once; later connections pass): a command that
+  ran while its reply was lost or came too late.
 
 A node that stops answering at the first ``EVAL`` is :class:`processes.relay.Relay` with ``stall_on``.
 """
@@ -52,10 +55,12 @@ class Unreachable:
 class Proxy:
     """A TCP proxy on 127.0.0.1 (a free port) to ``127.0.0.1:target_port``, run by daemon threads."""
 
-    def __init__(self, target_port: int, *, stall_on: bytes | None = None) -> None:
+    def __init__(self, target_port: int, *, stall_on: bytes | None = None, mute_on: bytes | None = None) -> None:
         self.target_port = target_port
         self.stall_on = stall_on
         self.stalled = threading.Event()
+        self.mute_on = mute_on
+        self.muted = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -80,16 +85,24 @@ class Proxy:
             upstream.settimeout(None)
             with self._lock:
                 self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            mute = threading.Event()  # this connection's answers go nowhere once set
+            threading.Thread(target=self._pump, args=(client, upstream, True, mute), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, mute), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool, mute: threading.Event) -> None:
         stalled = False
         try:
             while data := source.recv(65536):
                 if from_client and self.stall_on is not None and (stalled or self.stall_on in data):
                     stalled = True  # this connection's requests go nowhere from now on; it stays open
                     self.stalled.set()
+                    continue
+                if from_client and self.mute_on is not None and self.mute_on in data:
+                    with self._lock:
+                        if not self.muted.is_set():
+                            self.muted.set()
+                            mute.set()  # before forwarding: the answer must not slip through
+                if not from_client and mute.is_set():
                     continue
                 sink.sendall(data)
         except OSError:

@@ -187,11 +187,11 @@ RELEASE_MARGIN_MS = 4 * NODE_TIMEOUT_MS
 
 
 @pytest.mark.slow
-# Open question, kept visible: after the delayed restarts, one full fresh-clone run in two
-# (2026-12-02) still saw one release refused ("another holder took over") with 987 ms of its 1 s
-# lease left, one node down; beside three CPU hogs each twin passed 8 runs of 8. Three nodes denying a
-# lease granted a few ms before is more than the faults explain (docs/locks.md, "Known open").
-# The fences held every time.
+# After the delayed restarts, one full fresh-clone run in two (2026-12-02) still saw one release
+# refused ("another holder took over") with 987 ms of its 1 s lease left, one node down. Probable
+# cause, since fixed: a first release round that ran but answered too late, whose retry found the
+# waiter it woke holding (docs/locks.md, "A release refused under node kills"). The fences held
+# every time; the reruns stay until a full run shows it gone.
 @pytest.mark.flaky(reruns=2)
 def test_fences_strictly_increase_over_1000_grants_with_nodes_killed_and_restarted(twin, cluster, name):
     nodes, _ = cluster

@@ -125,13 +125,24 @@ OTHER_NAMES = {
 }
 
 
+def repository_files(pattern: str, *, leave_out: tuple[str, ...] = ()) -> list[Path]:
+    """``ROOT.rglob(pattern)`` without the top-level folders whose name starts with a dot or is in
+    ``leave_out``: those are never walked (``.venv`` and ``.git`` alone hold tens of thousands of files)."""
+    found = []
+    for top in sorted(ROOT.iterdir()):
+        if top.name.startswith(".") or top.name in leave_out:
+            continue
+        if fnmatch.fnmatch(top.name, pattern):
+            found.append(top)
+        if top.is_dir():
+            found += top.rglob(pattern)
+    return found
+
+
 def source_words() -> set[str]:
     words: set[str] = set()
     for pattern in _SOURCES:
-        for path in ROOT.rglob(pattern):
-            relative = path.relative_to(ROOT).parts
-            if relative[0].startswith(".") or relative[0] in ("docs", "staticfiles", "artifacts"):
-                continue
+        for path in repository_files(pattern, leave_out=("docs", "staticfiles", "artifacts")):
             if path == Path(__file__):  # this file quotes stale names to show they are caught
                 continue
             words.update(re.findall(r"\w+", path.read_text(encoding="utf-8", errors="replace")))
@@ -164,9 +175,8 @@ def code_names() -> dict:
 
     words = source_words()
     classes = set()
-    for path in ROOT.rglob("*.py"):
-        if not path.relative_to(ROOT).parts[0].startswith("."):
-            classes.update(re.findall(r"^\s*class\s+(\w+)", path.read_text(encoding="utf-8"), re.M))
+    for path in repository_files("*.py"):
+        classes.update(re.findall(r"^\s*class\s+(\w+)", path.read_text(encoding="utf-8"), re.M))
     return {"words": words, "classes": classes, "commands": set(get_commands()), "targets": make_targets()}
 
 

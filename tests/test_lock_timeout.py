@@ -26,7 +26,7 @@ from loadtests.pods import database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_static_root")]
 
-ROW_LOCK_TIMEOUT_MS = 300
+ROW_LOCK_TIMEOUT_MS = 100
 ACQUIRE_TIMEOUT_MS = 1000
 SHOPPERS = 3
 #: How long the test holds the row lock at most: no loaded machine makes a timed-out wait last this long.

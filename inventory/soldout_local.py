@@ -89,6 +89,10 @@ class LocalMarks:
         self._subscribed = threading.Event()
         self._owner: int | None = None  # the pid whose listener thread serves these marks
         self._url: str | None = None
+        # Raised by every listener started: only the latest one serves these marks. One left behind
+        # by a change of URL (or of process) stops at its next poll and touches nothing meanwhile,
+        # even if the URL has changed back to its own.
+        self._generation = 0
 
     def get(self, sku: str, *, url: str) -> Entry | None:
         with self._lock:
@@ -154,9 +158,12 @@ class LocalMarks:
                 self._epochs[sku] = self._epochs.get(sku, 0) + 1
                 self._entries.pop(sku, None)
 
-    def drop_all(self, *, subscribed: bool = False) -> None:
-        """Forget every mark (and void every epoch taken); ``subscribed``: the listener still is."""
+    def drop_all(self, *, subscribed: bool = False, generation: int | None = None) -> None:
+        """Forget every mark (and void every epoch taken); ``subscribed``: the listener still is.
+        With ``generation``, only if that listener is still the one serving the marks."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
             if not subscribed:
                 self._subscribed.clear()
             self._breaks += 1
@@ -175,39 +182,50 @@ class LocalMarks:
             self._subscribed.clear()
             self._breaks += 1
             self._owner, self._url = os.getpid(), url
-        thread = threading.Thread(target=self._run, args=(url,), name="soldout-listener", daemon=True)
+            self._generation += 1
+            generation = self._generation
+        thread = threading.Thread(target=self._run, args=(url, generation), name="soldout-listener", daemon=True)
         thread.start()
         self._subscribed.wait(0.5)  # the first purchases may go to Redis while it subscribes
 
-    def _run(self, url: str) -> None:
-        while self._owner == os.getpid() and self._url == url:
+    def _serving(self, generation: int) -> bool:
+        """Whether the listener of ``generation`` is still the one serving these marks."""
+        return self._owner == os.getpid() and self._generation == generation
+
+    def _run(self, url: str, generation: int) -> None:
+        while self._serving(generation):
             client = redis.Redis.from_url(
                 url, socket_connect_timeout=1, health_check_interval=5, client_name=f"{LISTENER_NAME}-{os.getpid()}"
             )
             pubsub = client.pubsub()
             try:
                 pubsub.subscribe(CHANNEL, MARKED_CHANNEL)
-                self._serve(pubsub, url)
+                self._serve(pubsub, generation)
             except redis.RedisError as exc:
                 logger.warning("sold-out listener lost Redis (%s): local marks dropped", exc)
             except Exception:  # noqa: BLE001 - nothing restarts a listener that dies: it must not
                 logger.exception("sold-out listener failed: local marks dropped, listening again")
             finally:
-                self.drop_all()
+                self.drop_all(generation=generation)  # a listener left behind leaves the new one's marks be
                 pubsub.close()
                 client.close()
-            time.sleep(RECONNECT_S)
+            if self._serving(generation):
+                time.sleep(RECONNECT_S)
 
-    def _serve(self, pubsub, url: str) -> None:
-        while self._owner == os.getpid() and self._url == url:
+    def _serve(self, pubsub, generation: int) -> None:
+        while self._serving(generation):
             message = pubsub.get_message(timeout=1.0)
             if message is None:
                 pubsub.ping()  # a dead connection shows here, not only when a message is due
-                continue
-            if message["type"] == "subscribe" and message["data"] == 2:  # both channels
-                self._subscribed.set()
-            elif message["type"] == "message":
+            elif message["type"] == "subscribe" and message["data"] == 2:  # both channels
+                self._subscribed_by(generation)
+            elif message["type"] == "message" and self._serving(generation):
                 self.drop(message["data"].decode(), marked=message["channel"] == MARKED_CHANNEL.encode())
+
+    def _subscribed_by(self, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation:
+                self._subscribed.set()
 
 
 MARKS = LocalMarks()

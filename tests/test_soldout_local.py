@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 
 import pytest
@@ -18,7 +19,7 @@ from inventory import soldout, soldout_local
 from inventory.errors import InvalidQuantity
 from inventory.models import Order, Product
 from inventory.services import purchase, restock
-from inventory.soldout_local import LISTENER_NAME, MARK_TTL_S, MARKS
+from inventory.soldout_local import LISTENER_NAME, MARK_TTL_S, MARKS, RECONNECT_S
 from inventory.strategies import reset_strategy
 from inventory.strategies.contract import Outcome
 
@@ -331,3 +332,29 @@ def test_a_listener_that_fails_on_a_message_listens_again(monkeypatch):
     subscribed_epoch(sku)  # listening again
     soldout.sale_changed(sku)
     wait_until(lambda: len(heard) == 2, "the message after the failure was never heard")
+
+
+def test_a_listener_a_url_change_left_behind_stops_and_leaves_the_new_one_alone(monkeypatch):
+    """Switching the URL away and back within a listener's poll (a test that points the strategy at a
+    dead Redis, then the next one back) left the first listener running beside a new one, each
+    message heard twice, and the dead URL's listener, giving up, dropped the new one's subscription:
+    the process kept no mark again until its listener reconnected, which a healthy one never does."""
+    sku, url = f"twice-{os.getpid()}", settings.INVENTORY["REDIS_URL"]
+    subscribed_epoch(sku)
+    MARKS.epoch(sku, url="redis://127.0.0.1:6/0")  # nothing listens on port 6
+    subscribed_epoch(sku)  # back, within the old listener's one-second poll
+    time.sleep(RECONNECT_S + 2.5)  # the dead URL's connect timeout, its pause, the old poll: all over
+    assert MARKS.epoch(sku, url=url) is not None, "the new listener's subscription was dropped"
+    listeners = [thread for thread in threading.enumerate() if thread.name == "soldout-listener"]
+    assert len(listeners) == 1
+    heard, drop = [], MARKS.drop
+
+    def counting(name: str, *, marked: bool = False) -> None:
+        if name == sku:
+            heard.append(name)
+        drop(name, marked=marked)
+
+    monkeypatch.setattr(MARKS, "drop", counting)
+    soldout.sale_changed(sku)
+    time.sleep(1.0)
+    assert heard == [sku]

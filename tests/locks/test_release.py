@@ -10,7 +10,7 @@ import time
 import pytest
 
 from locks import NotOwned
-from locks._core import RELEASE
+from locks.scripts import RELEASE
 
 from .netfaults import Proxy
 

@@ -83,9 +83,17 @@ class RedisNode(PidfileProcess):
         return ping_error(self.url, timeout_s=0.2) is None
 
     def start(self, *, wait_s: float = 5.0) -> None:
-        """Start the node, or leave it be if it already runs and answers."""
+        """Start the node, or leave it be if it already runs and answers. A server on its port that
+        this run did not start (no live pid in this node's pidfile) is refused: a second
+        daemonized redis-server on a busy port exits 0 and writes no pidfile, so two runs would
+        share one node, each flushing, killing and restarting the other's."""
         if self.pid() is not None and self.ping():
             return
+        if self.ping():
+            raise NodeError(
+                f"port {self.port} is taken by a redis-server this run did not start (no live pid in "
+                f"{self.pidfile}): stop it, or run on other ports (the suite: another FLASHSALE_TEST_SLOT)"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         binary = redis_server_binary()
         args = [

@@ -69,3 +69,19 @@ def test_stop_closes_the_relays_and_the_nodes(tmp_path):
     assert not pair.master.ping() and not pair.replica.ping()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", front_port), timeout=1.0)
+
+
+def test_a_node_refuses_a_port_that_another_run_s_server_holds(tmp_path):
+    """Two runs on one port would share a node, each flushing, killing and restarting the other's
+    (a second daemonized redis-server on a busy port exits 0 and writes no pidfile): a node whose
+    port answers without a live pid in its own pidfile refuses to start, and leaves the other be."""
+    port = BASE_PORT + 4
+    other = RedisNode(port=port, run_dir=tmp_path / "other")
+    other.start()
+    try:
+        mine = RedisNode(port=port, run_dir=tmp_path / "mine")
+        with pytest.raises(NodeError, match=f"port {port} is taken by a redis-server this run did not start"):
+            mine.start()
+        assert other.ping() and other.pid() is not None and mine.pid() is None
+    finally:
+        other.stop()

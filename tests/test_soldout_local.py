@@ -343,10 +343,11 @@ def test_a_listener_a_url_change_left_behind_stops_and_leaves_the_new_one_alone(
     subscribed_epoch(sku)
     MARKS.epoch(sku, url="redis://127.0.0.1:6/0")  # nothing listens on port 6
     subscribed_epoch(sku)  # back, within the old listener's one-second poll
-    time.sleep(RECONNECT_S + 2.5)  # the dead URL's connect timeout, its pause, the old poll: all over
+    deadline = time.monotonic() + RECONNECT_S + 2.5  # the dead URL's pause and the old listener's poll
+    while len([thread for thread in threading.enumerate() if thread.name == "soldout-listener"]) > 1:
+        assert time.monotonic() < deadline, "a listener left behind is still running"
+        time.sleep(0.05)
     assert MARKS.epoch(sku, url=url) is not None, "the new listener's subscription was dropped"
-    listeners = [thread for thread in threading.enumerate() if thread.name == "soldout-listener"]
-    assert len(listeners) == 1
     heard, drop = [], MARKS.drop
 
     def counting(name: str, *, marked: bool = False) -> None:
@@ -356,5 +357,9 @@ def test_a_listener_a_url_change_left_behind_stops_and_leaves_the_new_one_alone(
 
     monkeypatch.setattr(MARKS, "drop", counting)
     soldout.sale_changed(sku)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 5
+    while not heard:
+        assert time.monotonic() < deadline, "the message was never heard"
+        time.sleep(0.01)
+    time.sleep(0.3)  # a second listener would have heard it by now too
     assert heard == [sku]

@@ -87,9 +87,9 @@ class RedisNode(PidfileProcess):
         this run did not start (no live pid in this node's pidfile) is refused: a second
         daemonized redis-server on a busy port exits 0 and writes no pidfile, so two runs would
         share one node, each flushing, killing and restarting the other's."""
-        if self.pid() is not None and self.ping():
-            return
         if self.ping():
+            if self.pid() is not None:
+                return
             raise NodeError(
                 f"port {self.port} is taken by a redis-server this run did not start (no live pid in "
                 f"{self.pidfile}): stop it, or run on other ports (the suite: another FLASHSALE_TEST_SLOT)"

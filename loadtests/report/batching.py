@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.utils.html import escape as esc
 
+from .. import cpu
 from . import svg
 from .base import breakdown_of, count, figure, ms, ratio, timing
 from .charts import breakdown_chart
@@ -106,15 +107,16 @@ def where_time_went(shown: list[View]) -> str:
     )
 
 
-#: The CPU chart's parts (the groups of ``loadtests/cpu.py``, the row's own processes first) and colours.
-CPU_COLOURS = [
-    ("pods", "#2563eb"),
-    ("postgres", "#0f766e"),
-    ("redis", "#dc2626"),
-    ("lock service", "#f59e0b"),
-    ("balancer", "#a855f7"),
-    ("locust", "#64748b"),
-]
+#: The CPU chart's parts: the groups of :mod:`loadtests.cpu`, in its order, each with its colour.
+_GROUP_COLOURS = {
+    "pods": "#2563eb",
+    "postgres": "#0f766e",
+    "redis": "#dc2626",
+    "lock service": "#f59e0b",
+    "balancer": "#a855f7",
+    "locust": "#64748b",
+}
+CPU_COLOURS = [(group, _GROUP_COLOURS[group]) for group in cpu.ORDER]
 
 
 def what_a_request_cost(shown: list[View]) -> str:

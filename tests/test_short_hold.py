@@ -1,32 +1,80 @@
-"""The hold is short (issue 28): inside the section's transaction a purchase sends two messages, the
-reads and the write, and the write carries the COMMIT, so the row's lock is released by the same
-round trip that took it (``atomic``, which may still have to undo its units, sends its COMMIT
+"""The hold is short (issue 28): a purchase's section transaction is two messages, the reads
+with the BEGIN aboard and the write with the COMMIT aboard, so the row's lock is released by the
+same round trip that took it (``atomic``, which may still have to undo its units, sends its COMMIT
 alone). Before, nine round trips: BEGIN, SET LOCAL, the row, the key's order, the units, the
-UPDATE, the upsert, the INSERT, COMMIT; then four (``db``: five)."""
+UPDATE, the upsert, the INSERT, COMMIT; then four (``db``: five); then three (psycopg sent the
+BEGIN of Django's ``atomic`` alone)."""
 
 from __future__ import annotations
 
+import re
+import tempfile
 import threading
+from contextlib import contextmanager
+from typing import Iterator, NamedTuple
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
+from psycopg.pq import Trace, TransactionStatus
 
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
 from inventory.strategies.contract import Outcome
 from tests.helpers import refusing_trigger
 
-#: Messages between BEGIN and COMMIT for one confirmed purchase, per strategy.
-INSIDE = {"db": 2, "optimistic": 2, "redis": 2, "redlock": 2, "atomic": 2, "redis-stock": 2}
+#: Messages from BEGIN to COMMIT, both included, for one confirmed purchase, per strategy.
+INSIDE = {"db": 2, "optimistic": 2, "redis": 2, "redlock": 2, "atomic": 3, "redis-stock": 3}
 #: Strategies whose write does not carry the COMMIT (it may roll back what it wrote).
 COMMIT_ALONE = {"atomic", "redis-stock"}
 
 
-def inside_the_transaction(queries: list[dict]) -> list[str]:
-    sqls = [query["sql"] for query in queries]
-    begin, commit = sqls.index("BEGIN"), sqls.index("COMMIT")
-    return sqls[begin + 1 : commit]
+#: A record of libpq's trace: who sent it (F frontend, B backend), its length, its kind, its text.
+TRACE_RECORD = re.compile(r"^(?P<side>[FB])\t\d+\t(?P<kind>\w+)\t?(?P<text>.*)")
+
+
+class Message(NamedTuple):
+    """One SQL message as libpq's trace saw it: the start of its text (the trace shortens long
+    ones), the command tags PostgreSQL answered it with, and the transaction status after it
+    (``I`` idle, ``T`` in a transaction, ``E`` failed)."""
+
+    sql: str
+    tags: list[str]
+    status: str
+
+
+@contextmanager
+def messages_sent() -> Iterator[list[Message]]:
+    """The SQL messages this thread's connection sends inside the block (each one round trip):
+    what went over the wire and what PostgreSQL ran, not what Django logged."""
+    connection.ensure_connection()
+    pgconn, sent = connection.connection.pgconn, []
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        try:
+            yield sent
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            for line in trace:
+                record = TRACE_RECORD.match(line)
+                if record is None:
+                    continue  # the rest of a statement whose text runs over several lines
+                side, kind, text = record["side"], record["kind"], record["text"].strip()
+                if (side, kind) == ("F", "Query"):
+                    sent.append(Message(text.strip('"'), [], ""))
+                elif (side, kind) == ("B", "CommandComplete") and sent:
+                    sent[-1].tags.append(text.strip('"').split(" ")[0])
+                elif (side, kind) == ("B", "ReadyForQuery") and sent:
+                    sent[-1] = sent[-1]._replace(status=text)
+
+
+def the_transaction(sent: list[Message]) -> list[Message]:
+    """The messages from the one that began the section's transaction to the one that ended it."""
+    begin = next(i for i, message in enumerate(sent) if "BEGIN" in message.tags)
+    end = next(i for i, message in enumerate(sent) if i >= begin and message.status == "I")
+    return sent[begin : end + 1]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -35,15 +83,21 @@ def test_a_purchase_holds_the_row_for_two_messages(name, use_strategy, make_prod
     use_strategy(name)
     make_product(stock=5, limit=3)
     assert purchase(sku="phone-x", customer="first", quantity=1).confirmed
-    with CaptureQueriesContext(connection) as captured:
+    with messages_sent() as sent, CaptureQueriesContext(connection) as captured:
         result = purchase(sku="phone-x", customer="me", quantity=2, idempotency_key="key-1")
     assert result.confirmed
-    statements = inside_the_transaction(captured.captured_queries)
-    assert len(statements) == INSIDE[name], statements
-    assert "lock_timeout" in statements[0]  # the first statement bounds every row-lock wait
-    assert statements[-1].endswith("; COMMIT") is (name not in COMMIT_ALONE), statements[-1][-80:]
+    messages = the_transaction(sent)
+    assert len(messages) == INSIDE[name], messages
+    # The BEGIN rides the first statement, which bounds every row-lock wait.
+    assert messages[0].tags[0] == "BEGIN" and messages[0].sql.startswith("BEGIN; SELECT set_config('lock_timeout'")
+    if name in COMMIT_ALONE:
+        assert messages[-1].tags == ["COMMIT"], messages[-1]
+    else:
+        assert messages[-1].tags[-1] == "COMMIT" and len(messages[-1].tags) == 2, messages[-1]  # the write's
     # A purchase served alone binds a parameter per value: no array for psycopg to dump in Python.
-    assert "unnest" not in statements[-1] and "ARRAY[" not in statements[-1], statements[-1]
+    write = next(query["sql"] for query in captured.captured_queries if query["sql"].startswith("WITH "))
+    assert "unnest" not in write and "ARRAY[" not in write, write
+    assert connection.connection.info.transaction_status == TransactionStatus.IDLE
     # What the one write statement did, from the database.
     product = Product.objects.get(sku="phone-x")
     order = Order.objects.get(pk=result.order_id)
@@ -53,6 +107,32 @@ def test_a_purchase_holds_the_row_for_two_messages(name, use_strategy, make_prod
     # The retry under the same key is answered from the order, without a write.
     again = purchase(sku="phone-x", customer="me", quantity=2, idempotency_key="key-1")
     assert again.order_id == order.pk and Product.objects.get(sku="phone-x").stock == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", sorted(INSIDE))
+def test_every_way_a_section_ends_leaves_no_transaction_open(name, use_strategy, make_product):
+    """The section's BEGIN rides its first statement, so Django's ``atomic`` does not end it: a
+    replay, a refusal, a sale that undoes its units (``atomic``) and a sold-out shelf must each
+    leave the connection idle, with nothing written, and the next purchase served."""
+    use_strategy(name)
+    product = make_product(stock=3, limit=2)
+    idle = TransactionStatus.IDLE
+    first = purchase(sku="phone-x", customer="me", quantity=2, idempotency_key="k")
+    assert first.confirmed and connection.connection.info.transaction_status == idle
+    replay = purchase(sku="phone-x", customer="me", quantity=2, idempotency_key="k")
+    assert replay.order_id == first.order_id and connection.connection.info.transaction_status == idle
+    limit = purchase(sku="phone-x", customer="me", quantity=1)
+    assert limit.outcome is Outcome.LIMIT_REACHED and connection.connection.info.transaction_status == idle
+    # One unit left: two wanted. A plain read would answer from the shelf; a shelf known to this
+    # process is read under the guard (atomic takes the units first, then finds no stock).
+    short = purchase(sku="phone-x", customer="you", quantity=2)
+    assert short.outcome is Outcome.SOLD_OUT and connection.connection.info.transaction_status == idle
+    product.refresh_from_db()
+    assert product.stock == 1 and Order.objects.count() == 1
+    assert list(Allocation.objects.values_list("customer", "units")) == [("me", 2)]
+    assert purchase(sku="phone-x", customer="you", quantity=1).confirmed
+    assert connection.connection.info.transaction_status == idle
 
 
 @pytest.mark.django_db(transaction=True)

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
-from .section import allocate_many, decide, new_order, saved, section_transaction, sell_and_commit
+from .section import allocate_many, decide, new_order, roll_back_section, saved, section_transaction, sell_and_commit
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,8 @@ def batch_section(
     strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
 ) -> BatchAttempt:
     """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
-    with section_transaction(strategy, bound_by_first_statement=True):
+    # Savepoints need Django's atomic around them: BEGIN then goes alone.
+    with section_transaction(strategy, bound_by_first_statement=True, begin_rides=not savepoint_each):
         customers, pairs = {ask.customer for ask in asks}, {(ask.customer, ask.key) for ask in asks if ask.key}
         shelf, held, orders = strategy.read_batch(product_id, customers=customers, pairs=pairs)
         verdicts = decide_batch(shelf, asks, held=held, orders=orders, now=timezone.now())
@@ -126,7 +127,7 @@ def batch_section(
         else:
             created = _write_in_bulk(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
         if created is None:
-            transaction.set_rollback(True)
+            roll_back_section()
             return BatchAttempt(conflict=shelf)
     return BatchAttempt(attempts=_attempts(verdicts, created))
 

@@ -18,6 +18,11 @@ was held. Here:
   message: the row's lock is taken and released inside PostgreSQL, with no Python (and no wait
   for this process's turn on the GIL or a core) in between.
 
+* The BEGIN: psycopg sends the BEGIN of Django's ``atomic`` alone, a round trip before the first
+  statement; a section that is not inside another transaction keeps autocommit on and sends
+  ``BEGIN;`` in its first message instead (:class:`~inventory.strategies.section.RidingBegin`).
+  A purchase's section transaction is then two round trips, BEGIN to COMMIT.
+
 One message, several statements: Django's psycopg cursor binds parameters on the client and sends
 the text with the simple query protocol, which runs each statement of a message in turn, each
 with its own snapshot (READ COMMITTED), and stops at the first error. psycopg keeps every

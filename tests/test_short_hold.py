@@ -232,3 +232,23 @@ def _wait_for_a_row_lock_waiter(timeout_s: float = 5.0) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("the purchase never waited for the row")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("batch", [1, 8])
+def test_redis_stock_reads_the_sale_and_the_keyed_orders_in_one_message(batch, use_strategy, make_product, settings):
+    """Before its counter's script, ``redis-stock`` reads the product (its SKU names the counter)
+    and the orders already placed under the purchase's key: one message of two statements, not
+    two ORM queries."""
+    use_strategy("redis-stock", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
+    make_product(stock=5, limit=3)
+    assert purchase(sku="phone-x", customer="first", quantity=1).confirmed
+    with messages_sent() as sent:
+        result = purchase(sku="phone-x", customer="me", quantity=1, idempotency_key="key-1")
+    assert result.confirmed
+    begin = next(i for i, message in enumerate(sent) if "BEGIN" in message.tags)
+    reads = [message for message in sent[:begin] if message.sql.startswith("SELECT id, sku, stock")]
+    assert len(reads) == 1 and reads[0].tags == ["SELECT", "SELECT"], sent[:begin]
+    assert not any("inventory_order" in message.sql for message in sent[:begin] if message not in reads)
+    again = purchase(sku="phone-x", customer="me", quantity=1, idempotency_key="key-1")
+    assert again.order_id == result.order_id and Product.objects.get(sku="phone-x").stock == 3

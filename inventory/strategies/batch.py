@@ -86,22 +86,6 @@ def held_by(product_id: int, customers: set[str]) -> dict[str, int]:
     return dict(rows.values_list("customer", "units"))
 
 
-def keyed_orders(product_id: int, asks: list[Ask]) -> dict[tuple[str, str], Order]:
-    pairs = {(ask.customer, ask.key) for ask in asks if ask.key}
-    if not pairs:
-        return {}
-    rows = Order.objects.filter(
-        product_id=product_id,
-        customer__in={customer for customer, _ in pairs},
-        idempotency_key__in={key for _, key in pairs},
-    )
-    return {
-        (order.customer, order.idempotency_key): order
-        for order in rows
-        if (order.customer, order.idempotency_key) in pairs
-    }
-
-
 def order_for(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -> Order:
     return new_order(
         strategy.name,

@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from ..models import Allocation, Product
 from .base import Strategy
-from .batch import Ask, BatchAttempt, batch_section, keyed_orders
+from .batch import Ask, BatchAttempt, batch_section
 from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
-from .section import find_order, lock_timed_out, take_in_one_statement
-from .statements import Statement, take_update
+from .section import lock_timed_out, take_in_one_statement
+from .statements import Statement, sale_read, take_update
 
 logger = logging.getLogger(__name__)
 
@@ -142,12 +142,9 @@ class RedisStockStrategy(Strategy):
         self.take_many = self.client.register_script(TAKE_MANY)
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
-        replay = find_order(product_id=product_id, customer=customer, key=key)
-        if replay is not None:
-            return SectionResult(order=replay, replayed=True)
-        product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
-            pk=product_id
-        )
+        product, replays = sale_read(product_id, {(customer, key)} if key else set())
+        if replays:
+            return SectionResult(order=replays[(customer, key)], replayed=True)
         keys = [sale_key(product.sku), units_key(product.sku)]
         now_ms = _epoch_ms(timezone.now())
         try:
@@ -191,11 +188,8 @@ class RedisStockStrategy(Strategy):
         ``savepoint_each``: each purchase alone, as :meth:`attempt` runs it."""
         if savepoint_each:
             return BatchAttempt(attempts=[self._alone(product_id, ask, grant) for ask in asks])
-        replays = keyed_orders(product_id, asks)
+        product, replays = sale_read(product_id, {(ask.customer, ask.key) for ask in asks if ask.key})
         fresh = [i for i, ask in enumerate(asks) if not (ask.key and (ask.customer, ask.key) in replays)]
-        product = Product.objects.only("sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at").get(
-            pk=product_id
-        )
         keys = [sale_key(product.sku), units_key(product.sku)]
         try:
             codes = self._take_many(product, keys, [asks[i] for i in fresh])

@@ -148,6 +148,35 @@ def batch_read(
     return shelf, held, {(order.customer, order.idempotency_key): order for order in orders}
 
 
+#: The product's columns ``redis-stock`` reads before its counter's script (its Redis keys are
+#: named after the SKU; the rest loads the counter when Redis has none).
+_SALE_FIELDS = ("id", "sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at")
+
+
+def sale_read(product_id: int, pairs: set[tuple[str, str]]) -> tuple[Product, dict[tuple[str, str], Order]]:
+    """The product as ``redis-stock`` needs it before its counter's script (only :data:`_SALE_FIELDS`
+    loaded) and the orders already placed under the ``pairs`` (customer, Idempotency-Key), in one
+    message, outside any transaction. Plain SQL: the two ORM queries it replaces (and their
+    compilation in Python) were about 30 % of a batched ``redis-stock`` purchase's Python time
+    (py-spy --gil)."""
+    sql, params = f"SELECT {', '.join(_SALE_FIELDS)} FROM {PRODUCT} WHERE id = %s", [product_id]
+    if pairs:
+        sql += "; " + _KEYED_ORDERS.format(pairs=", ".join(["(%s, %s)"] * len(pairs)))
+        params += [product_id, *(value for pair in pairs for value in pair)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        rows = []
+        if pairs:
+            cursor.nextset()
+            rows = cursor.fetchall()
+    if row is None:
+        raise Product.DoesNotExist(f"no product {product_id}")
+    orders = [Order.from_db(connection.alias, _ORDER_ATTNAMES, values) for values in rows]
+    product = Product.from_db(connection.alias, list(_SALE_FIELDS), row)
+    return product, {(order.customer, order.idempotency_key): order for order in orders}
+
+
 def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int | None] | None:
     """The purchase's plain read before any guard, one round trip: (the row, the id of the
     customer's order under ``key`` or None), or None when no product has ``sku``. Plain SQL: the

@@ -244,10 +244,11 @@ SELECT taken.id, v.customer, v.units, %s FROM taken, unnest(%s::varchar[], %s::i
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap"""
 _ORDER_COLUMNS_WRITTEN = "(product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
+# A section's orders share their strategy, fence (the grant's) and time: those are one parameter each.
 _ORDERS_FROM_TAKEN = f"""INSERT INTO {ORDER} {_ORDER_COLUMNS_WRITTEN}
-SELECT taken.id, v.customer, v.quantity, v.strategy, v.fence, v.idempotency_key, v.created_at
-FROM taken, unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::bigint[], %s::varchar[], %s::timestamptz[])
-WITH ORDINALITY AS v(customer, quantity, strategy, fence, idempotency_key, created_at, n)
+SELECT taken.id, v.customer, v.quantity, %s::varchar, %s::bigint, v.idempotency_key, %s::timestamptz
+FROM taken, unnest(%s::varchar[], %s::integer[], %s::varchar[])
+WITH ORDINALITY AS v(customer, quantity, idempotency_key, n)
 ORDER BY v.n RETURNING id"""
 # The same for one customer and one order, with a parameter per value: a purchase served alone
 # (every BATCH 1 section) sends no array. psycopg dumps an array parameter in Python, about 6 us
@@ -277,10 +278,16 @@ def order_values(order: Order) -> list:
 
 
 def orders_insert(orders: list[Order]) -> Statement:
-    """The INSERT of ``orders`` (built, not saved) from ``taken``, returning their ids in the order given."""
+    """The INSERT of ``orders`` (built, not saved; one section's, so one strategy, fence and time)
+    from ``taken``, returning their ids in the order given."""
     if len(orders) == 1:
         return _ORDER_FROM_TAKEN, order_values(orders[0])
-    return _ORDERS_FROM_TAKEN, [[getattr(order, field) for order in orders] for field in _ORDER_FIELDS]
+    first = orders[0]
+    shared = (first.strategy, first.fence, first.created_at)
+    if any((order.strategy, order.fence, order.created_at) != shared for order in orders):
+        raise ValueError("one section's orders share their strategy, fence and created_at")
+    per_order = [[order.customer for order in orders], [order.quantity for order in orders]]
+    return _ORDERS_FROM_TAKEN, [*shared, *per_order, [order.idempotency_key for order in orders]]
 
 
 def _ids(sql: str, params: list) -> list[int]:

@@ -93,6 +93,42 @@ def read_reply(conn):
     return reply
 
 
+#: What :func:`read_available` returns while the socket holds only part of a reply.
+INCOMPLETE = object()
+
+
+def read_available(conn):
+    """One reply from what the socket already holds, without waiting: :data:`INCOMPLETE` when the
+    bytes that arrived are only part of it (the caller polls again, against its own deadline); an
+    error reply is raised, and a server that closed the connection raises ``ConnectionError``.
+
+    For a round that reads several nodes against one deadline: a node whose reply arrives in two
+    segments made :func:`read_reply` wait for the second for up to the socket's own timeout (the
+    client's ``socket_timeout``, seconds) instead of the round's (milliseconds). With hiredis it
+    reads with ``MSG_DONTWAIT`` into the parser's buffer; without it, the parser reads, which may
+    block as :func:`read_reply` does."""
+    parser = conn._parser
+    reader = getattr(parser, "_reader", _NO_READER)
+    if reader is _NO_READER:
+        return read_reply(conn)
+    if reader is None:
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    reply = reader.gets()
+    while reply is NOT_ENOUGH_DATA:
+        buffer = parser._buffer
+        try:
+            count = conn._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return INCOMPLETE
+        if not count:
+            raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+        reader.feed(buffer, 0, count)
+        reply = reader.gets()
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
 def _read_with_parser(parser):
     try:
         return parser.read_response()

@@ -38,7 +38,7 @@ from .._connections import (
     writable,
 )
 from .._core import Round, Script, pack_eval, pack_evalsha, signal_key
-from .._redis_py import read_reply, socket_of
+from .._redis_py import INCOMPLETE, read_available, read_reply, socket_of
 
 Client = redis.Redis
 
@@ -226,7 +226,10 @@ class _Round(Round):
                 _send(conn, self.packed)
                 self.poller.modify(fd, select.POLLIN)
                 return False
-            self.replies[index] = read_reply(conn)
+            reply = read_available(conn)
+            if reply is INCOMPLETE:
+                return False  # part of the reply: the rest is polled for, within the round's deadline
+            self.replies[index] = reply
         except NoScriptError as error:
             self.replies[index] = error
             if index not in self.retried:

@@ -9,7 +9,9 @@
   connections pass: a member that took a request and went silent on that connection only. With
   ``mute_on``, the first request that contains it does reach the server, but nothing the server
   answers on that connection reaches the client (once; later connections pass): a command that
-  ran while its reply was lost or came too late.
+  ran while its reply was lost or came too late. With ``split_on``, the reply to the first request
+that contains it reaches the client in two parts, its first byte at once and the rest
+``split_delay_s`` later: a reply whose segments arrive apart.
 
 A node that stops answering at the first ``EVAL`` is :class:`processes.relay.Relay` with ``stall_on``.
 """
@@ -55,8 +57,18 @@ class Unreachable:
 class Proxy:
     """A TCP proxy on 127.0.0.1 (a free port) to ``127.0.0.1:target_port``, run by daemon threads."""
 
-    def __init__(self, target_port: int, *, stall_on: bytes | None = None, mute_on: bytes | None = None) -> None:
+    def __init__(
+        self,
+        target_port: int,
+        *,
+        stall_on: bytes | None = None,
+        mute_on: bytes | None = None,
+        split_on: bytes | None = None,
+        split_delay_s: float = 2.0,
+    ) -> None:
         self.target_port = target_port
+        self.split_on, self.split_delay_s = split_on, split_delay_s
+        self.split = threading.Event()
         self.stall_on = stall_on
         self.stalled = threading.Event()
         self.mute_on = mute_on
@@ -86,10 +98,19 @@ class Proxy:
             with self._lock:
                 self._sockets += [client, upstream]
             mute = threading.Event()  # this connection's answers go nowhere once set
-            threading.Thread(target=self._pump, args=(client, upstream, True, mute), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False, mute), daemon=True).start()
+            split = threading.Event()  # this connection's next answer arrives in two parts
+            args = (mute, split)
+            threading.Thread(target=self._pump, args=(client, upstream, True, *args), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, *args), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool, mute: threading.Event) -> None:
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        from_client: bool,
+        mute: threading.Event,
+        split: threading.Event,
+    ) -> None:
         stalled = False
         try:
             while data := source.recv(65536):
@@ -102,8 +123,18 @@ class Proxy:
                         if not self.muted.is_set():
                             self.muted.set()
                             mute.set()  # before forwarding: the answer must not slip through
+                if from_client and self.split_on is not None and self.split_on in data:
+                    with self._lock:
+                        if not self.split.is_set():
+                            self.split.set()
+                            split.set()
                 if not from_client and mute.is_set():
                     continue
+                if not from_client and split.is_set():
+                    split.clear()
+                    sink.sendall(data[:1])
+                    time.sleep(self.split_delay_s)
+                    data = data[1:]
                 sink.sendall(data)
         except OSError:
             pass

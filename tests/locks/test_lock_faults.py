@@ -17,7 +17,7 @@ import pytest
 from locks import NotAcquired, NotOwned, QuorumUnavailable
 from processes.relay import Relay
 
-from .netfaults import Unreachable
+from .netfaults import Proxy, Unreachable
 from .twins import Twin
 
 NODE_TIMEOUT_MS = 50
@@ -179,6 +179,26 @@ def test_the_noscript_fallback_is_bounded_by_the_node_timeout(twin, cluster, nam
         assert proxy.stalled.is_set()
         assert elapsed < NODE_TIMEOUT_MS / 1000 + SLACK_S / 2, elapsed
         assert holders(sync_clients[1:], name, lease.token) == 4
+    finally:
+        proxy.close()
+
+
+def test_a_reply_that_arrives_in_two_parts_is_waited_for_only_until_the_rounds_deadline(twin, cluster, name):
+    """Before (blocking twin): a round that had read a reply's first byte read the rest with a
+    blocking receive bounded by the client's socket timeout (1 s here), not by the round's deadline
+    (50 ms): the acquire took the full second, and the node's late grant counted as a failure."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port, split_on=b"EVALSHA", split_delay_s=2.0)
+    try:
+        clients = twin.clients([proxy.port, *(node.port for node in list(nodes)[1:])])
+        lock = twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+        started = time.monotonic()
+        lease = twin(lock.acquire())
+        elapsed = time.monotonic() - started
+        assert proxy.split.is_set(), "the first node's reply came in two parts"
+        assert elapsed < NODE_TIMEOUT_MS / 1000 + SLACK_S / 2, elapsed
+        assert holders(sync_clients[1:], name, lease.token) == 4
+        twin(lock.release())
     finally:
         proxy.close()
 

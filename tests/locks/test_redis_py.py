@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from locks import _redis_py
-from locks._connections import bound_blocking
+from locks._connections import bound_blocking, connection_kwargs
 
 
 def new_connection(client):
@@ -72,6 +72,36 @@ def test_a_reply_is_read_within_the_kernels_timeout_and_an_error_reply_is_raised
             _redis_py.read_reply(conn)
         sock.sendall(b"*1\r\n$4\r\nPING\r\n")
         assert _redis_py.read_reply(conn) == b"PONG"  # the error reply was read whole
+    finally:
+        conn.disconnect()
+        client.close()
+
+
+def test_a_reply_is_read_from_what_has_arrived_without_waiting(cluster):
+    """``read_available`` (a Redlock round's read): part of a reply is INCOMPLETE at once, the
+    rest completes it; an error reply is raised. Two ends of a socket pair stand in for the node."""
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    conn = client.connection_pool.connection_class(**connection_kwargs(client))  # the locks' own: no handshake
+    ours, node = socket.socketpair()
+    try:
+        ours.settimeout(1.0)
+        _redis_py.connect_on(conn, ours)
+        bound_blocking(ours, 1.0)
+        started = time.monotonic()
+        assert _redis_py.read_available(conn) is _redis_py.INCOMPLETE  # nothing yet
+        node.sendall(b"$5\r\nhel")
+        assert _redis_py.read_available(conn) is _redis_py.INCOMPLETE  # part of it
+        assert time.monotonic() - started < 0.5  # neither waited for the socket's second
+        node.sendall(b"lo\r\n:7\r\n")
+        assert _redis_py.read_available(conn) == b"hello"
+        assert _redis_py.read_available(conn) == 7  # the next reply, already in the buffer
+        node.sendall(b"-NOSCRIPT No matching script\r\n")
+        with pytest.raises(NoScriptError):
+            _redis_py.read_available(conn)
+        node.close()
+        with pytest.raises(redis.ConnectionError):
+            _redis_py.read_available(conn)  # the other end closed
     finally:
         conn.disconnect()
         client.close()

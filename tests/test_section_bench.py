@@ -24,6 +24,8 @@ def bench(*args: str) -> subprocess.CompletedProcess:
         (["redis", "x"], 2, "purchases must be a whole number, 1 or more, not 'x'"),
         (["redis", "0", "--guard"], 2, "purchases must be a whole number, 1 or more, not '0'"),
         (["nosuch", "5"], 1, "'nosuch' is not a strategy"),
+        (["atomic", "50", "--batch", "0"], 2, "--batch must be a whole number from 1 to 1000, not '0'"),
+        (["atomic", "50", "--batch", "ten"], 2, "--batch must be a whole number from 1 to 1000, not 'ten'"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, code, said):

@@ -65,9 +65,23 @@ _UNITS = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = %s AND a.cus
 #: An order's columns, and the model's names for them (``Order.from_db``).
 _ORDER_ATTNAMES = [field.attname for field in Order._meta.concrete_fields]
 _ORDER_COLUMNS = ", ".join(field.column for field in Order._meta.concrete_fields)
-_KEYED_ORDERS = (
-    f"SELECT {_ORDER_COLUMNS} FROM {ORDER} WHERE product_id = %s AND (customer, idempotency_key) IN ({{pairs}})"
-)
+# A batch's lookups, one index probe per customer or per (customer, key) pair, the pairs a JSON
+# parameter. Written as ``IN`` lists they were planned on the product's rows alone and filtered:
+# a product's orders and units grow through the sale, and the planner's statistics (taken before
+# it, or never) call that product's rows few, so every batch read every row the sale had written
+# so far (3,000 in 2.6 ms at the end of a 3,000-unit sale; the lateral probes: 10 in 0.3 ms).
+# ``OFFSET 0`` keeps each probe a subquery of its own, which the planner cannot merge into one
+# scan of the product's rows.
+_KEYED_ORDERS = f"""SELECT o.* FROM json_array_elements(%s::json) AS v(pair) CROSS JOIN LATERAL (
+SELECT {_ORDER_COLUMNS} FROM {ORDER} WHERE product_id = %s AND customer = v.pair->>0
+AND idempotency_key = v.pair->>1 AND idempotency_key <> '' OFFSET 0) o"""
+_CUSTOMERS_UNITS = f"""SELECT a.* FROM json_array_elements_text(%s::json) AS v(customer) CROSS JOIN LATERAL (
+SELECT customer, units FROM {ALLOCATION} WHERE product_id = %s AND customer = v.customer OFFSET 0) a"""
+
+
+def _keyed_orders(product_id: int, pairs: set[tuple[str, str]]) -> Statement:
+    """The orders already placed under ``pairs`` (customer, Idempotency-Key), as one statement."""
+    return _KEYED_ORDERS, [json.dumps(sorted(pairs)), product_id]
 
 
 def _one_row(sql: str, params: Sequence) -> tuple | None:
@@ -130,12 +144,12 @@ def batch_read(
     and the orders already placed under the ``pairs`` (customer, Idempotency-Key), each a statement
     of its own, run once the row is read (and, ``for_update``, locked)."""
     sql, params = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[])
-    marks = ", ".join(["%s"] * len(customers))
-    sql += f"; SELECT customer, units FROM {ALLOCATION} WHERE product_id = %s AND customer IN ({marks})"
-    params += [product_id, *customers]
+    sql += f"; {_CUSTOMERS_UNITS}"
+    params += [json.dumps(sorted(customers)), product_id]
     if pairs:
-        sql += "; " + _KEYED_ORDERS.format(pairs=", ".join(["(%s, %s)"] * len(pairs)))
-        params += [product_id, *(value for pair in pairs for value in pair)]
+        keyed_sql, keyed_params = _keyed_orders(product_id, pairs)
+        sql += f"; {keyed_sql}"
+        params += keyed_params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         shelf, _ = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
@@ -162,8 +176,9 @@ def sale_read(product_id: int, pairs: set[tuple[str, str]]) -> tuple[Product, di
     (py-spy --gil)."""
     sql, params = f"SELECT {', '.join(_SALE_FIELDS)} FROM {PRODUCT} WHERE id = %s", [product_id]
     if pairs:
-        sql += "; " + _KEYED_ORDERS.format(pairs=", ".join(["(%s, %s)"] * len(pairs)))
-        params += [product_id, *(value for pair in pairs for value in pair)]
+        keyed_sql, keyed_params = _keyed_orders(product_id, pairs)
+        sql += f"; {keyed_sql}"
+        params += keyed_params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()

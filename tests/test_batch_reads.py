@@ -34,8 +34,8 @@ def visited_by(sql: str) -> list[int]:
     with connection.cursor() as cursor:
         for statement in sql.split("; ")[1:]:
             cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}")
-            (plans,) = cursor.fetchone()  # psycopg loads the json column
-            counts.append(rows_visited(plans[0]["Plan"]))
+            (explained,) = cursor.fetchone()  # psycopg loads the json column
+            counts.append(rows_visited(explained[0]["Plan"]))
     return counts
 
 

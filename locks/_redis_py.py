@@ -70,26 +70,32 @@ def read_reply(conn):
     socket timeout does, and a server that closed the connection raises ``ConnectionError``."""
     parser = conn._parser
     reader = getattr(parser, "_reader", _NO_READER)
-    if reader is _NO_READER:
-        reply = _read_with_parser(parser)
-    else:
-        if reader is None:
-            raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-        reply = reader.gets()
-        while reply is NOT_ENOUGH_DATA:
-            buffer = parser._buffer
-            try:
-                count = conn._sock.recv_into(buffer)
-            except BlockingIOError as error:
-                raise RedisTimeoutError("no reply within the socket's timeout") from error
-            except TimeoutError as error:  # a socket left with Python's own timeout
-                raise RedisTimeoutError("no reply within the socket's timeout") from error
-            if not count:
-                raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-            reader.feed(buffer, 0, count)
-            reply = reader.gets()
+    reply = _read_with_parser(parser) if reader is _NO_READER else _from_reader(conn, parser, reader, 0)
     if isinstance(reply, Exception):
         raise reply
+    return reply
+
+
+def _from_reader(conn, parser, reader, flags: int):
+    """One reply through hiredis's reader, receiving into the parser's buffer with ``flags``; with
+    ``MSG_DONTWAIT``, :data:`INCOMPLETE` once the socket holds no more of it."""
+    if reader is None:
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    reply = reader.gets()
+    while reply is NOT_ENOUGH_DATA:
+        buffer = parser._buffer
+        try:
+            count = conn._sock.recv_into(buffer, 0, flags)
+        except BlockingIOError as error:
+            if flags:
+                return INCOMPLETE
+            raise RedisTimeoutError("no reply within the socket's timeout") from error
+        except TimeoutError as error:  # a socket left with Python's own timeout
+            raise RedisTimeoutError("no reply within the socket's timeout") from error
+        if not count:
+            raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+        reader.feed(buffer, 0, count)
+        reply = reader.gets()
     return reply
 
 
@@ -111,19 +117,7 @@ def read_available(conn):
     reader = getattr(parser, "_reader", _NO_READER)
     if reader is _NO_READER:
         return read_reply(conn)
-    if reader is None:
-        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-    reply = reader.gets()
-    while reply is NOT_ENOUGH_DATA:
-        buffer = parser._buffer
-        try:
-            count = conn._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return INCOMPLETE
-        if not count:
-            raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-        reader.feed(buffer, 0, count)
-        reply = reader.gets()
+    reply = _from_reader(conn, parser, reader, socket.MSG_DONTWAIT)
     if isinstance(reply, Exception):
         raise reply
     return reply

@@ -79,9 +79,22 @@ _CUSTOMERS_UNITS = f"""SELECT a.* FROM json_array_elements_text(%s::json) AS v(c
 SELECT customer, units FROM {ALLOCATION} WHERE product_id = %s AND customer = v.customer OFFSET 0) a"""
 
 
-def _keyed_orders(product_id: int, pairs: set[tuple[str, str]]) -> Statement:
-    """The orders already placed under ``pairs`` (customer, Idempotency-Key), as one statement."""
-    return _KEYED_ORDERS, [json.dumps(sorted(pairs)), product_id]
+def _with_keyed_orders(statement: Statement, product_id: int, pairs: set[tuple[str, str]]) -> Statement:
+    """``statement`` followed, in the same message, by the read of the orders already placed under
+    ``pairs`` (customer, Idempotency-Key), when there are any."""
+    sql, params = statement
+    if not pairs:
+        return sql, params
+    return f"{sql}; {_KEYED_ORDERS}", [*params, json.dumps(sorted(pairs)), product_id]
+
+
+def _keyed_orders_after(cursor, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], Order]:
+    """The orders :func:`_with_keyed_orders` read, from the cursor's next result (none without pairs)."""
+    if not pairs:
+        return {}
+    cursor.nextset()
+    orders = [Order.from_db(connection.alias, _ORDER_ATTNAMES, row) for row in cursor.fetchall()]
+    return {(order.customer, order.idempotency_key): order for order in orders}
 
 
 def _one_row(sql: str, params: Sequence) -> tuple | None:
@@ -146,21 +159,13 @@ def batch_read(
     sql, params = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[])
     sql += f"; {_CUSTOMERS_UNITS}"
     params += [json.dumps(sorted(customers)), product_id]
-    if pairs:
-        keyed_sql, keyed_params = _keyed_orders(product_id, pairs)
-        sql += f"; {keyed_sql}"
-        params += keyed_params
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(*_with_keyed_orders((sql, params), product_id, pairs))
         shelf, _ = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
         cursor.nextset()
         held = dict(cursor.fetchall())
-        rows = []
-        if pairs:
-            cursor.nextset()
-            rows = cursor.fetchall()
-    orders = [Order.from_db(connection.alias, _ORDER_ATTNAMES, row) for row in rows]
-    return shelf, held, {(order.customer, order.idempotency_key): order for order in orders}
+        orders = _keyed_orders_after(cursor, pairs)
+    return shelf, held, orders
 
 
 #: The product's columns ``redis-stock`` reads before its counter's script (its Redis keys are
@@ -174,23 +179,14 @@ def sale_read(product_id: int, pairs: set[tuple[str, str]]) -> tuple[Product, di
     message, outside any transaction. Plain SQL: the two ORM queries it replaces (and their
     compilation in Python) were about 30 % of a batched ``redis-stock`` purchase's Python time
     (py-spy --gil)."""
-    sql, params = f"SELECT {', '.join(_SALE_FIELDS)} FROM {PRODUCT} WHERE id = %s", [product_id]
-    if pairs:
-        keyed_sql, keyed_params = _keyed_orders(product_id, pairs)
-        sql += f"; {keyed_sql}"
-        params += keyed_params
+    read = (f"SELECT {', '.join(_SALE_FIELDS)} FROM {PRODUCT} WHERE id = %s", [product_id])
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(*_with_keyed_orders(read, product_id, pairs))
         row = cursor.fetchone()
-        rows = []
-        if pairs:
-            cursor.nextset()
-            rows = cursor.fetchall()
+        orders = _keyed_orders_after(cursor, pairs)
     if row is None:
         raise Product.DoesNotExist(f"no product {product_id}")
-    orders = [Order.from_db(connection.alias, _ORDER_ATTNAMES, values) for values in rows]
-    product = Product.from_db(connection.alias, list(_SALE_FIELDS), row)
-    return product, {(order.customer, order.idempotency_key): order for order in orders}
+    return Product.from_db(connection.alias, list(_SALE_FIELDS), row), orders
 
 
 def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int | None] | None:

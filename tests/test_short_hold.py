@@ -20,7 +20,9 @@ from psycopg.pq import Trace, TransactionStatus
 
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
+from inventory.strategies import get_strategy
 from inventory.strategies.contract import Outcome
+from inventory.strategies.section import section_transaction
 from tests.helpers import refusing_trigger
 
 #: Messages from BEGIN to COMMIT, both included, for one confirmed purchase, per strategy.
@@ -133,6 +135,29 @@ def test_every_way_a_section_ends_leaves_no_transaction_open(name, use_strategy,
     assert list(Allocation.objects.values_list("customer", "units")) == [("me", 2)]
     assert purchase(sku="phone-x", customer="you", quantity=1).confirmed
     assert connection.connection.info.transaction_status == idle
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_section_whose_backend_died_raises_its_own_error_and_drops_the_connection(use_strategy, make_product):
+    """The section failed and its ROLLBACK cannot be sent (the backend was terminated under it):
+    the section's own error is the one raised, the dead connection is dropped, and the next
+    purchase gets a new one."""
+    use_strategy("redis")
+    make_product(stock=5, limit=3)
+    other = connections.create_connection("default")
+    section = section_transaction(get_strategy(), bound_by_first_statement=True)
+    try:
+        with pytest.raises(ValueError, match="the section's own"), section:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('lock_timeout', '1000', true), pg_backend_pid()")
+                pid = cursor.fetchone()[1]
+            with other.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s, 2000)", [pid])
+            raise ValueError("the section's own")
+    finally:
+        other.close()
+    assert connection.connection is None  # dropped
+    assert purchase(sku="phone-x", customer="me", quantity=1).confirmed
 
 
 @pytest.mark.django_db(transaction=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterator
 
-from django.db import OperationalError, connection, transaction
+from django.db import Error, OperationalError, connection, transaction
 from django.db.backends.utils import debug_transaction
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
@@ -58,9 +58,9 @@ class Spans:
     # Their COMMITs: the round trip that carried each (its own, or the write's when it rode along,
     # see sell_and_commit); a ROLLBACK ending a refused write counts too.
     commit_ms: float = 0.0
-    # SQL messages they sent, one round trip each (a message may hold several statements: a
-    # FOR UPDATE read's side reads, the COMMIT riding with the write), and BEGIN (psycopg sends it
-    # alone before the first) and a COMMIT that did not ride one more each.
+    # SQL messages they sent through the cursor, one round trip each (a message may hold several
+    # statements: the BEGIN riding the first, a FOR UPDATE read's side reads, the COMMIT riding with
+    # the write); a BEGIN or COMMIT sent alone is not counted.
     statements: int = 0
 
     def count(self, execute, sql, params, many, context):
@@ -178,7 +178,12 @@ def _riding_transaction() -> Iterator[None]:
         with connection.execute_wrapper(riding):
             yield
     except BaseException:
-        _end_transaction(rollback=True)
+        try:
+            _end_transaction(rollback=True)
+        except Error:
+            # The connection failed under the section (a dead backend): drop it, as Django's atomic
+            # does when its ROLLBACK fails, and let the section's own error be the one raised.
+            connection.close()
         raise
     else:
         _end_transaction(rollback=riding.rollback)

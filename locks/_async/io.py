@@ -1,10 +1,15 @@
 """asyncio I/O for the locks in ``_async/locks.py``: the twin of ``_sync/io.py``, name for name (both by hand).
 
 Every wait has a deadline on the loop's clock (``time.monotonic()``), enforced with
-``asyncio.timeout_at`` around reads that redis-py itself does not time out (``timeout=math.inf``):
-redis-py's own ``read_response(timeout=...)`` returns None on timeout and keeps the connection,
-reply still owed, which a later command would then read as its own answer. Here a cancelled
-read closes the connection (redis-py disconnects on any BaseException during a read).
+``asyncio.timeout_at`` around reads that redis-py itself does not time out: these connections
+have no ``socket_timeout``, and every read is ``read_response()`` with no ``timeout``. Given one
+(a number, or ``math.inf`` for none), redis-py returns None for any ``TimeoutError`` raised
+during the read and keeps the connection, reply still owed, which a later command would then
+read as its own answer; and on Python 3.11 ``asyncio.TimeoutError`` is the builtin
+``TimeoutError``, which is also the ``OSError`` of a receive the kernel ended with ETIMEDOUT (TCP
+gave up on a host that vanished), so even a broken connection read as None. Without ``timeout``
+that error closes the connection and raises redis-py's ``TimeoutError``; a read our deadline
+cancels closes it too (redis-py disconnects on any BaseException during a read).
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import math
 import weakref
 from collections import deque
 from typing import Callable, Sequence
@@ -124,10 +128,10 @@ async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadl
     EVAL on the same connection under the same deadline."""
     async with asyncio.timeout_at(deadline):
         try:
-            return await conn.read_response(timeout=math.inf)
+            return await conn.read_response()
         except NoScriptError:
             await conn.send_packed_command(pack_eval(script, keys, argv), check_health=False)
-            return await conn.read_response(timeout=math.inf)
+            return await conn.read_response()
 
 
 async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
@@ -334,7 +338,7 @@ async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float)
             return
         async with asyncio.timeout(wait_s + node.timeout_s):
             await conn.send_command("BLPOP", signal_key(name), f"{wait_s:.3f}", check_health=False)
-            await conn.read_response(timeout=math.inf)
+            await conn.read_response()
     except Exception:  # noqa: BLE001 - the caller retries the lock; a dead node only ends the wait
         await _disconnect(conn)
 

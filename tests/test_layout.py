@@ -14,7 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ["shop", "inventory", "locks", "processes", "faults", "loadtests", "tests", "scripts"]
 #: Tests of one private module, which they import by name (white-box), and why.
-WHITE_BOX = {"tests/locks/test_redis_py.py": "runs locks/_redis_py.py against the installed redis-py"}
+WHITE_BOX = {
+    "tests/locks/test_redis_py.py": (
+        "runs locks/_redis_py.py, and the asyncio reads' ETIMEDOUT path, against the installed redis-py"
+    )
+}
 #: Modules that may import another package's private names, which package, and why.
 INTERNALS = {
     "locks/_redis_py.py": (

@@ -1,10 +1,14 @@
 """The lock library's uses of redis-py internals (``locks/_redis_py.py``), each run against a real
 ``redis-server`` with the installed redis-py: a redis-py upgrade that renames or reshapes one of
-them fails here, by name, instead of somewhere inside a lock round."""
+them fails here, by name, instead of somewhere inside a lock round. And how the asyncio twin's
+reads meet redis-py's ``read_response`` when the kernel ends a receive with ETIMEDOUT, injected on
+the lock's own connection (white box)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 import time
 
@@ -13,7 +17,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
-from locks import _redis_py
+from locks import AsyncRedisLock, AsyncRedlock, QuorumUnavailable, _redis_py
+from locks._async.io import NodeConnections
 from locks._connections import bound_blocking, connection_kwargs
 
 
@@ -159,3 +164,73 @@ def test_an_asyncio_connections_stream_and_its_unread_bytes(cluster):
 
     before, unread = asyncio.run(asyncio.wait_for(probe(), 5))
     assert before == (False, False, 0) and unread == len(b"+PONG\r\n")
+
+
+def _lose_with_etimedout(conn) -> None:
+    """What the event loop does when the kernel ends a connection's receive with ETIMEDOUT (TCP
+    gave up retransmitting to a host that vanished): its protocol learns the connection was lost
+    with that error, and the stream's pending read raises it."""
+    _, transport = _redis_py.stream_of(conn)
+    transport.get_protocol().connection_lost(TimeoutError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT)))
+
+
+@pytest.mark.parametrize("kind", ["single", "redlock"])
+def test_async_a_read_ended_by_etimedout_is_a_node_failure_not_a_reply(cluster, name, kind):
+    """Seen by reading redis-py (ninth session's audit): the locks read with
+    ``read_response(timeout=math.inf)``, and an ``OSError`` with ETIMEDOUT is Python's builtin
+    ``TimeoutError``, which is ``asyncio.TimeoutError`` on 3.11: redis-py took it for the caller's
+    timeout and returned None, leaving the broken connection open, and the single-node lock then
+    compared ``None > 0`` (TypeError; this test failed so). A Redlock round already counted a None
+    as a node without a grant; for both, the read must fail as a node that did not answer and its
+    socket be closed."""
+    nodes, _ = cluster
+    count = 1 if kind == "single" else 5
+
+    async def scenario():
+        clients = [aioredis.Redis(host="127.0.0.1", port=node.port, socket_timeout=2.0) for node in nodes[:count]]
+
+        def make():
+            if kind == "single":
+                return AsyncRedisLock(clients[0], name, ttl_ms=5_000, timeout_ms=0)
+            return AsyncRedlock(clients, name, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=2_000)
+
+        warm = make()
+        await warm.acquire()
+        await warm.release()
+        # The connections the next acquire takes; every node holds its reply back until each
+        # connection is lost with ETIMEDOUT, then answers again (a Redlock's undo round after the
+        # failed one must not wait out its node timeout).
+        conns = [NodeConnections.of(client)._idle[-1] for client in clients]
+        transports = [_redis_py.stream_of(conn)[1] for conn in conns]
+        for node in nodes[:count]:
+            node.pause()
+
+        def vanish() -> None:
+            for conn in conns:
+                _lose_with_etimedout(conn)
+            for node in nodes[:count]:
+                node.resume()
+
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, vanish)
+        started = loop.time()
+        try:
+            with pytest.raises(QuorumUnavailable):
+                await make().acquire()
+        finally:
+            for node in nodes[:count]:
+                node.resume()
+        assert loop.time() - started < 1.5, "the acquire waited out the node timeout instead of failing"
+        assert all(transport.is_closing() for transport in transports), "a socket lost with ETIMEDOUT was kept open"
+        name_again = f"{name}:again"  # a thawed node may still run the failed acquire's script
+        again = (
+            AsyncRedisLock(clients[0], name_again, ttl_ms=5_000, timeout_ms=0)
+            if kind == "single"
+            else AsyncRedlock(clients, name_again, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=2_000)
+        )
+        await again.acquire()  # the nodes serve the next acquire on fresh connections
+        await again.release()
+        for client in clients:
+            await client.aclose()
+
+    asyncio.run(scenario())

@@ -117,7 +117,8 @@ def main(name: str, count: int, *, guard: bool, batch: int = 1) -> None:
     if server_ms is not None:
         said += f", its PostgreSQL backend {server_ms:.3f} ms"
     if batch > 1:
-        said += f" (a purchase's share: {cpu_ms / batch:.3f} + {(server_ms or 0) / batch:.3f} ms)"
+        backend_share = "" if server_ms is None else f" + {server_ms / batch:.3f}"
+        said += f" (a purchase's share: {cpu_ms / batch:.3f}{backend_share} ms)"
     print(said)
     strategy.close()
 

@@ -106,11 +106,17 @@ def main(name: str, count: int, *, guard: bool, batch: int = 1) -> None:
     cpu_ms = (time.process_time() - cpu) / sections * 1000
     ended = backend_cpu_s(backend)
     server_ms = None if server is None or ended is None else (ended - server) / sections * 1000
-    times.sort()
+    print(summary(name, times, guard=guard, batch=batch, cpu_ms=cpu_ms, server_ms=server_ms))
+    strategy.close()
+
+
+def summary(name: str, times: list[float], *, guard: bool, batch: int, cpu_ms: float, server_ms: float | None) -> str:
+    """The line ``main`` prints: the sections' times (ms each), and the CPU a section on both sides."""
+    times = sorted(times)
     mean = statistics.mean(times)
     what = "guard + section + release" if guard else "sections"
-    said = f"{name}: {sections} {what}" + (f" of {batch} purchases" if batch > 1 else "")
-    said += f", p50 {times[sections // 2]:.3f} ms, mean {mean:.3f} ms"
+    said = f"{name}: {len(times)} {what}" + (f" of {batch} purchases" if batch > 1 else "")
+    said += f", p50 {times[len(times) // 2]:.3f} ms, mean {mean:.3f} ms"
     if guard:
         said += f": at most {1000 * batch / mean:,.0f} purchases/s one after another"
     said += f"; CPU a section: this process {cpu_ms:.3f} ms"
@@ -119,8 +125,7 @@ def main(name: str, count: int, *, guard: bool, batch: int = 1) -> None:
     if batch > 1:
         backend_share = "" if server_ms is None else f" + {server_ms / batch:.3f}"
         said += f" (a purchase's share: {cpu_ms / batch:.3f}{backend_share} ms)"
-    print(said)
-    strategy.close()
+    return said
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -72,11 +72,14 @@ def test_a_loop_holder_paused_past_its_lease_is_refused_by_the_fence(lock, setti
     resume, results = holder.resume, {}
 
     def shopper_a():
-        results["a"] = buy(sku="phone-x", customer="a", quantity=1, strategy=holder)
+        try:
+            results["a"] = buy(sku="phone-x", customer="a", quantity=1, strategy=holder)
+        except Exception as exc:  # said by the assertion below, not lost in the thread
+            results["a"] = exc
 
     thread = threading.Thread(target=shopper_a)
     thread.start()
-    assert holder.paused.wait(10)
+    assert holder.wait_paused(thread, 10), f"A never paused in its section; it was answered {results.get('a')!r}"
     other = load_strategy(lock)
     results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     resume.set()  # A wakes only after B has committed

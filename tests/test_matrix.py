@@ -164,6 +164,15 @@ class PausingAfterRead:
             assert resume.wait(60), "the test never ended the pause"
         return read
 
+    def wait_paused(self, shopper: threading.Thread, timeout_s: float) -> bool:
+        """Whether the shopper's section paused within ``timeout_s``; False as soon as its thread
+        ended without pausing (refused before its read: the caller says what it was answered)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.paused.wait(0.05):
+            if not shopper.is_alive() or time.monotonic() >= deadline:
+                return self.paused.is_set()
+        return True
+
 
 class PausingRedis(PausingAfterRead, RedisLockStrategy):
     pass
@@ -199,7 +208,7 @@ def test_a_lock_holder_paused_past_its_lease(lock, fenced, settings, use_strateg
 
     thread = threading.Thread(target=shopper_a)
     thread.start()
-    assert holder.paused.wait(5)
+    assert holder.wait_paused(thread, 5), f"A never paused in its section; it was answered {results.get('a')!r}"
     other = load_strategy(lock, config=config)
     results["b"] = purchase(sku="phone-x", customer="b", quantity=1, strategy=other)
     resume.set()  # A wakes only after B has committed

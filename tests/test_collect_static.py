@@ -9,11 +9,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from loadtests.pods import collect_static
+from loadtests.pods import COLLECTED_MARK, collect_static
+from shop.settings import STATIC_ROOT
 from shop.static_lock import static_files
 
 pytestmark = pytest.mark.slow
@@ -28,6 +30,7 @@ def collect_into(errors: list[BaseException]) -> None:
 
 def test_two_collects_at_once_both_succeed():
     for _ in range(3):
+        (Path(STATIC_ROOT) / COLLECTED_MARK).unlink(missing_ok=True)  # one of the two collects for real
         errors: list[BaseException] = []
         threads = [threading.Thread(target=collect_into, args=(errors,)) for _ in range(2)]
         for thread in threads:
@@ -54,3 +57,30 @@ def test_a_server_starting_during_a_collect_waits_for_it():
         assert child.poll() is None, "the application loaded while a collect held the lock"
     out, _ = child.communicate(timeout=60)
     assert child.returncode == 0 and float(out.split()[-1]) >= released
+
+
+def test_a_collect_of_the_same_sources_is_skipped_and_a_changed_source_collects_again():
+    """A collect costs seconds (every file hashed and compressed) and each ``flashsale`` run asks for
+    one: the folder keeps what its last collect was of. Whether a collect ran shows in the manifest,
+    which every real collect writes anew."""
+    manifest = Path(STATIC_ROOT) / "staticfiles.json"
+    collect_static()
+    written = manifest.stat().st_mtime_ns
+    collect_static()
+    assert manifest.stat().st_mtime_ns == written, "nothing changed, yet the files were collected again"
+
+    source = Path(settings.BASE_DIR) / "shop" / "static" / "shop" / "shop.css"
+    was = source.stat()
+    os.utime(source, ns=(was.st_atime_ns, was.st_mtime_ns + 1_000_000_000))  # an edit, as make sees one
+    try:
+        collect_static()
+        assert manifest.stat().st_mtime_ns > written, "an edited stylesheet was not collected"
+    finally:
+        os.utime(source, ns=(was.st_atime_ns, was.st_mtime_ns))
+
+    manifest.unlink()  # a folder emptied by hand
+    collect_static()
+    assert manifest.is_file(), "a folder without its manifest was taken for collected"
+    collected = manifest.stat().st_mtime_ns
+    collect_static(force=True)
+    assert manifest.stat().st_mtime_ns > collected, "force did not collect"

@@ -22,6 +22,7 @@ import django
 import psycopg
 from django.conf import settings
 from django.contrib.staticfiles import finders
+from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.db import connection
 
 from inventory.strategies import strategy_class
@@ -146,7 +147,7 @@ def collect_static(*, force: bool = False) -> None:
 def _collected(mark: Path, fingerprint: str) -> bool:
     """Whether the folder's last collect was of the sources ``fingerprint`` names, and finished."""
     try:
-        return mark.read_text() == fingerprint and (mark.parent / "staticfiles.json").is_file()
+        return mark.read_text() == fingerprint and (mark.parent / ManifestFilesMixin.manifest_name).is_file()
     except OSError:
         return False
 

@@ -106,9 +106,9 @@ def server_environment(
 COLLECTED_MARK = ".collected-from"
 
 
-def collect_static(*, force: bool = False) -> None:
+def collect_static(*, force: bool = False) -> bool:
     """Collect static files the way gunicorn will serve them, unless the last collect into the
-    folder was of these very sources (``force``: collect anyway).
+    folder was of these very sources (``force``: collect anyway). Returns whether it collected.
 
     gunicorn runs with DEBUG off, where the manifest storage refuses to render a page whose
     stylesheet was never collected (every product page would be a 500). One collect at a time per
@@ -128,7 +128,7 @@ def collect_static(*, force: bool = False) -> None:
     with static_files(writing=True):
         fingerprint = static_sources_fingerprint()
         if not force and _collected(mark, fingerprint):
-            return
+            return False
         mark.unlink(missing_ok=True)
         result = subprocess.run(
             [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
@@ -142,6 +142,7 @@ def collect_static(*, force: bool = False) -> None:
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise BurstError(f"collectstatic failed: {lines[-1] if lines else result.returncode}")
+    return True
 
 
 def _collected(mark: Path, fingerprint: str) -> bool:

@@ -1,6 +1,9 @@
 """Two collects of static files at once (a burst row beside the ASGI browser test, in two xdist
 workers) must both succeed, and a server must not start while a collect rewrites the folder: both
-seen in make test as a FileNotFoundError on a hashed file a collect had replaced."""
+seen in make test as a FileNotFoundError on a hashed file a collect had replaced.
+
+The tests here run one at a time, in one xdist worker: the first empties the folder's mark so that
+a collect is real, which, beside the third, made CI's run see a collect where it expected none."""
 
 from __future__ import annotations
 
@@ -14,11 +17,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from loadtests.pods import COLLECTED_MARK, collect_static
+from loadtests.pods import COLLECTED_MARK, collect_static, static_sources_fingerprint
 from shop.settings import STATIC_ROOT
 from shop.static_lock import static_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("static-collect")]
 
 
 def collect_into(errors: list[BaseException]) -> None:
@@ -64,17 +67,21 @@ def test_a_collect_of_the_same_sources_is_skipped_and_a_changed_source_collects_
     one: the folder keeps what its last collect was of. Whether a collect ran shows in the manifest,
     which every real collect writes anew."""
     manifest = Path(STATIC_ROOT) / "staticfiles.json"
+    mark = Path(STATIC_ROOT) / COLLECTED_MARK
     collect_static()
     written = manifest.stat().st_mtime_ns
-    collect_static()
-    assert manifest.stat().st_mtime_ns == written, "nothing changed, yet the files were collected again"
+    assert collect_static() is False, "nothing changed, yet the files were collected again"
+    assert manifest.stat().st_mtime_ns == written, "a skipped collect rewrote the manifest"
 
+    # From here a burst in the other worker may collect the edited sources first: the test reads
+    # what the folder holds afterwards, not which process collected it.
     source = Path(settings.BASE_DIR) / "shop" / "static" / "shop" / "shop.css"
     was = source.stat()
     os.utime(source, ns=(was.st_atime_ns, was.st_mtime_ns + 1_000_000_000))  # an edit, as make sees one
     try:
         collect_static()
         assert manifest.stat().st_mtime_ns > written, "an edited stylesheet was not collected"
+        assert mark.read_text() == static_sources_fingerprint(), "the folder does not say it holds the edit"
     finally:
         os.utime(source, ns=(was.st_atime_ns, was.st_mtime_ns))
 
@@ -82,5 +89,5 @@ def test_a_collect_of_the_same_sources_is_skipped_and_a_changed_source_collects_
     collect_static()
     assert manifest.is_file(), "a folder without its manifest was taken for collected"
     collected = manifest.stat().st_mtime_ns
-    collect_static(force=True)
+    assert collect_static(force=True) is True
     assert manifest.stat().st_mtime_ns > collected, "force did not collect"

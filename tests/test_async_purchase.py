@@ -20,7 +20,7 @@ from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale
 from inventory.strategies import get_strategy, load_strategy, strategy_class
 from tests.helpers import WORKING_STRATEGIES
-from tests.test_matrix import PausingRedis, PausingRedlock
+from tests.test_matrix import PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,10 +62,11 @@ def test_a_strategy_that_would_block_the_loop_is_refused(name, settings):
 
 @pytest.mark.parametrize("lock", ["redis", "redlock"])
 def test_a_loop_holder_paused_past_its_lease_is_refused_by_the_fence(lock, settings, use_strategy, make_product):
-    """The article's pause under ASGI: A, on an event loop, holds the asyncio lock (TTL 300 ms),
-    reads stock 1 and pauses; B, a WSGI shopper of the same sale (the sync twin, the same keys),
-    takes the expired lock, buys the unit and commits; then A wakes and writes: refused, busy."""
-    use_strategy(lock, LOCK_TTL_MS=300, ACQUIRE_TIMEOUT_MS=30_000)
+    """The article's pause under ASGI: A, on an event loop, holds the asyncio lock (a short TTL,
+    :func:`tests.test_matrix.holder_ttl_ms`), reads stock 1 and pauses; B, a WSGI shopper of the
+    same sale (the sync twin, the same keys), takes the expired lock, buys the unit and commits;
+    then A wakes and writes: refused, busy."""
+    use_strategy(lock, LOCK_TTL_MS=holder_ttl_ms(lock), ACQUIRE_TIMEOUT_MS=30_000)
     make_product(stock=1)
     holder = (PausingRedis if lock == "redis" else PausingRedlock)(config=settings.INVENTORY)
     holder.resume, holder.paused = threading.Event(), threading.Event()

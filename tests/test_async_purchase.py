@@ -20,7 +20,7 @@ from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale
 from inventory.strategies import get_strategy, load_strategy, strategy_class
 from tests.helpers import WORKING_STRATEGIES
-from tests.test_matrix import PausingRedis, PausingRedlock, holder_ttl_ms
+from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +60,7 @@ def test_a_strategy_that_would_block_the_loop_is_refused(name, settings):
     assert Order.objects.count() == 0
 
 
-@pytest.mark.parametrize("lock", ["redis", "redlock"])
+@pytest.mark.parametrize("lock", PAUSED_HOLDER_LOCKS)
 def test_a_loop_holder_paused_past_its_lease_is_refused_by_the_fence(lock, settings, use_strategy, make_product):
     """The article's pause under ASGI: A, on an event loop, holds the asyncio lock (a short TTL,
     :func:`tests.test_matrix.holder_ttl_ms`), reads stock 1 and pauses; B, a WSGI shopper of the

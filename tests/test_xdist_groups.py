@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 GROUPED_SUITE = textwrap.dedent(
     """
     import os
@@ -36,6 +38,7 @@ GROUPED_SUITE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a pytest of its own with two workers: about 2.5 s; the groups matter in make test
 def test_every_test_of_an_xdist_group_runs_on_one_worker(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_grouped.py").write_text(GROUPED_SUITE)

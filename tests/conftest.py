@@ -50,32 +50,6 @@ def zookeeper_project_ensemble():
         ensemble.stop()
 
 
-#: Whether this process (one xdist worker) has collected the static files for a burst already.
-_STATIC_COLLECTED: list[bool] = []
-
-
-@pytest.fixture(autouse=True)
-def _static_collected_once_per_worker(request, monkeypatch):
-    """A burst (``manage.py flashsale``) collects the static files before its pods start: a
-    ``manage.py collectstatic`` child of about 4 s of CPU, the same files every time. A test of the
-    burst group (``xdist_group("burst")``) collects them the first time in its worker, as the command
-    does, under the same lock; later bursts in that worker find them collected and skip the child.
-    ``tests/test_collect_static.py`` still runs the collect itself, two at once, three rounds."""
-    group = request.node.get_closest_marker("xdist_group")
-    if not group or group.args[:1] != ("burst",):
-        return
-    from loadtests.management.commands import flashsale
-
-    real = flashsale.collect_static
-
-    def collect_once() -> None:
-        if not _STATIC_COLLECTED:
-            real()
-            _STATIC_COLLECTED.append(True)
-
-    monkeypatch.setattr(flashsale, "collect_static", collect_once)
-
-
 @pytest.fixture
 def fresh_redlock_nodes(redlock_nodes):
     """The Redlock nodes, all up and empty, before and after the test."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.staticfiles.storage import ManifestFilesMixin
 
 from loadtests.pods import COLLECTED_MARK, collect_static, static_sources_fingerprint
 from shop.settings import STATIC_ROOT
@@ -64,9 +65,9 @@ def test_a_server_starting_during_a_collect_waits_for_it():
 
 def test_a_collect_of_the_same_sources_is_skipped_and_a_changed_source_collects_again():
     """A collect costs seconds (every file hashed and compressed) and each ``flashsale`` run asks for
-    one: the folder keeps what its last collect was of. Whether a collect ran shows in the manifest,
-    which every real collect writes anew."""
-    manifest = Path(STATIC_ROOT) / "staticfiles.json"
+    one: the folder keeps what its last collect was of. ``collect_static`` says whether it collected;
+    every real collect also writes the manifest anew."""
+    manifest = Path(STATIC_ROOT) / ManifestFilesMixin.manifest_name
     mark = Path(STATIC_ROOT) / COLLECTED_MARK
     collect_static()
     written = manifest.stat().st_mtime_ns

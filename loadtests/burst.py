@@ -389,6 +389,10 @@ def note_steps(progress: Progress, report: dict, since: list[float]) -> None:
         progress.step(f"countdown_{number}", since)
     if phase in ("done", "ended") and f"round_{number}" not in steps:
         progress.step(f"round_{number}", since)
+    if phase == "countdown" and progress.meter is not None:
+        # The round's opening CPU snapshot is the last look before it opens: a round shorter than a
+        # sample (300 floor requests take 0.1 s on a fast machine) may open and end between two looks.
+        progress.cpu_at[f"countdown_{number}"] = progress.meter()
 
 
 def waiting_gave_up(row: Row, progress: Progress, report: dict, began: float) -> bool:

@@ -96,7 +96,8 @@ class Progress:
     # Per round: (wall clock, since its opening, stock of its product) every sample while it ran
     samples: dict[int, list[tuple[float, float, int | None]]] = field(default_factory=dict)
     steps: dict[str, float] = field(default_factory=dict)  # where the row's wall-clock time went, in order
-    # CPU seconds by process group (loadtests/cpu.py) as each step ended, while ``meter`` is set.
+    # CPU seconds by process group (loadtests/cpu.py) as each step ended, while ``meter`` is set;
+    # a round's countdown at the last look before the round opened (burst.note_steps).
     cpu_at: dict[str, dict[str, float] | None] = field(default_factory=dict)
     meter: Callable[[], dict[str, float] | None] | None = field(default=None, repr=False)
 
@@ -114,5 +115,5 @@ class Progress:
         now = time.monotonic()
         self.steps[name] = round(now - since[0], 2)
         since[0] = now
-        if self.meter is not None:
+        if self.meter is not None and name not in self.cpu_at:
             self.cpu_at[name] = self.meter()

@@ -2,14 +2,15 @@
 
 A row's ``×floor`` compares two rounds on the same pods. On two cores shared by everything, a round
 that keeps them busy is bound by CPU: its rate is the cores over what one request costs every
-process that serves and drives it, so the ratio of two such rounds is the ratio of their costs.
-The row reads that cost: the driver snapshots the CPU time (user + system, ``/proc/PID/stat``) of
-the processes it knows at each round's opening and end, and a round's cost is the difference over
-its answered requests, in milliseconds. The pods and Locust are the row's own process trees; the
-services are every process of their name on the machine (PostgreSQL's backends, the Redis servers,
-etcd, ZooKeeper's JVMs, HAProxy), so a measurement means something only on a machine where nothing
-else uses them. A process that ends between the two snapshots takes its CPU with it (the pods and
-Locust live through the row). Where ``/proc`` is missing the row has no CPU figures.
+process that serves and drives it, so the ratio of two such rounds is the ratio of their costs. The
+row reads that cost: the driver snapshots the CPU time (user + system, ``/proc/PID/stat``) of the
+processes it knows at each round's opening (its countdown's last look) and end, and a round's cost
+is the difference over its answered requests, in milliseconds. The pods and Locust are the row's
+own process trees; the services are every process of their name on the machine (PostgreSQL's
+backends, the Redis servers, etcd, ZooKeeper's JVMs, HAProxy), so a measurement means something
+only on a machine where nothing else uses them. A process that ends between the two snapshots takes
+its CPU with it (the pods and Locust live through the row). Where ``/proc`` is missing the row has
+no CPU figures.
 """
 
 from __future__ import annotations

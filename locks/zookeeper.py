@@ -402,7 +402,9 @@ class ZooKeeperLock:
 
         A create retried after a lost reply may have landed twice (the first one through a member
         that the reconnected session's member had not caught up with): the lower one is kept, the
-        others are deleted, so the try never waits on itself nor leaves a znode behind.
+        others are deleted, so the try never waits on itself nor leaves a znode behind. A delete that
+        is not confirmed retires the session (:meth:`_abandon`), and the try ends there: the
+        acquisition starts again on the next session rather than grant on a retired one.
         """
         while True:
             children = self._retrying(zk, lambda: self._call(zk, zk.get_children_async(self.path), deadline), deadline)
@@ -412,6 +414,8 @@ class ZooKeeperLock:
             self._node = mine[0]
             for extra in mine[1:]:
                 self._abandon(zk, extra)
+            if not self.client.current(zk):
+                raise _SessionRetired()  # an extra's delete went unconfirmed: this session's grants are void
             before = [c for c in children if NODE_MARK in c and sequence_of(c) < sequence_of(self._node)]
             if not before:
                 return self._node

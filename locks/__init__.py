@@ -40,7 +40,11 @@ What is guaranteed
   ``ttl - elapsed - (ttl*0.01 + 2 ms)``; ``valid_until`` is start + validity. On any failure
   the token is released on every node, including those that said no. Contenders that split a
   vote retry after a random delay. If fewer than a majority answer, :class:`QuorumUnavailable`
-  is raised at once rather than after ``timeout_ms``: waiting cannot make dead nodes answer.
+  is raised rather than waiting out ``timeout_ms`` (waiting cannot make dead nodes answer), after
+  one more round if the missed one was the acquire's first and time is left: a worker's first
+  round also connects to every node, which a loaded machine can stretch past the node timeout.
+  Dead nodes refuse that second round at once; frozen ones cost it one more node timeout. A
+  try-lock (``timeout_ms=0``) has one round only.
 * Redlock fences are monotonic across the quorum. Each node's acquire script increments that
   node's counter; the lock takes ``f = max`` of the counters on the granting majority and, on
   granting nodes whose counter is below ``f``, raises it to ``f`` (only where the token holds

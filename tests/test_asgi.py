@@ -140,7 +140,8 @@ def test_the_purchase_view_runs_on_the_event_loop(name, use_strategy, make_produ
         replayed = post(base, shopper=first, key="order-1")
         late = post(base, shopper=again)
     assert bad[0] == 400 and "quantity" in bad[2]["error"]
-    assert (status, body["outcome"], body["backend"]) == (201, "confirmed", name)
+    log = (tmp_path / "gunicorn.log").read_text(errors="replace")[-3000:]
+    assert (status, body["outcome"], body["backend"]) == (201, "confirmed", name), f"the pod's log ends:\n{log}"
     assert headers["X-Served-On"] == "event loop in MainThread"
     assert "total;dur=" in headers["Server-Timing"]
     assert ("lock;dur=" in headers["Server-Timing"]) == strategy_class(name).guarded

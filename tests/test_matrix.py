@@ -186,8 +186,9 @@ def holder_ttl_ms(lock: str) -> int:
     """The paused holder's TTL: short, so that the test waits little for its lease to run out.
     Redlock's node timeout is a twentieth of it (``default_node_timeout_ms``): at 300 ms, 15 ms,
     which the first round (five fresh connects) missed on a loaded machine, and a majority that
-    did not answer is refused at once (``QuorumUnavailable``: A was answered busy before it ever
-    held the lock; seen in make test, and 2 runs in 12 beside six busy loops). At 1,000 ms the
+    did not answer was refused at once (``QuorumUnavailable``: A was answered busy before it ever
+    held the lock; seen in make test, and 2 runs in 12 beside six busy loops; the lock now tries
+    such a first round once more). At 1,000 ms the
     node timeout is 50 ms, the distlock page's upper figure, and the test waits out a second: the
     Redlock cases run in make test (:data:`PAUSED_HOLDER_LOCKS`)."""
     return 300 if lock == "redis" else 1000

@@ -231,6 +231,12 @@ class Redlock(BaseLock):
             self._unlock_all(token)
         if unavailable:
             self._give_back_held()
+            if register and not waiter_id:
+                # The acquire's first round, with time left: one round a majority missed is not a
+                # dead majority (a worker's first round connects to every node, and on a loaded
+                # machine that can outlast the node timeout). Tried once more after a short pause;
+                # dead nodes refuse at once, so that costs them nothing, frozen ones a node timeout.
+                return Attempt(None, 0, split=True)
             raise self._error(QuorumUnavailable, unavailable)
         return Attempt(None, hint_ms, split=bool(granted))
 

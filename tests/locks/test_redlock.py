@@ -92,6 +92,65 @@ def test_paused_nodes_do_not_stall_acquire_past_the_node_timeout(twin, cluster, 
             node.resume()
 
 
+def test_a_majority_that_missed_the_first_round_is_asked_once_more(twin, cluster, name):
+    """Before: a majority that missed an acquire's first round raised QuorumUnavailable at once,
+    whatever ``timeout_ms`` was left. A worker's first round also connects to every node, and on a
+    loaded machine that outlasted the node timeout: CI's ASGI pod answered its first Redlock
+    purchase busy (tests/test_asgi.py, 2026-12-03). Here three nodes are frozen for the first round
+    only (thawed 1.5 node timeouts after it starts): the acquire is granted, in a later round."""
+    nodes, sync_clients = cluster
+    clients = twin.clients([node.port for node in nodes])
+    node_timeout_ms = 200
+    lock = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=5_000, node_timeout_ms=node_timeout_ms)
+    for node in list(nodes)[:3]:
+        node.pause()
+    thaw = threading.Timer(1.5 * node_timeout_ms / 1000, lambda: [node.resume() for node in nodes])
+    started = time.monotonic()
+    thaw.start()
+    try:
+        lease = twin(lock.acquire())
+        elapsed = time.monotonic() - started
+    finally:
+        thaw.join()
+    assert elapsed > node_timeout_ms / 1000, "granted in the first round: the nodes were not frozen for it"
+    assert sum(client.get(name) == lease.token.encode() for client in sync_clients) >= 3
+    twin(lock.release())
+
+
+def test_a_frozen_majority_costs_two_rounds_with_time_left_and_one_without(twin, cluster, name):
+    """The second round is one round, not a wait: a majority still silent in it is QuorumUnavailable
+    after two node timeouts (the live nodes saw two acquires), and a try-lock stops after one."""
+    nodes, sync_clients = cluster
+    clients = twin.clients([node.port for node in nodes])
+    warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    twin(warm.acquire())  # warm connections: the rounds below pay no connect
+    twin(warm.release())
+    live = sync_clients[3:]
+    for node in list(nodes)[:3]:
+        node.pause()
+    try:
+        for timeout_ms, rounds in ((5_000, 2), (0, 1)):
+            before = [evals(client) for client in live]
+            lock = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=timeout_ms, node_timeout_ms=NODE_TIMEOUT_MS)
+            started = time.monotonic()
+            with pytest.raises(QuorumUnavailable):
+                twin(lock.acquire())
+            elapsed = time.monotonic() - started
+            # Each round: one acquire, then the release of its token on every node.
+            assert [evals(client) - seen for client, seen in zip(live, before, strict=True)] == [2 * rounds] * 2
+            assert rounds * NODE_TIMEOUT_MS / 1000 <= elapsed < rounds * NODE_TIMEOUT_MS / 1000 + SLACK_S, elapsed
+            assert all(client.get(name) is None for client in live)
+    finally:
+        for node in nodes:
+            node.resume()
+
+
+def evals(client) -> int:
+    """How many scripts the node has run (EVALSHA and EVAL)."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)) for command in ("evalsha", "eval"))
+
+
 def test_majority_held_elsewhere_refuses_within_timeout(twin, cluster, name):
     nodes, sync_clients = cluster
     clients = twin.clients([node.port for node in nodes])

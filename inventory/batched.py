@@ -31,10 +31,12 @@ import time
 import weakref
 from asyncio import AbstractEventLoop, get_running_loop
 from dataclasses import asdict
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 import redis
 import redis.asyncio
+from asgiref.sync import async_to_sync
 from django.db import IntegrityError, OperationalError, connection
 
 from .combining import (
@@ -137,7 +139,10 @@ def purchase_in_batch(
     combiner = shared_queue_for(strategy, sku) if strategy.queue == "shared" else combiner_for(strategy, sku)
 
     def serve(take) -> None:
-        lead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run_batch)
+        # A row-locking read waits inside the section: what queues meanwhile joins its batch.
+        joins = strategy.for_update and strategy.queue != "shared"
+        run = partial(run_batch, take=take) if joins else run_batch
+        lead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run)
 
     ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
     if strategy.queue != "shared":
@@ -159,12 +164,16 @@ async def apurchase_in_batch(
     run: Callable[..., Awaitable[list[PurchaseResult]]],
 ) -> PurchaseResult:
     """:func:`purchase_in_batch` on the event loop: queued on the loop's combiner, holding no thread
-    while it waits; its leader awaits the guard and ``run``, :func:`run_batch` on an ORM thread."""
+    while it waits; its leader awaits the guard and ``run``, :func:`run_batch` on an ORM thread
+    (given ``take`` for ``db``, as :func:`purchase_in_batch` gives it)."""
     shared = strategy.queue == "shared"
     combiner = async_shared_queue_for(strategy, sku) if shared else async_combiner_for(strategy, sku)
 
     async def serve(take) -> None:
-        await alead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run)
+        # As in purchase_in_batch; the section runs on an ORM thread, so its take hops back to the loop.
+        joins = strategy.for_update and not shared
+        runs = partial(run, take=async_to_sync(take)) if joins else run
+        await alead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=runs)
 
     ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
     if not shared:
@@ -200,15 +209,32 @@ def _busy_in(strategy: Strategy) -> Callable[[Ticket | SharedTicket], PurchaseRe
 
 
 def run_batch(
-    strategy: Strategy, grant: Grant, *, product_id: int, asks: list[Ask], timings: Timings
+    strategy: Strategy,
+    grant: Grant,
+    *,
+    product_id: int,
+    asks: list[Ask],
+    timings: Timings,
+    take: Callable[[], list[Ticket]] | None = None,
 ) -> list[PurchaseResult]:
-    """The batch section until it writes; on a conflict re-run as the strategy allows, then busy."""
+    """The batch section until it writes; on a conflict re-run as the strategy allows, then busy.
+
+    ``take``: the local queue's (``asks`` are its tickets' items, in order), for ``db``, whose batch
+    read waits for the row lock: the purchases that queued meanwhile join the first attempt (and
+    the leader's list of tickets, which ``take`` grows), and the answers cover them after ``asks``.
+    Without it the batch is fixed when the guard is granted, as for the lock strategies, whose wait
+    is over by then.
+    """
     conflicts = retries = 0
     recovered, savepoint_each = False, False
+    joined: list[Ask] = []
+    joining = _joining(take, len(asks), joined) if take is not None else None
     for attempt_number in range(strategy.max_attempts + 1):
         started = time.perf_counter()
         try:
-            batch = strategy.attempt_batch(product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each)
+            batch = strategy.attempt_batch(
+                product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each, joining=joining
+            )
         except IntegrityError:
             if savepoint_each:
                 raise
@@ -220,6 +246,8 @@ def run_batch(
             break  # a row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, the batch is busy
         finally:
             timings.db_ms += _ms(started)
+            if joining is not None:  # only the first attempt's read waited for the row lock
+                asks, joining = [*asks, *joined], None
         if batch.conflict is None:
             return _results(
                 strategy, batch, asks, product_id=product_id, grant=grant, conflicts=conflicts, retries=retries
@@ -239,6 +267,16 @@ def run_batch(
         )
         for _ in asks
     ]
+
+
+def _joining(take: Callable[[], list[Ticket]], taken: int, joined: list[Ask]) -> Callable[[], list[Ask]]:
+    """The purchases queued since the batch's first ``taken`` (up to ``BATCH`` in all), kept in ``joined``."""
+
+    def join() -> list[Ask]:
+        joined[:] = [ticket.item for ticket in take()[taken:]]
+        return joined
+
+    return join
 
 
 def _results(

@@ -11,8 +11,9 @@ from collections import Counter
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
 
-from inventory.async_purchase import apurchase, loop_refusal
+from inventory.async_purchase import apurchase, loop_refusal, on_thread
 from inventory.audit import audit
 from inventory.batched import combiners_of
 from inventory.errors import InvalidQuantity, ProductNotFound
@@ -20,6 +21,7 @@ from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale
 from inventory.strategies import get_strategy, load_strategy, strategy_class
 from tests.helpers import WORKING_STRATEGIES
+from tests.test_batching import waiting_for_a_row_lock_is
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,3 +158,56 @@ def test_a_shopper_who_hangs_up_leaves_the_sale_whole(batch, use_strategy, make_
     assert audit(sku="hot").ok and Order.objects.count() == 20
     assert all(combiner.idle for combiner in combiners_of(get_strategy()).values())
     reset_sale(sku="hot", stock=0)
+
+
+def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(use_strategy, make_product, settings):
+    """The ASGI twin of tests/test_batching.py's join: ``db``'s batch read waits for the row lock on
+    an ORM thread, and the purchases that queued on the loop meanwhile join its batch (the take hops
+    back to the loop). Before, ann's section served ann alone."""
+    use_strategy("db", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    product = make_product("hot", stock=10, limit=1)
+    locked, done = threading.Event(), threading.Event()
+
+    def holder() -> None:  # an admin's open transaction on the row
+        try:
+            with transaction.atomic():
+                Product.objects.select_for_update().get(pk=product.pk)
+                locked.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    async def until(condition, what: str) -> None:
+        for _ in range(1000):
+            if await condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"gave up waiting: {what}")
+
+    async def sale() -> list:
+        first = asyncio.create_task(apurchase(sku="hot", customer="ann", quantity=1, idempotency_key="k-ann"))
+        await until(lambda: on_thread(waiting_for_a_row_lock_is, 1), "ann's batch read waiting for the row lock")
+        others = [
+            asyncio.create_task(apurchase(sku="hot", customer=name, quantity=1, idempotency_key=f"k-{name}"))
+            for name in ("bob", "cat", "dan")
+        ]
+        combiner = combiners_of(get_strategy())["hot"]
+
+        async def queued() -> bool:
+            return len(combiner._queue) == 3
+
+        await until(queued, "three purchases queued behind ann's section")
+        done.set()
+        return await asyncio.wait_for(asyncio.gather(first, *others), 10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    locked.wait(10)
+    try:
+        results = asyncio.run(sale())
+    finally:
+        done.set()
+        thread.join(10)
+    assert [result.timings.batch for result in results] == [4, 4, 4, 4]
+    assert all(result.confirmed for result in results)
+    assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok

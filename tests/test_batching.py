@@ -7,6 +7,7 @@ and once as sequential sections, and compares every outcome and the final rows.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 
@@ -250,3 +251,74 @@ def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy,
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
     assert report.ok and report.stock == 0 and report.oversold == 0 and report.over_limit_customers == 0
     reset_sale(sku="hot", stock=0)
+
+
+def waiting_for_a_row_lock_is(count: int) -> bool:
+    """Whether ``count`` backends wait for a lock (the purchase's read behind a test's row lock)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        return cursor.fetchone()[0] == count
+
+
+def _until(condition, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purchases_queued_while_the_row_read_waits_join_its_batch(use_strategy, make_product, settings):
+    """``db``'s batch read waits for the row lock inside the section: what queues meanwhile joins
+    that batch (one section for all), with its customers' units and keyed orders read under the
+    lock. Before, the batch was fixed before the read waited: ann's section served ann alone."""
+    use_strategy("db", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
+    product = make_product("hot", stock=10, limit=1)
+    earlier = purchase(sku="hot", customer="dan", quantity=1, idempotency_key="k-dan")  # dan's resend replays it
+    purchase(sku="hot", customer="eve", quantity=1, idempotency_key="k-eve-1")  # eve is at her limit
+    results: dict[str, object] = {}
+
+    def shopper(customer: str, key: str) -> None:
+        try:
+            results[customer] = purchase(sku="hot", customer=customer, quantity=1, idempotency_key=key)
+        finally:
+            connection.close()
+
+    locked, done = threading.Event(), threading.Event()
+
+    def holder() -> None:  # an admin's open transaction on the row
+        try:
+            with transaction.atomic():
+                Product.objects.select_for_update().get(pk=product.pk)
+                locked.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    locked.wait(10)
+    threads.append(threading.Thread(target=shopper, args=("ann", "k-ann")))
+    threads[-1].start()
+    _until(lambda: waiting_for_a_row_lock_is(1), "ann's batch read waiting for the row lock")
+    for customer, key in [("bob", "k-bob"), ("cat", "k-cat"), ("dan", "k-dan"), ("eve", "k-eve-2")]:
+        threads.append(threading.Thread(target=shopper, args=(customer, key)))
+        threads[-1].start()
+    combiner = combiners_of(get_strategy())["hot"]
+    _until(lambda: len(combiner._queue) == 4, "four purchases queued behind ann's section")
+    done.set()
+    for thread in threads:
+        thread.join(10)
+
+    assert {name: result.timings.batch for name, result in results.items()} == dict.fromkeys(results, 5)
+    outcomes = {name: result.outcome for name, result in results.items()}
+    assert outcomes == {
+        "ann": Outcome.CONFIRMED,
+        "bob": Outcome.CONFIRMED,
+        "cat": Outcome.CONFIRMED,
+        "dan": Outcome.CONFIRMED,
+        "eve": Outcome.LIMIT_REACHED,
+    }
+    assert results["dan"].order_id == earlier.order_id
+    assert state(product.pk)[:2] == (5, {"ann": 1, "bob": 1, "cat": 1, "dan": 1, "eve": 1})
+    assert audit(sku="hot").ok

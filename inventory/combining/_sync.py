@@ -9,7 +9,9 @@ one event loop (ASGI), and a queued purchase holds no thread while it waits.
 An :class:`AsyncCombiner` is one queue per hot key, in one process. Each submitter queues a
 :class:`Ticket`; the first one to find no leader leads. The leader awaits ``serve(take)``:
 ``take()`` removes up to ``limit`` tickets from the head of the queue (its own first), and
-``serve`` must :meth:`AsyncCombiner.answer` every ticket it took. When ``serve`` returns,
+``serve`` must :meth:`AsyncCombiner.answer` every ticket it took. ``serve`` may call ``take()``
+again (its batch's read waited for a row lock, and more queued meanwhile): each call takes what
+queued since, up to ``limit`` in all, and returns the batch so far, the same list grown. When ``serve`` returns,
 leadership passes to the ticket now at the head, so a leader's own request is never held hostage
 by later arrivals and the queue is served in arrival order (no starvation).
 
@@ -122,9 +124,9 @@ class Combiner:
             ticket.state, ticket.answer = ANSWERED, answer
             ticket.event.set()
 
-    def _take(self) -> list[Ticket]:
+    def _take(self, room: int) -> list[Ticket]:
         with self._mutex:
-            taken = [self._queue.popleft() for _ in range(min(self.limit, len(self._queue)))]
+            taken = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
             now = time.perf_counter()
             for ticket in taken:
                 ticket.state, ticket.taken_at = TAKEN, now
@@ -135,9 +137,8 @@ class Combiner:
         taken: list[Ticket] = []
 
         def take() -> list[Ticket]:
-            if taken:
-                raise RuntimeError("a leader takes its batch once")
-            taken.extend(self._take())
+            # A later call takes what queued since, up to the limit in all: the same list, grown.
+            taken.extend(self._take(self.limit - len(taken)))
             return taken
 
         try:
@@ -190,6 +191,7 @@ def lead_batch(
                 tickets = take()
                 if not tickets:
                     return  # a shared queue another leader drained: nothing to run
+                first = len(tickets)  # ``run`` may take more (db's read waited): they join after these
                 db = Timings()
                 results = run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
     except LockUnavailable:
@@ -200,16 +202,19 @@ def lead_batch(
             raise  # before the commit: the combiner answers the batch busy
         logger.exception("%s: releasing the guard of %s failed after its batch committed", strategy.name, sku)
     released = time.perf_counter()
-    for ticket, result in zip(tickets, results, strict=True):
+    for index, (ticket, result) in enumerate(zip(tickets, results, strict=True)):
         timings = result.timings
         timings.db_ms, timings.batch = db.db_ms, len(tickets)
         # Queued until the guard wait of its section began (or it arrived during it): the queue, the
-        # guard wait and the hold follow one another, so none counts another's time.
-        waited_from = min(max(ticket.queued_at, waiting), granted)
+        # guard wait and the hold follow one another, so none counts another's time. One that joined
+        # during the section's read was queued until it was taken, and held from then on.
+        joined = index >= first
+        waited_from = ticket.taken_at if joined else min(max(ticket.queued_at, waiting), granted)
         timings.queue_wait_ms = _ms(ticket.queued_at, max(ticket.queued_at, waited_from))
         if strategy.guarded:
             timings.lock_wait_ms, timings.lock_hold_ms = _ms(waited_from, granted), _ms(granted, released)
         elif transactions.ms:
-            timings.lock_hold_ms = sum(transactions.ms)  # no lock: the hold is the batch's transaction(s)
+            # No lock: the hold is the batch's transaction(s), or what was left of them once it joined.
+            timings.lock_hold_ms = _ms(waited_from, released) if joined else sum(transactions.ms)
         timings.note_transactions(transactions)
         combiner.answer(ticket, result)

@@ -30,7 +30,7 @@ says why in ``loop_refusal`` and is refused there.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from django.core import checks as django_checks
 from django.core.exceptions import ImproperlyConfigured
@@ -125,10 +125,20 @@ class Strategy:
         return attempt_section(self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant)
 
     def attempt_batch(
-        self, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
+        self,
+        *,
+        product_id: int,
+        asks: list[Ask],
+        grant: Grant,
+        savepoint_each: bool = False,
+        joining: Callable[[], list[Ask]] | None = None,
     ) -> BatchAttempt:
-        """One run of the section for a batch of purchases (``BATCH`` > 1): one read, one write."""
-        return batch_section(self, product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each)
+        """One run of the section for a batch of purchases (``BATCH`` > 1): one read, one write;
+        ``joining``: purchases that queued while the read waited for the row lock join it
+        (:func:`~.batch.batch_section`)."""
+        return batch_section(
+            self, product_id=product_id, asks=asks, grant=grant, savepoint_each=savepoint_each, joining=joining
+        )
 
     def recover(self, shelf: Shelf, grant: Grant) -> Grant | None:
         """After a conflict: a grant to run the section again with, or None to give up."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -26,6 +27,7 @@ from django.utils import timezone
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
 from .section import allocate_many, decide, new_order, roll_back_section, saved, section_transaction, sell_and_commit
+from .statements import batch_side_read
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,28 @@ def order_for(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -
 
 
 def batch_section(
-    strategy: SectionParts, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
+    strategy: SectionParts,
+    *,
+    product_id: int,
+    asks: list[Ask],
+    grant: Grant,
+    savepoint_each: bool = False,
+    joining: Callable[[], list[Ask]] | None = None,
 ) -> BatchAttempt:
-    """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction."""
+    """Read once, decide each ask, write the stock once, the orders and units in bulk; one transaction.
+
+    ``joining`` (``db``'s batches, whose row read waits for the row lock): called once the row is
+    read, it returns the purchases that queued while the read waited, which join the batch after
+    ``asks`` (their side reads one message more); the attempts then cover ``asks`` and them.
+    """
     # Savepoints need Django's atomic around them: BEGIN then goes alone.
     with section_transaction(strategy, bound_by_first_statement=True, begin_rides=not savepoint_each):
-        customers, pairs = {ask.customer for ask in asks}, {(ask.customer, ask.key) for ask in asks if ask.key}
+        customers, pairs = _customers_and_keys(asks)
         shelf, held, orders = strategy.read_batch(product_id, customers=customers, pairs=pairs)
+        joined = joining() if joining is not None else []
+        if joined:
+            _read_joined(product_id, joined, customers=customers, pairs=pairs, held=held, orders=orders)
+            asks = [*asks, *joined]
         verdicts = decide_batch(shelf, asks, held=held, orders=orders, now=timezone.now())
         if savepoint_each:
             verdicts, created = _write_one_by_one(strategy, product_id, asks, verdicts, shelf=shelf, grant=grant)
@@ -114,6 +131,30 @@ def batch_section(
             roll_back_section()
             return BatchAttempt(conflict=shelf)
     return BatchAttempt(attempts=_attempts(verdicts, created))
+
+
+def _customers_and_keys(asks: list[Ask]) -> tuple[set[str], set[tuple[str, str]]]:
+    """The customers of ``asks`` and their (customer, Idempotency-Key) pairs, the batch's side reads."""
+    return {ask.customer for ask in asks}, {(ask.customer, ask.key) for ask in asks if ask.key}
+
+
+def _read_joined(
+    product_id: int,
+    joined: list[Ask],
+    *,
+    customers: set[str],
+    pairs: set[tuple[str, str]],
+    held: dict[str, int],
+    orders: dict[tuple[str, str], Order],
+) -> None:
+    """Add to ``held`` and ``orders`` what the batch's first read did not cover of ``joined``: the
+    row is locked by then, so the second read sees what its last holder committed, as the first did."""
+    new_customers, new_pairs = _customers_and_keys(joined)
+    new_customers, new_pairs = new_customers - customers, new_pairs - pairs
+    if new_customers or new_pairs:
+        more_held, more_orders = batch_side_read(product_id, customers=new_customers, pairs=new_pairs)
+        held.update(more_held)
+        orders.update(more_orders)
 
 
 def _write_in_bulk(

@@ -17,6 +17,7 @@ through, so drift costs refusals, never oversell.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import redis
 from django.db import IntegrityError, OperationalError
@@ -181,11 +182,18 @@ class RedisStockStrategy(Strategy):
         return grant
 
     def attempt_batch(
-        self, *, product_id: int, asks: list[Ask], grant: Grant, savepoint_each: bool = False
+        self,
+        *,
+        product_id: int,
+        asks: list[Ask],
+        grant: Grant,
+        savepoint_each: bool = False,
+        joining: Callable[[], list[Ask]] | None = None,
     ) -> BatchAttempt:
         """One script takes the batch's units in Redis, in order; the taken ones are written as one
         batch (:func:`batch_section`); whatever the database does not confirm goes back to Redis.
-        ``savepoint_each``: each purchase alone, as :meth:`attempt` runs it."""
+        ``savepoint_each``: each purchase alone, as :meth:`attempt` runs it. ``joining`` is not
+        called: nothing here waits for a row lock, so nothing queues during a read to join."""
         if savepoint_each:
             return BatchAttempt(attempts=[self._alone(product_id, ask, grant) for ask in asks])
         product, replays = sale_read(product_id, {(ask.customer, ask.key) for ask in asks if ask.key})

@@ -168,6 +168,19 @@ def batch_read(
     return shelf, held, orders
 
 
+def batch_side_read(
+    product_id: int, *, customers: set[str], pairs: set[tuple[str, str]]
+) -> tuple[dict[str, int], dict[tuple[str, str], Order]]:
+    """:func:`batch_read`'s side reads alone, one message: the units of purchases that joined the
+    batch after its row read (the read waited for the row lock, and more queued meanwhile)."""
+    sql, params = _CUSTOMERS_UNITS, [json.dumps(sorted(customers)), product_id]
+    with connection.cursor() as cursor:
+        cursor.execute(*_with_keyed_orders((sql, params), product_id, pairs))
+        held = dict(cursor.fetchall())
+        orders = _keyed_orders_after(cursor, pairs)
+    return held, orders
+
+
 #: The product's columns ``redis-stock`` reads before its counter's script (its Redis keys are
 #: named after the SKU; the rest loads the counter when Redis has none).
 _SALE_FIELDS = ("id", "sku", "stock", "per_customer_limit", "sale_starts_at", "sale_ends_at")

@@ -254,9 +254,12 @@ def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy,
 
 
 def waiting_for_a_row_lock_is(count: int) -> bool:
-    """Whether ``count`` backends wait for a lock (the purchase's read behind a test's row lock)."""
+    """Whether ``count`` backends of this test's database wait for a lock (the purchase's read behind
+    a test's row lock); the other xdist worker's tests use a database of their own."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
         return cursor.fetchone()[0] == count
 
 

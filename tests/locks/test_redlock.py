@@ -69,7 +69,7 @@ def test_quorum_for_every_subset_of_dead_nodes(twin, cluster, name):
 def test_paused_nodes_do_not_stall_acquire_past_the_node_timeout(twin, cluster, name, paused):
     nodes, _ = cluster
     clients = twin.clients([node.port for node in nodes])
-    warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=1_000, node_timeout_ms=NODE_TIMEOUT_MS)
     twin(warm.acquire())  # warm connections, so the frozen nodes hold an open socket as in production
     twin(warm.release())
     for node in list(nodes)[:paused]:
@@ -122,7 +122,7 @@ def test_a_frozen_majority_costs_two_rounds_with_time_left_and_one_without(twin,
     after two node timeouts (the live nodes saw two acquires), and a try-lock stops after one."""
     nodes, sync_clients = cluster
     clients = twin.clients([node.port for node in nodes])
-    warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    warm = twin.Redlock(clients, name, ttl_ms=2_000, timeout_ms=1_000, node_timeout_ms=NODE_TIMEOUT_MS)
     twin(warm.acquire())  # warm connections: the rounds below pay no connect
     twin(warm.release())
     live = sync_clients[3:]

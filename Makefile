@@ -34,10 +34,13 @@ lint-and-services: venv system
 # Two pytest-xdist workers, each in its own slot (tests/slots.py: ports, Redis and PostgreSQL
 # databases, run dir); the bursts share one worker (xdist_group "burst") so two never compete.
 TEST_WORKERS ?= 2
-# The fast lane has no burst: two workers too. Four overlapped its waits on the real services a
-# little more (pytest 83 s with two, 71 s with four, on fresh clones of 2026-12-02) but then a
-# failover test's Redis timed out once; six were slower (106 s) and five timing tests failed.
-CHECK_WORKERS ?= 2
+# The fast lane has no burst, and its tests wait on the real services about half the time (pytest's
+# CPU was 69 s in 69 s of wall on two cores): three workers fill those waits. On 2026-12-03, two
+# alternated pairs of `make check`: 60.2 and 58.1 s with two workers, 52.7 and 48.2 s with three.
+# Four were no faster (47-54 s) and showed a try-lock's cold first round missing its 50 ms once (its
+# test now warms first); on 2026-12-02 a failover test's Redis timed out once with four, and six were
+# slower (106 s) with five timing tests failed.
+CHECK_WORKERS ?= 3
 
 test: lint-and-services
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup

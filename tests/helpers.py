@@ -7,6 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+from django.db import connection, transaction
+
 from inventory.models import Order, Product
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
@@ -84,3 +86,28 @@ def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, workers: int = 2, threa
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def row_locked_elsewhere(product_id: int):
+    """The product's row locked ``FOR UPDATE`` by another thread's open transaction, as an admin's
+    would hold it: yields the function that ends that transaction (the block's end does too)."""
+    locked, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                Product.objects.select_for_update().get(pk=product_id)
+                locked.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert locked.wait(10), "the row was not locked"
+        yield done.set
+    finally:
+        done.set()
+        thread.join(10)

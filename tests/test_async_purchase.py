@@ -11,7 +11,6 @@ from collections import Counter
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection, transaction
 
 from inventory.async_purchase import apurchase, loop_refusal, on_thread
 from inventory.audit import audit
@@ -20,7 +19,7 @@ from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale
 from inventory.strategies import get_strategy, load_strategy, strategy_class
-from tests.helpers import WORKING_STRATEGIES
+from tests.helpers import WORKING_STRATEGIES, row_locked_elsewhere
 from tests.test_batching import waiting_for_a_row_lock_is
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
@@ -166,16 +165,6 @@ def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(us
     back to the loop). Before, ann's section served ann alone."""
     use_strategy("db", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8})
     product = make_product("hot", stock=10, limit=1)
-    locked, done = threading.Event(), threading.Event()
-
-    def holder() -> None:  # an admin's open transaction on the row
-        try:
-            with transaction.atomic():
-                Product.objects.select_for_update().get(pk=product.pk)
-                locked.set()
-                done.wait(10)
-        finally:
-            connection.close()
 
     async def until(condition, what: str) -> None:
         for _ in range(1000):
@@ -197,17 +186,11 @@ def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(us
             return len(combiner._queue) == 3
 
         await until(queued, "three purchases queued behind ann's section")
-        done.set()
+        release()
         return await asyncio.wait_for(asyncio.gather(first, *others), 10)
 
-    thread = threading.Thread(target=holder)
-    thread.start()
-    locked.wait(10)
-    try:
+    with row_locked_elsewhere(product.pk) as release:
         results = asyncio.run(sale())
-    finally:
-        done.set()
-        thread.join(10)
     assert [result.timings.batch for result in results] == [4, 4, 4, 4]
     assert all(result.confirmed for result in results)
     assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok

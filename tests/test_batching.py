@@ -29,7 +29,7 @@ from inventory.strategies.batch import Ask
 from inventory.strategies.contract import NO_GRANT, Outcome
 from inventory.strategies.redis_stock import forget_sale
 from inventory.strategies.section import read_shelf
-from tests.helpers import refusing_trigger
+from tests.helpers import refusing_trigger, row_locked_elsewhere
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]
@@ -287,29 +287,16 @@ def test_purchases_queued_while_the_row_read_waits_join_its_batch(use_strategy, 
         finally:
             connection.close()
 
-    locked, done = threading.Event(), threading.Event()
-
-    def holder() -> None:  # an admin's open transaction on the row
-        try:
-            with transaction.atomic():
-                Product.objects.select_for_update().get(pk=product.pk)
-                locked.set()
-                done.wait(10)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=holder)]
-    threads[0].start()
-    locked.wait(10)
-    threads.append(threading.Thread(target=shopper, args=("ann", "k-ann")))
-    threads[-1].start()
-    _until(lambda: waiting_for_a_row_lock_is(1), "ann's batch read waiting for the row lock")
-    for customer, key in [("bob", "k-bob"), ("cat", "k-cat"), ("dan", "k-dan"), ("eve", "k-eve-2")]:
-        threads.append(threading.Thread(target=shopper, args=(customer, key)))
+    threads = []
+    with row_locked_elsewhere(product.pk):
+        threads.append(threading.Thread(target=shopper, args=("ann", "k-ann")))
         threads[-1].start()
-    combiner = combiners_of(get_strategy())["hot"]
-    _until(lambda: len(combiner._queue) == 4, "four purchases queued behind ann's section")
-    done.set()
+        _until(lambda: waiting_for_a_row_lock_is(1), "ann's batch read waiting for the row lock")
+        for customer, key in [("bob", "k-bob"), ("cat", "k-cat"), ("dan", "k-dan"), ("eve", "k-eve-2")]:
+            threads.append(threading.Thread(target=shopper, args=(customer, key)))
+            threads[-1].start()
+        combiner = combiners_of(get_strategy())["hot"]
+        _until(lambda: len(combiner._queue) == 4, "four purchases queued behind ann's section")
     for thread in threads:
         thread.join(10)
 

@@ -5,9 +5,10 @@ process's :class:`inventory.combining.Combiner` (one per strategy and SKU), with
 SKU's Redis list, every process's and pod's (:class:`inventory.combining.SharedQueue`, on
 ``REDIS_URL``; its answers come back through Redis as :meth:`PurchaseResult.as_wire`). The leader
 takes the strategy's guard once, then takes up to ``BATCH`` queued purchases (its own first, on
-the local queue), runs :func:`inventory.strategies.batch.batch_section` (one read, each decided in
-queue order, one checked stock write, bulk orders and units, one commit), releases the guard, and
-hands each waiter its own answer. A conflict (the storage check refused
+the local queue; for ``db``, whose guard is the section's row read, what queued while that read
+waited joins the batch once it returns), runs :func:`inventory.strategies.batch.batch_section`
+(one read, each decided in queue order, one checked stock write, bulk orders and units, one commit),
+releases the guard, and hands each waiter its own answer. A conflict (the storage check refused
 the batch's write) re-runs the whole batch as the strategy allows one purchase to re-run; an
 ``IntegrityError`` (which aborts the whole PostgreSQL transaction) re-runs the batch with each
 purchase in its own savepoint, so one bad purchase never fails the others.
@@ -139,9 +140,7 @@ def purchase_in_batch(
     combiner = shared_queue_for(strategy, sku) if strategy.queue == "shared" else combiner_for(strategy, sku)
 
     def serve(take) -> None:
-        # A row-locking read waits inside the section: what queues meanwhile joins its batch.
-        joins = strategy.for_update and strategy.queue != "shared"
-        run = partial(run_batch, take=take) if joins else run_batch
+        run = partial(run_batch, take=take) if _joins(strategy) else run_batch
         lead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=run)
 
     ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
@@ -170,9 +169,8 @@ async def apurchase_in_batch(
     combiner = async_shared_queue_for(strategy, sku) if shared else async_combiner_for(strategy, sku)
 
     async def serve(take) -> None:
-        # As in purchase_in_batch; the section runs on an ORM thread, so its take hops back to the loop.
-        joins = strategy.for_update and not shared
-        runs = partial(run, take=async_to_sync(take)) if joins else run
+        # The section runs on an ORM thread: its take hops back to the loop.
+        runs = partial(run, take=async_to_sync(take)) if _joins(strategy) else run
         await alead_batch(strategy, combiner, take, sku=sku, product_id=product_id, run=runs)
 
     ask, waits = Ask(customer, quantity, key), {"timeout_s": _queue_timeout_s(strategy), "busy": _busy_in(strategy)}
@@ -182,6 +180,12 @@ async def apurchase_in_batch(
         return (await combiner.submit(asdict(ask), serve=serve, taken_wait_s=_taken_wait_s(strategy), **waits)).answer
     except redis.RedisError as exc:
         return _unreachable(strategy, exc)
+
+
+def _joins(strategy: Strategy) -> bool:
+    """Whether purchases queued while a batch's read waits join that batch: the read waits for the
+    row lock inside the section (``db``), and the queue is this process's to take from again."""
+    return strategy.for_update and strategy.queue != "shared"
 
 
 def _queue_timeout_s(strategy: Strategy) -> float:

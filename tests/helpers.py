@@ -111,3 +111,13 @@ def row_locked_elsewhere(product_id: int):
     finally:
         done.set()
         thread.join(10)
+
+
+def waiting_for_a_row_lock_is(count: int) -> bool:
+    """Whether ``count`` backends of this test's database wait for a lock (the purchase's read behind
+    a test's row lock); the other xdist worker's tests use a database of their own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return cursor.fetchone()[0] == count

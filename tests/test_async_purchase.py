@@ -19,8 +19,7 @@ from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale
 from inventory.strategies import get_strategy, load_strategy, strategy_class
-from tests.helpers import WORKING_STRATEGIES, row_locked_elsewhere
-from tests.test_batching import waiting_for_a_row_lock_is
+from tests.helpers import WORKING_STRATEGIES, row_locked_elsewhere, waiting_for_a_row_lock_is
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)

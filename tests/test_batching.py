@@ -29,7 +29,7 @@ from inventory.strategies.batch import Ask
 from inventory.strategies.contract import NO_GRANT, Outcome
 from inventory.strategies.redis_stock import forget_sale
 from inventory.strategies.section import read_shelf
-from tests.helpers import refusing_trigger, row_locked_elsewhere
+from tests.helpers import refusing_trigger, row_locked_elsewhere, waiting_for_a_row_lock_is
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]
@@ -251,16 +251,6 @@ def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy,
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
     assert report.ok and report.stock == 0 and report.oversold == 0 and report.over_limit_customers == 0
     reset_sale(sku="hot", stock=0)
-
-
-def waiting_for_a_row_lock_is(count: int) -> bool:
-    """Whether ``count`` backends of this test's database wait for a lock (the purchase's read behind
-    a test's row lock); the other xdist worker's tests use a database of their own."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        )
-        return cursor.fetchone()[0] == count
 
 
 def _until(condition, what: str, timeout_s: float = 10.0) -> None:

@@ -156,15 +156,15 @@ def batch_read(
     """A batch's reads in one message: the row (its first statement), then the ``customers``' units
     and the orders already placed under the ``pairs`` (customer, Idempotency-Key), each a statement
     of its own, run once the row is read (and, ``for_update``, locked)."""
-    sql, params = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[])
-    sql += f"; {_CUSTOMERS_UNITS}"
-    params += [json.dumps(sorted(customers)), product_id]
+    row_sql, row_params = _row_read(
+        product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[]
+    )
+    sides_sql, sides_params = _side_reads(product_id, customers, pairs)
     with connection.cursor() as cursor:
-        cursor.execute(*_with_keyed_orders((sql, params), product_id, pairs))
+        cursor.execute(f"{row_sql}; {sides_sql}", [*row_params, *sides_params])
         shelf, _ = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
         cursor.nextset()
-        held = dict(cursor.fetchall())
-        orders = _keyed_orders_after(cursor, pairs)
+        held, orders = _side_results(cursor, pairs)
     return shelf, held, orders
 
 
@@ -173,12 +173,19 @@ def batch_side_read(
 ) -> tuple[dict[str, int], dict[tuple[str, str], Order]]:
     """:func:`batch_read`'s side reads alone, one message: the units of purchases that joined the
     batch after its row read (the read waited for the row lock, and more queued meanwhile)."""
-    sql, params = _CUSTOMERS_UNITS, [json.dumps(sorted(customers)), product_id]
     with connection.cursor() as cursor:
-        cursor.execute(*_with_keyed_orders((sql, params), product_id, pairs))
-        held = dict(cursor.fetchall())
-        orders = _keyed_orders_after(cursor, pairs)
-    return held, orders
+        cursor.execute(*_side_reads(product_id, customers, pairs))
+        return _side_results(cursor, pairs)
+
+
+def _side_reads(product_id: int, customers: set[str], pairs: set[tuple[str, str]]) -> Statement:
+    """The ``customers``' units, then the orders under the ``pairs``' keys: a batch's side reads."""
+    return _with_keyed_orders((_CUSTOMERS_UNITS, [json.dumps(sorted(customers)), product_id]), product_id, pairs)
+
+
+def _side_results(cursor, pairs: set[tuple[str, str]]) -> tuple[dict[str, int], dict[tuple[str, str], Order]]:
+    """What :func:`_side_reads` read, from the cursor's current result on."""
+    return dict(cursor.fetchall()), _keyed_orders_after(cursor, pairs)
 
 
 #: The product's columns ``redis-stock`` reads before its counter's script (its Redis keys are

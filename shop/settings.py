@@ -257,6 +257,9 @@ INVENTORY = {
         # Every strategy, with BATCH > 1: where purchases queue for a section: local (one queue per
         # process, in memory) or shared (one Redis list per SKU on REDIS_URL, every pod's; docs/batching.md).
         "QUEUE": os.environ.get("INVENTORY_QUEUE", "local"),
+        # Strategies without a lock, with BATCH > 1: how long a leader whose last batch had company
+        # waits for more purchases before its section (group commit; 0: never; docs/batching.md).
+        "BATCH_LINGER_MS": env_int("INVENTORY_BATCH_LINGER_MS", 20),
     },
 }
 

@@ -193,3 +193,32 @@ def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(us
     assert [result.timings.batch for result in results] == [4, 4, 4, 4]
     assert all(result.confirmed for result in results)
     assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok
+
+
+def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strategy, make_product, settings):
+    """The ASGI twin of tests/test_batching.py's linger: after a batch with company the leader
+    awaits ``BATCH_LINGER_MS`` on the loop (holding no thread), and the tasks that queue meanwhile
+    share its section; a purchase alone on a fresh queue does not wait."""
+    use_strategy("atomic", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "BATCH_LINGER_MS": 1_000})
+    product = make_product("hot", stock=10)
+
+    async def sale() -> tuple:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        alone = await apurchase(sku="hot", customer="ann", quantity=1)
+        alone_s = loop.time() - started
+        combiner = combiners_of(get_strategy())["hot"]
+        combiner.last_batch = 2  # as after a batch of two (tests/test_batching.py makes one)
+        first = asyncio.create_task(apurchase(sku="hot", customer="eve", quantity=1))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(combiner._queue) == 1:
+                break
+        others = [asyncio.create_task(apurchase(sku="hot", customer=name, quantity=1)) for name in ("fay", "gus")]
+        return alone, alone_s, await asyncio.wait_for(asyncio.gather(first, *others), 10)
+
+    alone, alone_s, results = asyncio.run(sale())
+    assert alone.confirmed and alone.timings.batch == 1 and alone_s < 0.9, "a purchase alone waited for company"
+    assert [result.timings.batch for result in results] == [3, 3, 3]
+    assert all(result.confirmed for result in results)
+    assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok

@@ -157,6 +157,11 @@ def test_a_bad_batch_option_is_refused(use_strategy):
     for bad in ("redis", "", None):
         with pytest.raises(ImproperlyConfigured, match="INVENTORY_QUEUE"):
             load_strategy("db", config={"OPTIONS": {"QUEUE": bad}})
+    for bad in (-1, 1001, "20", True, 2.5):
+        with pytest.raises(ImproperlyConfigured, match="INVENTORY_BATCH_LINGER_MS"):
+            load_strategy("atomic", config={"OPTIONS": {"BATCH_LINGER_MS": bad}})
+    assert load_strategy("atomic", config={"OPTIONS": {"BATCH_LINGER_MS": 0}}).linger_s == 0
+    assert load_strategy("atomic", config={"OPTIONS": {"BATCH_LINGER_MS": 20}}).linger_s == 0.02
 
 
 REFUSE_BOB, _ = refusing_trigger("refuse_bob", table="inventory_allocation")
@@ -302,3 +307,55 @@ def test_purchases_queued_while_the_row_read_waits_join_its_batch(use_strategy, 
     assert results["dan"].order_id == earlier.order_id
     assert state(product.pk)[:2] == (5, {"ann": 1, "bob": 1, "cat": 1, "dan": 1, "eve": 1})
     assert audit(sku="hot").ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strategy, make_product, settings):
+    """Group commit (``BATCH_LINGER_MS``): the leader of a strategy without a lock whose queue's
+    last batch served more than one purchase waits before its section, and what queues meanwhile
+    shares that section. A purchase alone, after a batch of one, does not wait. Before, eve's
+    section served eve alone and fay and gus the next one."""
+    use_strategy("atomic", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "BATCH_LINGER_MS": 1_000})
+    product = make_product("hot", stock=10)
+    started = time.monotonic()
+    alone = purchase(sku="hot", customer="ann", quantity=1)
+    assert alone.confirmed and alone.timings.batch == 1
+    assert time.monotonic() - started < 0.9, "a purchase alone waited for company"
+    combiner = combiners_of(get_strategy())["hot"]
+    results: dict[str, object] = {}
+    threads = []
+
+    def start(customer: str) -> None:
+        def shopper() -> None:
+            try:
+                results[customer] = purchase(sku="hot", customer=customer, quantity=1)
+            finally:
+                connection.close()
+
+        threads.append(threading.Thread(target=shopper))
+        threads[-1].start()
+
+    # A batch with company: bob's write waits for the row, cat and dee queue behind it and share the next section.
+    with row_locked_elsewhere(product.pk):
+        start("bob")
+        _until(lambda: waiting_for_a_row_lock_is(1), "bob's write waiting for the row lock")
+        start("cat")
+        start("dee")
+        _until(lambda: len(combiner._queue) == 2, "two purchases queued behind bob's section")
+    for thread in threads:
+        thread.join(10)
+    assert [results[name].timings.batch for name in ("bob", "cat", "dee")] == [1, 2, 2]
+    assert combiner.last_batch == 2
+    # Now eve's leader lingers, holding nothing: fay and gus arrive meanwhile and share her section.
+    start("eve")
+    _until(lambda: len(combiner._queue) == 1, "eve queued, her leader lingering")
+    start("fay")
+    start("gus")
+    _until(lambda: len(combiner._queue) == 3, "fay and gus queued behind eve's linger")
+    for thread in threads:
+        thread.join(10)
+
+    assert [results[name].timings.batch for name in ("eve", "fay", "gus")] == [3, 3, 3]
+    assert all(results[name].confirmed for name in results)
+    assert results["eve"].timings.queue_wait_ms >= 500, "the linger counts as the batch's queue time"
+    assert Product.objects.get(pk=product.pk).stock == 3 and audit(sku="hot").ok

@@ -27,3 +27,7 @@ async def wait(event: asyncio.Event, timeout_s: float | None) -> None:
     """Until ``event`` is set or ``timeout_s`` has passed (None: no limit)."""
     with suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), timeout_s)
+
+
+#: A leader's linger before its section (``alead_batch``).
+sleep = asyncio.sleep

@@ -105,6 +105,9 @@ class AsyncSharedQueue:
         self.poll_s, self.answer_ttl_ms = poll_s, answer_ttl_ms
         self.lease_key = f"{key}:leader"
         self._release = client.register_script(RELEASE)
+        #: How many purchases the last batch this process led from the queue served
+        #: (``alead_batch`` lingers after more than one).
+        self.last_batch = 0
 
     def answer_key(self, ticket_id: str) -> str:
         return f"{self.key}:answer:{ticket_id}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 Event = threading.Event
 Mutex = threading.Lock
@@ -16,3 +17,7 @@ Taken = list
 def wait(event: threading.Event, timeout_s: float | None) -> None:
     """Until ``event`` is set or ``timeout_s`` has passed (None: no limit)."""
     event.wait(timeout_s)
+
+
+#: A leader's linger before its section (``lead_batch``).
+sleep = time.sleep

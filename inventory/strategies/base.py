@@ -43,6 +43,8 @@ from .statements import Statement, run_update
 
 #: Where purchases queue for a shared section: in the process (``local``) or in the shop's Redis (``shared``).
 QUEUES = ("local", "shared")
+#: The longest ``BATCH_LINGER_MS``: a linger is a few milliseconds of group commit, not a timer.
+MAX_LINGER_MS = 1000
 
 
 class Strategy:
@@ -61,7 +63,8 @@ class Strategy:
     #: This strategy's ``INVENTORY["OPTIONS"]`` keys and their defaults; every strategy has ``BATCH``
     #: (purchases one section may serve: 1 runs each purchase alone, see :mod:`inventory.combining`)
     #: and ``QUEUE``, where a batch's purchases queue: ``local`` (in the process) or ``shared`` (in Redis).
-    default_options: dict = {"BATCH": 1, "QUEUE": "local"}
+    #: ``BATCH_LINGER_MS``: how long a batch's leader waits for company first (only without a lock).
+    default_options: dict = {"BATCH": 1, "QUEUE": "local", "BATCH_LINGER_MS": 20}
     #: How often the section runs before the shopper is told "busy" (optimistic retries).
     max_attempts: int = 1
     #: Why this strategy cannot serve on an event loop (ASGI), or "" when it can.
@@ -85,6 +88,15 @@ class Strategy:
             raise ImproperlyConfigured(f"INVENTORY_QUEUE={queue!r}: use {' or '.join(QUEUES)}")
         #: Where a batch's purchases queue (with BATCH > 1): ``local`` or ``shared``.
         self.queue: str = queue
+        linger = self.options["BATCH_LINGER_MS"]
+        if isinstance(linger, bool) or not isinstance(linger, int) or not 0 <= linger <= MAX_LINGER_MS:
+            raise ImproperlyConfigured(
+                f"INVENTORY_BATCH_LINGER_MS={linger!r}: use whole milliseconds from 0 to {MAX_LINGER_MS} (0: no wait)"
+            )
+        #: Seconds a batch's leader waits for more purchases before its section, when its last batch
+        #: had company (:func:`inventory.combining.lead_batch`): group commit. Only without a lock
+        #: (``guarded``): a lock's wait already gathers the queue, and nothing waits while holding it.
+        self.linger_s: float = 0.0 if self.guarded else linger / 1000
         #: PostgreSQL's ``lock_timeout`` for the section's transaction (0 would mean "wait forever").
         self.row_lock_timeout_ms = max(1, int(config.get("ROW_LOCK_TIMEOUT_MS", 5_000)))
 

@@ -532,7 +532,8 @@ def audited(report, plan: BurstPlan) -> dict:
 
 
 def sizing(plan: BurstPlan) -> dict:
-    """How the row was sized: Locust workers, gunicorn workers and threads, pools, shoppers."""
+    """How the row was sized: Locust workers, gunicorn workers and threads, pools, shoppers, and a
+    batched row's linger (``INVENTORY_BATCH_LINGER_MS``, which its pods inherit; None at BATCH 1)."""
     return {
         "locust_workers": plan.locust_workers,
         "workers": plan.workers,
@@ -540,6 +541,7 @@ def sizing(plan: BurstPlan) -> dict:
         "pool_max_size": plan.pool_max_size,
         "pool_timeout_s": plan.pool_timeout_s,
         "users": plan.requests if plan.scenario == "spike" else plan.users,
+        "batch_linger_ms": settings.INVENTORY["OPTIONS"].get("BATCH_LINGER_MS") if plan.batch > 1 else None,
     }
 
 

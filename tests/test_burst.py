@@ -186,6 +186,7 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     alone, batched = document["runs"]
     assert (alone["batch"], batched["batch"]) == (1, 8)
     assert (alone["sizing"]["threads"], batched["sizing"]["threads"]) == (4, 10)
+    assert (alone["sizing"]["batch_linger_ms"], batched["sizing"]["batch_linger_ms"]) == (None, 20)
     assert alone["sections"] == 200 and alone["batch_p50"] == alone["batch_p99"] == 1
     assert batched["sections"] < 200 and 1 < batched["batch_p99"] <= 8
     assert batched["server_timing"]["queue_wait_ms"]["p50"] >= 0 and alone["server_timing"]["queue_wait_ms"] is None

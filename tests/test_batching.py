@@ -338,23 +338,23 @@ def test_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strateg
         threads.append(threading.Thread(target=shopper))
         threads[-1].start()
 
+    def behind(first: str, ready, what: str, later: tuple[str, str], queued: int) -> None:
+        """``first`` buys; once ``ready()``, the two ``later`` buy and wait until ``queued`` are queued."""
+        start(first)
+        _until(ready, what)
+        for customer in later:
+            start(customer)
+        _until(lambda: len(combiner._queue) == queued, f"{' and '.join(later)} queued behind {first}")
+
     # A batch with company: bob's write waits for the row, cat and dee queue behind it and share the next section.
     with row_locked_elsewhere(product.pk):
-        start("bob")
-        _until(lambda: waiting_for_a_row_lock_is(1), "bob's write waiting for the row lock")
-        start("cat")
-        start("dee")
-        _until(lambda: len(combiner._queue) == 2, "two purchases queued behind bob's section")
+        behind("bob", lambda: waiting_for_a_row_lock_is(1), "bob's write waiting for the row lock", ("cat", "dee"), 2)
     for thread in threads:
         thread.join(10)
     assert [results[name].timings.batch for name in ("bob", "cat", "dee")] == [1, 2, 2]
     assert combiner.last_batch == 2
-    # Now eve's leader lingers, holding nothing: fay and gus arrive meanwhile and share her section.
-    start("eve")
-    _until(lambda: len(combiner._queue) == 1, "eve queued, her leader lingering")
-    start("fay")
-    start("gus")
-    _until(lambda: len(combiner._queue) == 3, "fay and gus queued behind eve's linger")
+    # Now eve's leader lingers, holding nothing (her own ticket still queued): fay and gus arrive meanwhile.
+    behind("eve", lambda: len(combiner._queue) == 1, "eve queued, her leader lingering", ("fay", "gus"), 3)
     for thread in threads:
         thread.join(10)
 

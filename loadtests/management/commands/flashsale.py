@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import psycopg
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -159,7 +160,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{plan.scenario}: {plan.requests} purchases per row, {plan.sale_stock} units, {plan.pods} pod(s) "
                 f"× {plan.workers} workers × {plan.threads} threads"
-                + (f" ({self.batched} in BATCH>1 rows)" if max(size for _, size, _ in keys) > 1 else "")
+                + (f" ({self.batched} in BATCH>1 rows; {_linger()})" if max(size for _, size, _ in keys) > 1 else "")
                 + f", pool {plan.pool_max_size} per worker at most, "
                 f"Locust master + {plan.locust_workers} worker(s)"
             )
@@ -385,3 +386,9 @@ class Command(BaseCommand):
     def end_progress_line(self) -> None:
         if getattr(self, "_tty", False):
             self.stdout.write("\r\033[K", ending="")
+
+
+def _linger() -> str:
+    """What the batched rows' leaders without a lock do first (``INVENTORY_BATCH_LINGER_MS``; the pods inherit it)."""
+    linger = settings.INVENTORY["OPTIONS"].get("BATCH_LINGER_MS") or 0
+    return f"a leader without a lock lingers {linger} ms" if linger else "no linger"

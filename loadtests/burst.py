@@ -541,8 +541,13 @@ def sizing(plan: BurstPlan) -> dict:
         "pool_max_size": plan.pool_max_size,
         "pool_timeout_s": plan.pool_timeout_s,
         "users": plan.requests if plan.scenario == "spike" else plan.users,
-        "batch_linger_ms": settings.INVENTORY["OPTIONS"].get("BATCH_LINGER_MS") if plan.batch > 1 else None,
+        "batch_linger_ms": batch_linger_ms() if plan.batch > 1 else None,
     }
+
+
+def batch_linger_ms() -> int:
+    """``INVENTORY_BATCH_LINGER_MS`` as this process reads it: the batched rows' pods inherit it."""
+    return settings.INVENTORY["OPTIONS"].get("BATCH_LINGER_MS") or 0
 
 
 #: The run's figures a BurstRun keeps: its fields, but for those ``store`` fills in itself.

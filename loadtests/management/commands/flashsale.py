@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import psycopg
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -23,7 +22,7 @@ from faults.base import OVERSELL_UNFENCED, FaultError
 from inventory.services import reset_sale
 from inventory.strategies import needs_of, strategy_class
 from loadtests.balancer import BalancerError
-from loadtests.burst import floor_row, prepare_product, run_row
+from loadtests.burst import batch_linger_ms, floor_row, prepare_product, run_row
 from loadtests.faultrun import NOT_OBSERVED
 from loadtests.figures import median_run, with_hot_row_ratio
 from loadtests.hotrow import CONNECTION_COUNTS, HotRowError, best_shape, spare_connections
@@ -389,6 +388,6 @@ class Command(BaseCommand):
 
 
 def _linger() -> str:
-    """What the batched rows' leaders without a lock do first (``INVENTORY_BATCH_LINGER_MS``; the pods inherit it)."""
-    linger = settings.INVENTORY["OPTIONS"].get("BATCH_LINGER_MS") or 0
+    """What the batched rows' leaders without a lock do first (``INVENTORY_BATCH_LINGER_MS``)."""
+    linger = batch_linger_ms()
     return f"a leader without a lock lingers {linger} ms" if linger else "no linger"

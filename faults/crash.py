@@ -19,7 +19,7 @@ import contextlib
 import os
 import signal
 import time
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from processes.protocol import Restartable
 
@@ -56,7 +56,7 @@ class KillHolder(Fault):
         self,
         *,
         workers: Callable[[], Sequence[int]],
-        holding: Callable[[Sequence[int]], set[int]],
+        holding: Callable[[Sequence[int]], Collection[int]],
         sold: Callable[[], int],
         count: int = 3,
         spacing_s: float = 0.5,

@@ -510,6 +510,7 @@ ROW_FIGURES = (
     "max_lock_wait_ms",
     "resumed_after_s",
     "longest_gap_s",
+    "paused_into_section_ms",
     "kills",
     "lock_timeout_ms",
     "locust_report",

@@ -191,9 +191,12 @@ class FaultRun:
         )
         problems = [problem] if problem else []
         detail = self.fault.description if self.fault else None
+        into_ms = self.fault.into_ms if isinstance(self.fault, PauseWorker) else None
         if isinstance(self.fault, PauseWorker) and self.fault.pid is not None:
             where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
             detail += f"; worker {self.fault.pid}, {where}"
+            if into_ms is not None:
+                detail += f", {into_ms:.0f} ms into it (lease {self.env['LOCK_TTL_MS']} ms)"
         to_wall = timer.to_wall if timer else lambda _: None
         created = self.probe.orders_created() if isinstance(self.fault, KillHolder) and self.probe else []
         extra, more_problems = crash_figures(
@@ -203,6 +206,7 @@ class FaultRun:
             "fault": self.name,
             "fault_description": detail,
             "fault_window": [injected, recovered],
+            "paused_into_section_ms": None if into_ms is None else round(into_ms, 1),
             "phases": fault_phases(purchases, opened_at=opened_at, injected_at=injected, recovered_at=recovered),
             "resumed_after_s": resumed,
             "longest_gap_s": longest_gap(purchases, since=None if recovered is None else recovered + GAP_FROM_S),
@@ -305,14 +309,15 @@ class SectionProbe:
     """
 
     QUERY = (
-        "WITH open AS (SELECT pid, client_port, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity "
+        "WITH open AS (SELECT pid, client_port, xact_start, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
         "AND client_port IS NOT NULL AND xact_start IS NOT NULL "
         # More than one statement: a lone autocommit statement starts its transaction as it starts.
         "AND (state LIKE 'idle in transaction%' OR xact_start < query_start)), "
         "blocking AS (SELECT DISTINCT unnest(pg_blocking_pids(pid)) AS pid FROM pg_stat_activity "
         "WHERE datname = current_database()) "
-        "SELECT client_port FROM open WHERE cardinality(blockers) = 0 "
+        "SELECT client_port, extract(epoch FROM clock_timestamp() - xact_start) * 1000 FROM open "
+        "WHERE cardinality(blockers) = 0 "
         "AND (pid IN (SELECT pid FROM blocking) OR NOT EXISTS (SELECT FROM blocking))"
     )
 
@@ -320,31 +325,37 @@ class SectionProbe:
         self.database_url = database_url
         self._conn: psycopg.Connection | None = None
 
-    def inside(self, pids) -> set[int]:
+    def inside(self, pids) -> dict[int, float]:
+        """Those of ``pids`` inside their section now, each with how long its transaction has been
+        open (ms): a lease taken just before it has about that much less left."""
         try:
             if self._conn is None:
                 self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
-            ports = {row[0] for row in self._conn.execute(self.QUERY)}
+            ages = {port: float(age) for port, age in self._conn.execute(self.QUERY)}
         except psycopg.Error:
-            return set()
-        sockets = set()
+            return {}
+        sockets: dict[str, float] = {}
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             try:
                 with open(table) as lines:
                     next(lines)
                     for line in lines:
                         fields = line.split()
-                        if int(fields[1].rsplit(":", 1)[1], 16) in ports:
-                            sockets.add(f"socket:[{fields[9]}]")
+                        port = int(fields[1].rsplit(":", 1)[1], 16)
+                        if port in ages:
+                            sockets[f"socket:[{fields[9]}]"] = ages[port]
             except OSError:
                 continue
-        found = set()
+        found: dict[int, float] = {}
         for pid in pids:
             try:
-                if any(str(fd.readlink()) in sockets for fd in Path(f"/proc/{pid}/fd").iterdir()):
-                    found.add(pid)
+                held = [
+                    sockets[link] for fd in Path(f"/proc/{pid}/fd").iterdir() if (link := str(fd.readlink())) in sockets
+                ]
             except OSError:
                 continue
+            if held:
+                found[pid] = max(held)
         return found
 
     def orders(self) -> int:

@@ -179,6 +179,42 @@ def test_pause_worker_stops_the_given_child_past_the_lease_and_resumes_it():
         parent.wait()
 
 
+def test_pause_worker_freezes_the_holder_with_the_most_lease_left():
+    # Reproduces CI's 2026-12-04 failure in miniature: a search that froze the first holder it saw
+    # caught one 900 ms into a 1,000 ms lease (a starved section is the one a probe most often sees
+    # inside), and the others waited only what was left of it. It freezes the youngest section, and
+    # resumes a holder frozen past a quarter of its lease to look again.
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(3)]
+    old, young, outside = (process.pid for process in sleepers)
+    asked = []
+
+    def holding(pids):
+        asked.append(list(pids))
+        return {pid: ms for pid, ms in {old: 900.0, young: 40.0}.items() if pid in pids}
+
+    try:
+        fault = make_fault("pause-worker", workers=lambda: [outside, old, young], lease_ttl_ms=1000, holding=holding)
+        fault.inject()
+        assert (fault.pid, fault.holder, fault.into_ms) == (young, True, 40.0)
+        assert process_state(young) == "T" and process_state(old) != "T"
+        fault.recover()
+
+        # Only an old holder in sight: frozen, resumed, looked for again until the search gives up,
+        # then the last one stays frozen and says how far into its section it was.
+        asked.clear()
+        fault = make_fault("pause-worker", workers=lambda: [outside, old], lease_ttl_ms=1000, holding=holding)
+        fault.search_s = 0.3
+        fault.inject()
+        assert (fault.pid, fault.holder, fault.into_ms) == (old, True, 900.0)
+        assert len(asked) > 2 and process_state(old) == "T" and process_state(outside) != "T"
+        fault.recover()
+        assert process_state(old) in {"S", "R"}
+    finally:
+        for process in sleepers:
+            process.kill()
+            process.wait()
+
+
 def test_close_recovers_a_fault_left_injected(nodes):
     fault = make_fault("kill-minority", redlock_nodes=nodes)
     fault.inject()

@@ -120,7 +120,14 @@ def add_run_arguments(parser) -> None:
 
 
 def add_batch_arguments(parser) -> None:
-    """--batch-threads and --batch: purchases sharing sections."""
+    """--batch-workers, --batch-threads and --batch: purchases sharing sections."""
+    parser.add_argument(
+        "--batch-workers",
+        type=int,
+        default=None,
+        help="gunicorn workers per pod for rows with a --batch size above 1 (default: --workers); a batch "
+        "is one worker's queue, so fewer workers make fewer, larger batches",
+    )
     parser.add_argument(
         "--batch-threads",
         type=int,
@@ -229,22 +236,45 @@ def row_keys(names: list[str], sizes: list[int], queues: list[str]) -> list[tupl
     return [(name, size, queue) for name in names for size in sizes for queue in (queues if size > 1 else ["local"])]
 
 
-def threads_for_batches(given: int | None, *, threads: int, users: int, pods: int, workers: int) -> int:
-    """Threads per worker for the rows whose purchases share sections: --batch-threads as given, else
-    enough for every closed-loop shopper to be inside a worker at once (a batch is one worker's
-    threads), and never fewer than --threads."""
-    if given is not None:
-        if given < 1:
-            raise CommandError(f"--batch-threads must be 1 or more, not {given}")
-        return given
-    return max(threads, math.ceil(users / (pods * workers)))
+@dataclass(frozen=True)
+class BatchLayout:
+    """The pods of the rows whose purchases share sections: workers per pod, threads per worker."""
+
+    workers: int
+    threads: int
+
+    def __str__(self) -> str:
+        return f"{self.workers} workers × {self.threads} threads"
 
 
-def row_plan(plan: BurstPlan, size: int, batch_threads: int, queue: str = "local") -> BurstPlan:
-    """The plan of a row at BATCH ``size`` on ``queue``: batched rows run ``batch_threads`` per worker,
+def layout_for_batches(
+    workers_given: int | None, threads_given: int | None, *, threads: int, users: int, pods: int, workers: int
+) -> BatchLayout:
+    """The batched rows' layout: --batch-workers as given, else --workers; --batch-threads as given,
+    else enough for every closed-loop shopper to be inside a worker at once (a batch is one
+    worker's threads), and never fewer than --threads."""
+    for flag, given in (("--batch-workers", workers_given), ("--batch-threads", threads_given)):
+        if given is not None and given < 1:
+            raise CommandError(f"{flag} must be 1 or more, not {given}")
+    batch_workers = workers if workers_given is None else workers_given
+    if threads_given is not None:
+        return BatchLayout(batch_workers, threads_given)
+    return BatchLayout(batch_workers, max(threads, math.ceil(users / (pods * batch_workers))))
+
+
+def row_plan(plan: BurstPlan, size: int, batched: BatchLayout, queue: str = "local") -> BurstPlan:
+    """The plan of a row at BATCH ``size`` on ``queue``: batched rows run on the ``batched`` layout,
     and no row's pool is larger than its threads."""
-    threads = plan.threads if size == 1 else batch_threads
-    return replace(plan, batch=size, queue=queue, threads=threads, pool_max_size=min(threads, plan.pool_max_size))
+    if size == 1:
+        return replace(plan, batch=size, queue=queue, pool_max_size=min(plan.threads, plan.pool_max_size))
+    return replace(
+        plan,
+        batch=size,
+        queue=queue,
+        workers=batched.workers,
+        threads=batched.threads,
+        pool_max_size=min(batched.threads, plan.pool_max_size),
+    )
 
 
 def check_numbers(
@@ -376,7 +406,7 @@ class Rows:
     plan: BurstPlan
     keys: list[tuple[str, int, str]]
     balancers: list[str]
-    batch_threads: int
+    batched: BatchLayout
     hot_row: bool = False  # the hot-row limit rows run first (deep only)
     servers: tuple[str, ...] = ("wsgi",)  # every row runs on each, in turn
 
@@ -407,7 +437,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     balancers = check_balancers(options["balancer"], master_port=options["master_port"])
     servers = check_servers(options.get("server", "wsgi"), names=names)
     sizing = {name: numbers[name] for name in ("threads", "users", "pods", "workers")}
-    batch_threads = threads_for_batches(options.get("batch_threads"), **sizing)
+    batched = layout_for_batches(options.get("batch_workers"), options.get("batch_threads"), **sizing)
     check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
     check_hot_row(hot_row=options.get("hot_row", False), scenario=scenario)
     plan = BurstPlan(
@@ -415,7 +445,9 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         sku=options["sku"],
         **numbers,
         pool_max_size=pool_size(
-            pods=numbers["pods"], workers=numbers["workers"], threads=max(numbers["threads"], batch_threads)
+            pods=numbers["pods"],
+            workers=max(numbers["workers"], batched.workers),
+            threads=max(numbers["threads"], batched.threads),
         ),
         locust_workers=locust_workers,
         master_port=options["master_port"],
@@ -432,7 +464,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
         plan=plan,
         keys=keys,
         balancers=balancers,
-        batch_threads=batch_threads,
+        batched=batched,
         hot_row=options.get("hot_row", False),
         servers=tuple(servers),
     )

@@ -178,15 +178,27 @@ def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     document, printed, error = burst(
-        tmp_path, scenario="deep", backends="db", requests=200, users=40, batch="1,8", floor_round=False
+        tmp_path,
+        scenario="deep",
+        backends="db",
+        requests=200,
+        users=40,
+        batch="1,8",
+        batch_workers=2,
+        floor_round=False,
     )
 
     assert error is None, f"{error}\n{printed}"
-    # enough threads for the 40 shoppers to share sections; the linger the pods inherit
-    assert "4 workers × 4 threads (10 in BATCH>1 rows; a leader without a lock lingers 20 ms)" in printed
+    # The batched row on its own layout: two workers, enough threads for the 40 shoppers to share
+    # sections; the linger the pods inherit.
+    assert (
+        "4 workers × 4 threads (2 workers × 20 threads in BATCH>1 rows; a leader without a lock lingers 20 ms)"
+        in printed
+    )
     alone, batched = document["runs"]
     assert (alone["batch"], batched["batch"]) == (1, 8)
-    assert (alone["sizing"]["threads"], batched["sizing"]["threads"]) == (4, 10)
+    assert (alone["sizing"]["workers"], batched["sizing"]["workers"]) == (4, 2)
+    assert (alone["sizing"]["threads"], batched["sizing"]["threads"]) == (4, 20)
     assert (alone["sizing"]["batch_linger_ms"], batched["sizing"]["batch_linger_ms"]) == (None, 20)
     assert alone["sections"] == 200 and alone["batch_p50"] == alone["batch_p99"] == 1
     assert batched["sections"] < 200 and 1 < batched["batch_p99"] <= 8
@@ -355,6 +367,7 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         ({"batch": "1,x"}, "--batch '1,x'"),
         ({"batch": "8,8"}, "--batch '8,8'"),
         ({"batch": "1,8", "batch_threads": 0}, "--batch-threads must be 1 or more"),
+        ({"batch": "1,8", "batch_workers": 0}, "--batch-workers must be 1 or more, not 0"),
         ({"batch": "1,8", "queue": "redis"}, "--queue 'redis': use one or both of local, shared, each once"),
         ({"batch": "1,8", "queue": "shared,shared"}, "--queue 'shared,shared'"),
         (

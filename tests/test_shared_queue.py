@@ -260,7 +260,7 @@ def test_a_shopper_told_busy_while_queued_is_never_sold(use_strategy, make_produ
 def test_flashsale_runs_a_batched_row_per_queue_and_tells_its_pods(tmp_path):
     """``--batch 1,64 --queue local,shared``: the BATCH=1 row once (it queues nowhere), the batched row
     once per queue, and each row's pods get its INVENTORY_QUEUE."""
-    from loadtests.options import row_keys, row_plan
+    from loadtests.options import BatchLayout, row_keys, row_plan
     from loadtests.plan import BurstPlan
     from loadtests.pods import server_environment
 
@@ -269,9 +269,10 @@ def test_flashsale_runs_a_batched_row_per_queue_and_tells_its_pods(tmp_path):
         ("db", 64, "local"),
         ("db", 64, "shared"),
     ]
-    plan = row_plan(BurstPlan(scenario="deep", requests=100, stock=100), 64, 25, "shared")
+    plan = row_plan(BurstPlan(scenario="deep", requests=100, stock=100), 64, BatchLayout(2, 25), "shared")
     env = server_environment(backend="db", port=8000, plan=plan, access_log=tmp_path / "access.log")
     assert (env["INVENTORY_BATCH"], env["INVENTORY_QUEUE"]) == ("64", "shared")
+    assert (env["GUNICORN_WORKERS"], plan.threads) == ("2", 25)  # the batched rows' layout
 
 
 maybe_ms = st.none() | st.floats(0, 1e6, allow_nan=False)

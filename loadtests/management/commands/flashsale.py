@@ -76,7 +76,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         rows = planned_rows(options, pool_size=self.pool_size)
-        self.batched = rows.batch_threads
+        self.batched = rows.batched
         repeat, fault, unfenced = options["repeat"], options.get("fault"), options.get("unfenced", False)
         started_at = timezone.now()
         probe = self.probe_steadiness() if options.get("steadiness") else None

@@ -199,16 +199,27 @@ def test_pause_worker_freezes_the_holder_with_the_most_lease_left():
         assert process_state(young) == "T" and process_state(old) != "T"
         fault.recover()
 
-        # Only an old holder in sight: frozen, resumed, looked for again until the search gives up,
-        # then the last one stays frozen and says how far into its section it was.
+        # Only an old holder in sight: frozen, resumed, looked for again until the search is over,
+        # then taken as it is, saying how far into its section it was.
         asked.clear()
         fault = make_fault("pause-worker", workers=lambda: [outside, old], lease_ttl_ms=1000, holding=holding)
         fault.search_s = 0.3
+        started = time.monotonic()
         fault.inject()
         assert (fault.pid, fault.holder, fault.into_ms) == (old, True, 900.0)
+        assert 0.3 <= time.monotonic() - started < 0.6
         assert len(asked) > 2 and process_state(old) == "T" and process_state(outside) != "T"
         fault.recover()
         assert process_state(old) in {"S", "R"}
+
+        # Nobody inside at all: after twice the search, the last one stopped stays stopped.
+        fault = make_fault("pause-worker", workers=lambda: [outside], lease_ttl_ms=1000, holding=holding)
+        fault.search_s = 0.2
+        started = time.monotonic()
+        fault.inject()
+        assert (fault.pid, fault.holder, fault.into_ms) == (outside, False, None)
+        assert time.monotonic() - started >= 0.4 and process_state(outside) == "T"
+        fault.recover()
     finally:
         for process in sleepers:
             process.kill()

@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 REQS   := requirements.txt requirements-dev.txt requirements-peers.txt
 STAMP  := $(VENV)/.installed-$(shell cat $(REQS) | cksum | cut -d' ' -f1)
 MANAGE := $(BIN)/python manage.py
+# Write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1 on these
+# machines): without it every pytest worker recompiles and rewrites every test module, and every
+# pod's gunicorn every project module, on each start. Four runs of `make check` from empty caches:
+# 70.2 and 77.0 s with it set, 64.6 (writing) and 57.7 s without. __pycache__/ is ignored by git.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test check lint-and-services serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 

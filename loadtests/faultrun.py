@@ -197,6 +197,8 @@ class FaultRun:
             detail += f"; worker {self.fault.pid}, {where}"
             if into_ms is not None:
                 detail += f", {into_ms:.0f} ms into it (lease {self.env['LOCK_TTL_MS']} ms)"
+        if detail is not None and self.probe is not None and self.probe.error:
+            detail += f"; the section probe's last query failed: {self.probe.error}"
         to_wall = timer.to_wall if timer else lambda _: None
         created = self.probe.orders_created() if isinstance(self.fault, KillHolder) and self.probe else []
         extra, more_problems = crash_figures(
@@ -324,6 +326,8 @@ class SectionProbe:
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
         self._conn: psycopg.Connection | None = None
+        #: Why the last :meth:`inside` could not ask PostgreSQL (its answer was then "nobody"), or None.
+        self.error: str | None = None
 
     def inside(self, pids) -> dict[int, float]:
         """Those of ``pids`` inside their section now, each with how long its transaction has been
@@ -332,8 +336,12 @@ class SectionProbe:
             if self._conn is None:
                 self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
             ages = {port: float(age) for port, age in self._conn.execute(self.QUERY)}
-        except psycopg.Error:
+        except psycopg.Error as exc:
+            # A fault must not end the run for it, but its row says so; the next call reconnects.
+            self.error = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            self.close()
             return {}
+        self.error = None
         sockets: dict[str, float] = {}
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             try:
@@ -379,6 +387,7 @@ class SectionProbe:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+            self._conn = None
 
 
 def crash_figures(

@@ -5,6 +5,7 @@ real pods, Locust, PostgreSQL and the real lock services."""
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import time
@@ -225,3 +226,16 @@ def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_repla
         figures = run.figures(purchases, opened_at=kill - 2.0)
 
     assert [k["stalled_s"] for k in figures["kills"]] == [3.0], "the stall runs to b's order, not a's replayed answer"
+
+
+@pytest.mark.django_db
+def test_the_section_probe_says_why_it_could_not_ask():
+    # Its answer is then "nobody inside": the fault's row says why, rather than only "not inside".
+    probe = SectionProbe("postgresql://postgres@127.0.0.1:1/nowhere")
+    assert probe.inside([os.getpid()]) == {} and "127.0.0.1" in probe.error
+    probe.close()
+    probe = SectionProbe(database_url())
+    try:
+        assert probe.inside([os.getpid()]) == {} and probe.error is None
+    finally:
+        probe.close()

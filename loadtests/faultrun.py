@@ -191,10 +191,11 @@ class FaultRun:
         )
         problems = [problem] if problem else []
         detail = self.fault.description if self.fault else None
-        into_ms = self.fault.into_ms if isinstance(self.fault, PauseWorker) else None
-        if isinstance(self.fault, PauseWorker) and self.fault.pid is not None:
-            where = {True: "inside its section", False: "not inside its section", None: "unknown"}[self.fault.holder]
-            detail += f"; worker {self.fault.pid}, {where}"
+        paused = self.fault if isinstance(self.fault, PauseWorker) else None
+        into_ms = paused.into_ms if paused else None
+        if paused and paused.pid is not None:
+            where = {True: "inside its section", False: "not inside its section", None: "unknown"}[paused.holder]
+            detail += f"; worker {paused.pid}, {where}"
             if into_ms is not None:
                 detail += f", {into_ms:.0f} ms into it (lease {self.env['LOCK_TTL_MS']} ms)"
         if detail is not None and self.probe is not None and self.probe.error:

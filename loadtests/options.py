@@ -265,15 +265,14 @@ def layout_for_batches(
 def row_plan(plan: BurstPlan, size: int, batched: BatchLayout, queue: str = "local") -> BurstPlan:
     """The plan of a row at BATCH ``size`` on ``queue``: batched rows run on the ``batched`` layout,
     and no row's pool is larger than its threads."""
-    if size == 1:
-        return replace(plan, batch=size, queue=queue, pool_max_size=min(plan.threads, plan.pool_max_size))
+    layout = BatchLayout(plan.workers, plan.threads) if size == 1 else batched
     return replace(
         plan,
         batch=size,
         queue=queue,
-        workers=batched.workers,
-        threads=batched.threads,
-        pool_max_size=min(batched.threads, plan.pool_max_size),
+        workers=layout.workers,
+        threads=layout.threads,
+        pool_max_size=min(layout.threads, plan.pool_max_size),
     )
 
 

@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         said = f"--slices and --ops must be 1 or more, not {args.slices} and {args.ops}"
         print(f"lua_round_trip: {said}", file=sys.stderr)
         return 2
-    client = redis.Redis.from_url(args.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    try:
+        client = redis.Redis.from_url(args.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    except ValueError as exc:
+        print(f"lua_round_trip: --url {args.url!r}: {exc}", file=sys.stderr)
+        return 2
     try:
         set_only, set_incr = client.script_load(SET_ONLY), client.script_load(SET_INCR)
         client.script_load(ACQUIRE.text)

@@ -36,6 +36,7 @@ def test_prints_every_row_against_the_plain_set_and_leaves_no_key():
         (["--ops", "0"], 2, "--slices and --ops must be 1 or more, not 40 and 0"),
         (["--slices", "-1"], 2, "--slices and --ops must be 1 or more, not -1 and 200"),
         (["--url", "redis://127.0.0.1:1/0"], 1, "cannot use redis://127.0.0.1:1/0"),
+        (["--url", "notaurl"], 2, "--url 'notaurl': Redis URL must specify one of the following schemes"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, code, said):

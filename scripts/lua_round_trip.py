@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Callable
 
 import redis
 from hiredis import pack_command
@@ -52,21 +53,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lua_round_trip: --url {args.url!r}: {exc}", file=sys.stderr)
         return 2
     try:
-        set_only, set_incr = client.script_load(SET_ONLY), client.script_load(SET_INCR)
-        client.script_load(ACQUIRE.text)
+        rows = _rows(client)
     except redis.RedisError as exc:
         print(f"lua_round_trip: cannot use {args.url}: {exc}", file=sys.stderr)
         return 1
+    slices = _measure(client, rows, slices=args.slices, ops=args.ops)
+    floor = statistics.median(slices["SET NX PX"])
+    print(f"one command + DEL, median of {args.slices} slices of {args.ops} ({args.url})")
+    for row, values in slices.items():
+        median = statistics.median(values)
+        print(f"  {row:22} {median:7.1f} us   {floor / median:5.2f}x SET NX PX")
+    return 0
+
+
+def _rows(client: redis.Redis) -> dict[str, Callable[[str], list[bytes]]]:
+    """Each row's command for a token, packed; loads the scripts on the node first."""
+    set_only, set_incr = client.script_load(SET_ONLY), client.script_load(SET_INCR)
+    client.script_load(ACQUIRE.text)
     keys = acquire_keys(NAME)
-    conn = client.connection_pool.get_connection()
-
-    def ask(*packed: bytes) -> None:
-        conn.send_packed_command(list(packed), check_health=False)
-        for _ in packed:
-            conn.read_response()
-
-    delete = pack_command(("DEL", NAME))
-    rows = {
+    return {
         "SET NX PX": lambda token: [pack_command(("SET", NAME, token, "NX", "PX", TTL_MS))],
         "EVALSHA: SET": lambda token: [pack_command(("EVALSHA", set_only, 1, NAME, token, TTL_MS))],
         "EVALSHA: SET + INCR": lambda token: [pack_command(("EVALSHA", set_incr, 2, *keys[:2], token, TTL_MS))],
@@ -80,26 +85,33 @@ def main(argv: list[str] | None = None) -> int:
             pack_command(("EXEC",)),
         ],
     }
-    slices: dict[str, list[float]] = {row: [] for row in rows}
+
+
+def _measure(client: redis.Redis, rows: dict, *, slices: int, ops: int) -> dict[str, list[float]]:
+    """Microseconds per command + DEL, a value per slice for each row, the rows interleaved."""
+    conn = client.connection_pool.get_connection()
+
+    def ask(*packed: bytes) -> None:
+        conn.send_packed_command(list(packed), check_health=False)
+        for _ in packed:
+            conn.read_response()
+
+    delete = pack_command(("DEL", NAME))
+    measured: dict[str, list[float]] = {row: [] for row in rows}
     try:
-        for index in range(args.slices):
-            print(f"\r\033[Kslice {index + 1}/{args.slices}", end="", file=sys.stderr, flush=True)
+        for index in range(slices):
+            print(f"\r\033[Kslice {index + 1}/{slices}", end="", file=sys.stderr, flush=True)
             for row, command in rows.items():
                 started = time.perf_counter()
-                for op in range(args.ops):
+                for op in range(ops):
                     ask(*command(f"{index}-{op}"))
                     ask(delete)
-                slices[row].append((time.perf_counter() - started) / args.ops * 1e6)
+                measured[row].append((time.perf_counter() - started) / ops * 1e6)
     finally:
         print("\r\033[K", end="", file=sys.stderr)
         client.connection_pool.release(conn)
-        client.delete(*keys)
-    floor = statistics.median(slices["SET NX PX"])
-    print(f"one command + DEL, median of {args.slices} slices of {args.ops} ({args.url})")
-    for row, values in slices.items():
-        median = statistics.median(values)
-        print(f"  {row:22} {median:7.1f} us   {floor / median:5.2f}x SET NX PX")
-    return 0
+        client.delete(*acquire_keys(NAME))
+    return measured
 
 
 if __name__ == "__main__":

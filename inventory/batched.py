@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable
 import redis
 import redis.asyncio
 from asgiref.sync import async_to_sync
-from django.db import IntegrityError, OperationalError, connection
+from django.db import DatabaseError, IntegrityError, OperationalError, connection
 
 from .combining import (
     AsyncCombiner,
@@ -54,6 +54,7 @@ from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies.base import Strategy
 from .strategies.batch import Ask, BatchAttempt
 from .strategies.contract import Grant, Outcome
+from .strategies.prepared import is_stale
 from .strategies.section import lock_timed_out
 
 logger = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def run_batch(
     is over by then.
     """
     conflicts = retries = 0
-    recovered, savepoint_each = False, False
+    recovered, savepoint_each, stale_again = False, False, False
     joined: list[Ask] = []
     joining = _joining(take, len(asks), joined) if take is not None else None
     for attempt_number in range(strategy.max_attempts + 1):
@@ -248,6 +249,11 @@ def run_batch(
             if not lock_timed_out(exc):
                 raise
             break  # a row lock held elsewhere past ROW_LOCK_TIMEOUT_MS: rolled back, the batch is busy
+        except DatabaseError as exc:
+            if not is_stale(exc) or stale_again:
+                raise
+            stale_again = True  # rolled back, its statements dropped: run it once more, prepared anew
+            continue
         finally:
             timings.db_ms += _ms(started)
             if joining is not None:  # only the first attempt's read waited for the row lock
@@ -265,12 +271,13 @@ def run_batch(
         else:
             break
         retries += 1
-    return [
-        PurchaseResult(
-            Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=Timings()
-        )
-        for _ in asks
-    ]
+    return _busy(strategy, asks, grant=grant, conflicts=conflicts, retries=retries)
+
+
+def _busy(strategy: Strategy, asks: list[Ask], *, grant: Grant, conflicts: int, retries: int) -> list[PurchaseResult]:
+    """A busy answer for each of ``asks``: the batch wrote nothing."""
+    busy = partial(PurchaseResult, Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries)
+    return [busy(timings=Timings()) for _ in asks]
 
 
 def _joining(take: Callable[[], list[Ticket]], taken: int, joined: list[Ask]) -> Callable[[], list[Ask]]:

@@ -13,6 +13,7 @@ import re
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 from django.conf import settings
@@ -28,6 +29,7 @@ from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
+from .strategies.prepared import again_if_stale
 from .strategies.redis_stock import forget_sale
 from .strategies.section import Spans, decide, lock_timed_out, on_sale, timed_transactions
 from .strategies.statements import shelf_by_sku
@@ -252,8 +254,10 @@ def run_section(
     for attempt_number in range(strategy.max_attempts + 1):
         started = time.perf_counter()
         try:
-            attempt = strategy.attempt(
-                product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+            attempt = again_if_stale(
+                partial(
+                    strategy.attempt, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
+                )
             )
         except OperationalError as exc:
             if not lock_timed_out(exc):

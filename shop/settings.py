@@ -163,6 +163,10 @@ if DATABASE_POOL_MAX_SIZE:
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": _pool_timeout,
     }
+# The section's statements run as named prepared statements, planned once per connection
+# (inventory/strategies/prepared.py); DATABASE_PREPARED_STATEMENTS=0 sends their text as before,
+# planned on every run, to measure the difference.
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
 # Under ASGI the ORM (sync only in Django 5.2) runs on this many threads per worker process, the
 # twin of gunicorn's threads under WSGI (gunicorn.conf.py sets it to GUNICORN_THREADS): a thread
 # holds at most one connection at a time, so the pool and its fast 503 keep WSGI's meaning.

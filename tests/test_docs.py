@@ -191,10 +191,12 @@ def test_every_quoted_name_exists_in_the_code(page, code_names):
 def test_a_stale_name_is_caught_and_a_live_one_is_not(code_names):
     live = "`BurstPlan`, `Conductor.shares`, `manage.py flashsale --batch 1,64`, `make check`, `INVENTORY_BATCH`"
     assert stale_names(live, **code_names) == []
-    stale = "`NoSuchPlan`, `Conductor.plans`, `manage.py nosuchcommand`, `make nosuchtarget`, `NO_SUCH_SETTING_MS`"
+    stale = (
+        "`NoSuchPlan`, `Conductor.no_such_share`, `manage.py nosuchcommand`, `make nosuchtarget`, `NO_SUCH_SETTING_MS`"
+    )
     assert stale_names(stale, **code_names) == [
         "NoSuchPlan",
-        "Conductor.plans",
+        "Conductor.no_such_share",
         "manage.py nosuchcommand",
         "make nosuchtarget",
         "NO_SUCH_SETTING_MS",

@@ -22,6 +22,7 @@ from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
 from inventory.strategies import get_strategy
 from inventory.strategies.contract import Outcome
+from inventory.strategies.prepared import expanded
 from inventory.strategies.section import section_transaction
 from tests.helpers import refusing_trigger
 
@@ -65,7 +66,7 @@ def messages_sent() -> Iterator[list[Message]]:
                     continue  # the rest of a statement whose text runs over several lines
                 side, kind, text = record["side"], record["kind"], record["text"].strip()
                 if (side, kind) == ("F", "Query"):
-                    sent.append(Message(text.strip('"'), [], ""))
+                    sent.append(Message(expanded(text.strip('"')), [], ""))  # statements, not EXECUTEs
                 elif (side, kind) == ("B", "CommandComplete") and sent:
                     sent[-1].tags.append(text.strip('"').split(" ")[0])
                 elif (side, kind) == ("B", "ReadyForQuery") and sent:
@@ -97,7 +98,8 @@ def test_a_purchase_holds_the_row_for_two_messages(name, use_strategy, make_prod
     else:
         assert messages[-1].tags[-1] == "COMMIT" and len(messages[-1].tags) == 2, messages[-1]  # the write's
     # A purchase served alone binds a parameter per value: no array or JSON document.
-    write = next(query["sql"] for query in captured.captured_queries if query["sql"].startswith("WITH "))
+    queries = [expanded(query["sql"]) for query in captured.captured_queries]
+    write = next(sql for sql in queries if sql.startswith("WITH "))
     assert "json_" not in write and "unnest" not in write and "ARRAY[" not in write, write
     assert connection.connection.info.transaction_status == TransactionStatus.IDLE
     # What the one write statement did, from the database.

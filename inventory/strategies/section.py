@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from ..models import Allocation, Order, Product
 from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shelf
+from .prepared import forget, is_stale
 from .statements import (
     SHELF_FIELDS,
     Statement,
@@ -124,6 +125,10 @@ def section_transaction(
                     cursor.execute(f"SET LOCAL lock_timeout = {int(strategy.row_lock_timeout_ms)}")
             yield
             body_done = time.perf_counter()
+    except Exception as exc:
+        if is_stale(exc) and not connection.in_atomic_block:
+            forget()  # rolled back by now: the next section prepares its statements anew
+        raise
     finally:
         if spans is not None:
             ended = time.perf_counter()

@@ -43,6 +43,7 @@ from django.db import connection
 
 from ..models import Allocation, Order, Product
 from .contract import Shelf
+from .prepared import execute
 
 #: SQL text and its parameters.
 Statement = tuple[str, list]
@@ -79,13 +80,12 @@ _CUSTOMERS_UNITS = f"""SELECT a.* FROM json_array_elements_text(%s::json) AS v(c
 SELECT customer, units FROM {ALLOCATION} WHERE product_id = %s AND customer = v.customer OFFSET 0) a"""
 
 
-def _with_keyed_orders(statement: Statement, product_id: int, pairs: set[tuple[str, str]]) -> Statement:
+def _with_keyed_orders(statement: Statement, product_id: int, pairs: set[tuple[str, str]]) -> list[Statement]:
     """``statement`` followed, in the same message, by the read of the orders already placed under
     ``pairs`` (customer, Idempotency-Key), when there are any."""
-    sql, params = statement
     if not pairs:
-        return sql, params
-    return f"{sql}; {_KEYED_ORDERS}", [*params, json.dumps(sorted(pairs)), product_id]
+        return [statement]
+    return [statement, (_KEYED_ORDERS, [json.dumps(sorted(pairs)), product_id])]
 
 
 def _keyed_orders_after(cursor, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], Order]:
@@ -99,7 +99,7 @@ def _keyed_orders_after(cursor, pairs: set[tuple[str, str]]) -> dict[tuple[str, 
 
 def _one_row(sql: str, params: Sequence) -> tuple | None:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        execute(cursor, (sql, list(params)))
         return cursor.fetchone()
 
 
@@ -133,13 +133,9 @@ def first_read(
         params = [*([product_id, customer, key] if key else []), product_id, customer]
     elif customer is not None:
         after = side_read(product_id, customer=customer, key=key)
-    sql, params = _row_read(
-        product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=columns, params=params
-    )
-    if after is not None:
-        sql, params = f"{sql}; {after[0]}", [*params, *after[1]]
+    row = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=columns, params=params)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        execute(cursor, row, *([after] if after is not None else []))
         shelf, rest = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
         if after is not None:
             cursor.nextset()
@@ -156,12 +152,9 @@ def batch_read(
     """A batch's reads in one message: the row (its first statement), then the ``customers``' units
     and the orders already placed under the ``pairs`` (customer, Idempotency-Key), each a statement
     of its own, run once the row is read (and, ``for_update``, locked)."""
-    row_sql, row_params = _row_read(
-        product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[]
-    )
-    sides_sql, sides_params = _side_reads(product_id, customers, pairs)
+    row = _row_read(product_id, lock_timeout_ms=lock_timeout_ms, for_update=for_update, columns=[], params=[])
     with connection.cursor() as cursor:
-        cursor.execute(f"{row_sql}; {sides_sql}", [*row_params, *sides_params])
+        execute(cursor, row, *_side_reads(product_id, customers, pairs))
         shelf, _ = _read_row(cursor, product_id, lock_timeout_ms=lock_timeout_ms)
         cursor.nextset()
         held, orders = _side_results(cursor, pairs)
@@ -174,11 +167,11 @@ def batch_side_read(
     """:func:`batch_read`'s side reads alone, one message: the units of purchases that joined the
     batch after its row read (the read waited for the row lock, and more queued meanwhile)."""
     with connection.cursor() as cursor:
-        cursor.execute(*_side_reads(product_id, customers, pairs))
+        execute(cursor, *_side_reads(product_id, customers, pairs))
         return _side_results(cursor, pairs)
 
 
-def _side_reads(product_id: int, customers: set[str], pairs: set[tuple[str, str]]) -> Statement:
+def _side_reads(product_id: int, customers: set[str], pairs: set[tuple[str, str]]) -> list[Statement]:
     """The ``customers``' units, then the orders under the ``pairs``' keys: a batch's side reads."""
     return _with_keyed_orders((_CUSTOMERS_UNITS, [json.dumps(sorted(customers)), product_id]), product_id, pairs)
 
@@ -201,7 +194,7 @@ def sale_read(product_id: int, pairs: set[tuple[str, str]]) -> tuple[Product, di
     (py-spy --gil)."""
     read = (f"SELECT {', '.join(_SALE_FIELDS)} FROM {PRODUCT} WHERE id = %s", [product_id])
     with connection.cursor() as cursor:
-        cursor.execute(*_with_keyed_orders(read, product_id, pairs))
+        execute(cursor, *_with_keyed_orders(read, product_id, pairs))
         row = cursor.fetchone()
         orders = _keyed_orders_after(cursor, pairs)
     if row is None:
@@ -262,7 +255,7 @@ def take_update(product_id: int, quantity: int, *, now: datetime) -> Statement:
 def run_update(statement: Statement) -> bool:
     """Run a one-row UPDATE; True when it changed the row."""
     with connection.cursor() as cursor:
-        cursor.execute(*statement)
+        execute(cursor, statement)
         return cursor.rowcount == 1
 
 
@@ -324,12 +317,6 @@ def orders_insert(orders: list[Order]) -> Statement:
     return _ORDERS_FROM_TAKEN, [*shared, json.dumps(values)]
 
 
-def _ids(sql: str, params: list) -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
-
-
 def sell(
     update: Statement, *, units: dict[str, int], cap: int, orders: list[Order], commit: bool = False
 ) -> list[int] | None:
@@ -344,8 +331,10 @@ def sell(
     sql = (
         f"WITH taken AS ({update_sql} RETURNING id), units AS ({units_sql}), placed AS ({orders_sql})"
         " SELECT id FROM placed ORDER BY id"
-    ) + ("; COMMIT" if commit else "")
-    ids = _ids(sql, [*update_params, *unit_params, *order_params])
+    )
+    with connection.cursor() as cursor:
+        execute(cursor, (sql, [*update_params, *unit_params, *order_params]), then="COMMIT" if commit else "")
+        ids = [row[0] for row in cursor.fetchall()]
     return ids or None
 
 
@@ -368,6 +357,6 @@ def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
     take_sql, take_params = take
     unit_params = [order.product_id, order.customer, order.quantity, order.product_id]
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)])
+        execute(cursor, (_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)]))
         added, order_id = cursor.fetchone()
     return added == 1, order_id

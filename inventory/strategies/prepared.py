@@ -6,9 +6,9 @@ COMMIT, :mod:`.statements`). That protocol parses, analyses and plans every stat
 it runs. For a purchase's two messages that was most of the PostgreSQL backend's CPU, spent while
 the row's lock (or the guard) was held: ``scripts/section_bench.py redis`` measured 1.05 ms of
 backend CPU a section with the texts, and the same two messages as ``EXECUTE``s of prepared
-statements about half of it (docs/batching.md, "Prepared statements").
+statements about half of it (docs/batching.md, "A short hold").
 
-:func:`prepared` turns one statement (text with ``%s`` placeholders, and its parameters) into
+:func:`execute` sends statements (each a text with ``%s`` placeholders, and its parameters) as
 ``EXECUTE fs_<hash>(%s, ...)`` with the same parameters, still bound on the client and still one
 statement among others in a message, so nothing else about the messages changes. The first time a
 connection meets a text, the text is ``PREPARE``d on it (one round trip, on the psycopg connection
@@ -29,8 +29,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
-import weakref
 from typing import Callable, TypeVar
 
 import psycopg
@@ -48,20 +46,27 @@ Statement = tuple[str, list]
 #: Errors after which a connection's prepared statements are dropped and prepared again.
 STALE = (psycopg.errors.FeatureNotSupported, psycopg.errors.InvalidSqlStatementName)
 
-_names: dict[str, str] = {}  # statement text -> its prepared statement's name
-_texts: dict[str, str] = {}  # and back
-_prepared: weakref.WeakKeyDictionary[psycopg.Connection, set[str]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_names: dict[str, tuple[str, str]] = {}  # statement text -> (its name, its EXECUTE with placeholders)
+_texts: dict[str, str] = {}  # name -> statement text
+#: The attribute of a psycopg connection that holds the names prepared on it (a connection is
+#: used by one thread at a time, so no lock; it goes with the connection).
+_PREPARED_ON = "flashsale_prepared"
 
 
 def name_of(sql: str) -> str:
     """The prepared statement's name for ``sql``: the same text, the same name, in every process."""
-    name = _names.get(sql)
-    if name is None:
+    return _known(sql)[0]
+
+
+def _known(sql: str) -> tuple[str, str]:
+    known = _names.get(sql)
+    if known is None:
         name = "fs_" + hashlib.sha1(sql.encode()).hexdigest()[:20]
+        count = sql.count("%s")
+        known = (name, f"EXECUTE {name}({', '.join(['%s'] * count)})" if count else f"EXECUTE {name}")
         _texts[name] = sql
-        _names[sql] = name
-    return name
+        _names[sql] = known
+    return known
 
 
 _EXECUTE = re.compile(r"EXECUTE (fs_[0-9a-f]{20})")
@@ -82,47 +87,49 @@ def numbered(sql: str) -> str:
     return "".join(f"{piece}${n}" for n, piece in enumerate(pieces[:-1], 1)) + pieces[-1]
 
 
-def prepared(statement: Statement) -> Statement:
-    """``statement`` as the ``EXECUTE`` of its prepared statement, prepared on this thread's
-    connection first if it is not yet (a round trip, once per connection and text)."""
-    sql, params = statement
+def _prepared_on(raw: psycopg.Connection) -> set[str]:
+    done = getattr(raw, _PREPARED_ON, None)
+    if done is None:
+        done = set()
+        setattr(raw, _PREPARED_ON, done)
+    return done
+
+
+def _message(cursor, statements: tuple[Statement, ...]) -> Statement:
+    """``statements`` as one message: each the ``EXECUTE`` of its prepared statement on the cursor's
+    connection, ``PREPARE``d there first if it is not yet (a round trip, once per connection and
+    text), run in turn by the simple query protocol (each with its own snapshot, stopping at the
+    first error)."""
     if not settings.DATABASE_PREPARED_STATEMENTS:
-        return statement
-    name = name_of(sql)
-    connection.ensure_connection()
-    raw = connection.connection
-    with _lock:
-        done = _prepared.setdefault(raw, set())
-    if name not in done:
-        with connection.wrap_database_errors:
-            raw.execute(f"PREPARE {name} AS {numbered(sql)}")
-        done.add(name)
-    if not params:
-        return f"EXECUTE {name}", []
-    return f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params
-
-
-def message(*statements: Statement) -> Statement:
-    """``statements`` as one message: each the ``EXECUTE`` of its prepared statement, run in turn by
-    the simple query protocol (each with its own snapshot, stopping at the first error)."""
-    executes = [prepared(statement) for statement in statements]
-    return "; ".join(sql for sql, _ in executes), [param for _, params in executes for param in params]
+        return "; ".join(sql for sql, _ in statements), [param for _, params in statements for param in params]
+    raw = cursor.db.connection
+    done = _prepared_on(raw)
+    executes = []
+    for sql, _ in statements:
+        name, execute_sql = _known(sql)
+        if name not in done:
+            with cursor.db.wrap_database_errors:
+                raw.execute(f"PREPARE {name} AS {numbered(sql)}")
+            done.add(name)
+        executes.append(execute_sql)
+    return "; ".join(executes), [param for _, params in statements for param in params]
 
 
 def execute(cursor, *statements: Statement, then: str = "") -> None:
     """Send ``statements`` (and ``then``, a statement without parameters such as ``COMMIT``) as one
-    message on ``cursor``. Outside a transaction (a read before the section), a message that found
-    its prepared statements gone or out of date is sent once more, prepared anew; inside one the
-    error ends the transaction and the section runs again (:func:`again_if_stale`)."""
-    sql, params = message(*statements)
+    message on ``cursor`` (a Django cursor). Outside a transaction (a read before the section), a
+    message that found its prepared statements gone or out of date is sent once more, prepared
+    anew; inside one the error ends the transaction and the section runs again
+    (:func:`again_if_stale`)."""
+    sql, params = _message(cursor, statements)
     try:
         cursor.execute(f"{sql}; {then}" if then else sql, params)
     except DatabaseError as exc:
-        raw = connection.connection
+        raw = cursor.db.connection
         if not is_stale(exc) or raw is None or raw.info.transaction_status != TransactionStatus.IDLE:
             raise
         forget()
-        sql, params = message(*statements)
+        sql, params = _message(cursor, statements)
         cursor.execute(f"{sql}; {then}" if then else sql, params)
 
 
@@ -146,12 +153,11 @@ def is_stale(error: BaseException) -> bool:
 
 def forget() -> None:
     """Drop this thread's connection's prepared statements (``DEALLOCATE ALL``, outside any
-    transaction); the next :func:`prepared` prepares each again."""
+    transaction); the next :func:`execute` prepares each again."""
     raw = connection.connection
     if raw is None or raw.closed:
         return
-    with _lock:
-        _prepared.pop(raw, None)
+    setattr(raw, _PREPARED_ON, set())
     try:
         raw.execute("DEALLOCATE ALL")
     except psycopg.Error:
@@ -164,5 +170,4 @@ def forget() -> None:
 def prepared_here() -> set[str]:
     """The names prepared on this thread's connection, as this process knows them (for tests)."""
     raw = connection.connection
-    with _lock:
-        return set(_prepared.get(raw, ())) if raw is not None else set()
+    return set(getattr(raw, _PREPARED_ON, ())) if raw is not None else set()

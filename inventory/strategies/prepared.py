@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: SQL text and its parameters (as in :mod:`.statements`).
+#: SQL text and its parameters (the statements of :mod:`.statements`).
 Statement = tuple[str, list]
 
 #: Errors after which a connection's prepared statements are dropped and prepared again.
@@ -53,12 +53,9 @@ _texts: dict[str, str] = {}  # name -> statement text
 _PREPARED_ON = "flashsale_prepared"
 
 
-def name_of(sql: str) -> str:
-    """The prepared statement's name for ``sql``: the same text, the same name, in every process."""
-    return _known(sql)[0]
-
-
 def _known(sql: str) -> tuple[str, str]:
+    """(the prepared statement's name for ``sql``, its ``EXECUTE`` with placeholders): the same
+    text, the same name, in every process."""
     known = _names.get(sql)
     if known is None:
         name = "fs_" + hashlib.sha1(sql.encode()).hexdigest()[:20]

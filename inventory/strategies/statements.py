@@ -43,10 +43,7 @@ from django.db import connection
 
 from ..models import Allocation, Order, Product
 from .contract import Shelf
-from .prepared import execute
-
-#: SQL text and its parameters.
-Statement = tuple[str, list]
+from .prepared import Statement, execute
 
 PRODUCT = Product._meta.db_table
 ORDER = Order._meta.db_table

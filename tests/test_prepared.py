@@ -5,6 +5,10 @@ the purchase, when they are gone or a migration changed a column they return."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -104,3 +108,27 @@ def test_without_prepared_statements_the_text_is_sent(use_strategy, make_product
         assert purchase(sku="phone-x", customer="me", quantity=1).confirmed
     assert sent and not [message for message in sent if "EXECUTE fs_" in message.sql or "PREPARE" in message.sql]
     assert any(message.sql.startswith("BEGIN; SELECT set_config") for message in sent)
+
+
+@pytest.mark.parametrize("value, expected", [("0", "False"), ("1", "True"), ("", "True")])
+def test_the_setting_reads_the_environment(value, expected):
+    """Read in a fresh process, as gunicorn reads the settings; unset or empty keeps the default."""
+    assert settings_in_a_fresh_process(value).stdout.split() == [expected]
+
+
+def test_a_bad_setting_stops_the_process_and_says_what_to_write():
+    done = settings_in_a_fresh_process("maybe")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].endswith("DATABASE_PREPARED_STATEMENTS='maybe': use 1 or 0")
+
+
+def settings_in_a_fresh_process(value: str) -> subprocess.CompletedProcess:
+    show = "from django.conf import settings as s; print(s.DATABASE_PREPARED_STATEMENTS)"
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {show}"],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "shop.settings", "DATABASE_PREPARED_STATEMENTS": value},
+        capture_output=True,
+        text=True,
+        check=False,
+    )

@@ -97,8 +97,9 @@ def _message(cursor, statements: tuple[Statement, ...]) -> Statement:
     connection, ``PREPARE``d there first if it is not yet (a round trip, once per connection and
     text), run in turn by the simple query protocol (each with its own snapshot, stopping at the
     first error)."""
+    params = [param for _, each in statements for param in each]
     if not settings.DATABASE_PREPARED_STATEMENTS:
-        return "; ".join(sql for sql, _ in statements), [param for _, params in statements for param in params]
+        return "; ".join(sql for sql, _ in statements), params
     raw = cursor.db.connection
     done = _prepared_on(raw)
     executes = []
@@ -109,7 +110,7 @@ def _message(cursor, statements: tuple[Statement, ...]) -> Statement:
                 raw.execute(f"PREPARE {name} AS {numbered(sql)}")
             done.add(name)
         executes.append(execute_sql)
-    return "; ".join(executes), [param for _, params in statements for param in params]
+    return "; ".join(executes), params
 
 
 def execute(cursor, *statements: Statement, then: str = "") -> None:

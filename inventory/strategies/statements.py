@@ -43,7 +43,10 @@ from django.db import connection
 
 from ..models import Allocation, Order, Product
 from .contract import Shelf
-from .prepared import Statement, execute
+from .prepared import execute
+
+#: SQL text and its parameters.
+Statement = tuple[str, list]
 
 PRODUCT = Product._meta.db_table
 ORDER = Order._meta.db_table

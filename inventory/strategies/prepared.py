@@ -29,19 +29,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 from psycopg.pq import TransactionStatus
 
-if TYPE_CHECKING:
-    from .statements import Statement  # imports this module: for annotations only
-
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: SQL text with ``%s`` placeholders and its parameters: ``statements.Statement``, named again here
+#: because statements.py imports this module (the import contract allows no cycle).
+Statement = tuple[str, list]
 
 #: Errors after which a connection's prepared statements are dropped and prepared again.
 STALE = (psycopg.errors.FeatureNotSupported, psycopg.errors.InvalidSqlStatementName)

@@ -225,6 +225,9 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
     # One per row, and in the batching section where the time went and what a request cost in CPU.
     assert said in html and html.count("chart-stacked") == 4
     assert "db ×8: " in html and "ms of CPU a purchase" in html
+    # Issue 28's targets whose rows ran, read off them: no floor round here, so none against the floor.
+    assert "against issue 28's targets" in printed and "  db batched ≥ 3× its own BATCH 1: " in printed
+    assert "  db batch p50 ≥ 5: " in printed and "the floor:" not in printed
 
 
 @pytest.mark.django_db(transaction=True)

@@ -44,6 +44,7 @@ from loadtests.table import (
     steps_line,
     table_row,
 )
+from loadtests.targets import verdict_lines
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
@@ -88,6 +89,9 @@ class Command(BaseCommand):
         medians = runs if repeat == 1 else self.medians(runs, keys, rows.vias)
         for run in [*runs, *medians]:
             with_hot_row_ratio(run, self.hot_rows)
+        if not fault:
+            for line in verdict_lines(medians):
+                self.stdout.write(line)
         document = self.document(medians, started_at)
         if probe:
             document["machine"]["steadiness"] = probe

@@ -1,0 +1,119 @@
+"""Issue 28's done-when, read off a burst's rows: each target, its figure, met or not.
+
+The issue sets its targets on ``flashsale --scenario deep --batch 1,64 --repeat 3``'s medians: a
+purchase alone (BATCH 1) and batched against the floor, a batched row against its own BATCH 1
+row, the batch size a section gathered. :func:`verdicts` reads them off the rows the command
+printed (the medians, or the runs when there was one), so a run says itself which targets it met
+instead of a reader working them out from the table. A target whose rows did not run is left
+out. Each ratio is a figure of the machine it ran on (docs/batching.md, Figures): read it from a
+quiet machine.
+
+Next to a BATCH 1 row's ratio stands the most its CPU allows: the floor round's CPU a request
+(pods, PostgreSQL, Redis, lock service, Locust) over the row's CPU a purchase. A row alone cannot
+sell faster than that share of the floor's rate without making its purchases cheaper, however
+fast its guard hands over; a row below it leaves cores idle between holders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadtests.plan import FLOOR
+
+
+@dataclass(frozen=True)
+class Target:
+    strategy: str
+    what: str  # "alone", "batched" (× floor), "own" (× its BATCH 1 rate), "batch_p50"
+    minimum: float
+
+
+TARGETS = [
+    Target("db", "alone", 0.25),
+    Target("redis", "alone", 0.25),
+    *(Target(name, "batched", 0.5) for name in ("db", "redis", "redlock")),
+    *(Target(name, "own", 3.0) for name in ("db", "redis", "redlock")),
+    *(Target(name, "batch_p50", 5) for name in ("db", "redis", "redlock")),
+    Target("atomic", "batched", 0.7),
+    Target("redis-stock", "batched", 0.7),
+]
+
+_LABELS = {
+    "alone": "{name} at BATCH 1 ≥ {minimum:g}× the floor",
+    "batched": "{name} batched ≥ {minimum:g}× the floor",
+    "own": "{name} batched ≥ {minimum:g}× its own BATCH 1",
+    "batch_p50": "{name} batch p50 ≥ {minimum:g}",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: Target
+    value: float
+    note: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.target.minimum
+
+    def line(self) -> str:
+        label = _LABELS[self.target.what].format(name=self.target.strategy, minimum=self.target.minimum)
+        shown = f"{self.value:.2f}×" if self.target.what != "batch_p50" else f"{self.value:g}"
+        return f"  {label}: {shown}  {'met' if self.met else 'NOT met'}{self.note}"
+
+
+def cpu_bound(row: dict) -> float | None:
+    """The floor round's CPU a request over this row's CPU a purchase: the most × floor the row
+    reaches at its CPU cost (None when either was not measured)."""
+    own = (row.get("cpu_ms") or {}).get("total")
+    floor = ((row.get("floor") or {}).get("cpu_ms") or {}).get("total")
+    return round(floor / own, 2) if own and floor else None
+
+
+def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
+    """Each strategy's BATCH 1 row and its largest batched row, on the first way the rows ran
+    (balancer and server) and on the in-process queue, as the issue measured them."""
+    first = next(((row["balancer"], row.get("server", "wsgi")) for row in rows), None)
+    found: dict[tuple[str, bool], dict] = {}
+    for row in rows:
+        if row["row"] == FLOOR or (row["balancer"], row.get("server", "wsgi")) != first:
+            continue
+        if (row.get("queue") or "local") != "local":
+            continue
+        batched = (row.get("batch") or 1) > 1
+        key = (row["row"], batched)
+        if not batched or key not in found or row["batch"] > found[key]["batch"]:
+            found[key] = row
+    return found
+
+
+def verdicts(rows: list[dict]) -> list[Verdict]:
+    """Every target whose rows ran, in :data:`TARGETS`'s order."""
+    found = _rows(rows)
+    out = []
+    for target in TARGETS:
+        alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
+        if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
+            bound = cpu_bound(alone)
+            note = f"  (its CPU a purchase allows {bound:.2f}×)" if bound is not None else ""
+            out.append(Verdict(target, alone["floor_ratio"], note))
+        elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
+            out.append(Verdict(target, batched["floor_ratio"]))
+        elif target.what == "own" and alone and batched and alone["rps"]:
+            out.append(Verdict(target, round(batched["rps"] / alone["rps"], 2)))
+        elif target.what == "batch_p50" and batched and batched.get("batch_p50") is not None:
+            out.append(Verdict(target, batched["batch_p50"]))
+    return out
+
+
+def verdict_lines(rows: list[dict]) -> list[str]:
+    """The verdicts as the command prints them, with a count; nothing when no target's rows ran."""
+    found = verdicts(rows)
+    if not found:
+        return []
+    met = sum(verdict.met for verdict in found)
+    return [
+        "against issue 28's targets (a figure of this machine: read it from a quiet one):",
+        *(verdict.line() for verdict in found),
+        f"  {met} of {len(found)} met",
+    ]

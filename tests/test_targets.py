@@ -1,0 +1,70 @@
+"""Issue 28's targets read off a burst's rows (loadtests/targets.py): the figure, met or not."""
+
+from __future__ import annotations
+
+from loadtests.targets import TARGETS, cpu_bound, verdict_lines, verdicts
+
+
+def row(name: str, batch: int, rps: float, ratio: float | None, **extra) -> dict:
+    return {
+        "row": name,
+        "batch": batch,
+        "rps": rps,
+        "floor_ratio": ratio,
+        "batch_p50": float(batch if batch == 1 else 20),
+        "balancer": "none",
+        "server": "wsgi",
+        **extra,
+    }
+
+
+FLOOR = {"row": "floor", "batch": 1, "rps": 2000.0, "floor_ratio": None, "balancer": "none", "server": "wsgi"}
+
+
+def test_every_target_is_read_when_every_row_ran():
+    rows = [FLOOR]
+    for name in ("db", "redis", "redlock", "atomic", "redis-stock"):
+        rows += [row(name, 1, 500.0, 0.25), row(name, 64, 1500.0, 0.75)]
+    found = verdicts(rows)
+    assert [verdict.target for verdict in found] == TARGETS
+    assert all(verdict.met for verdict in found)  # each exactly at its minimum counts as met
+    assert verdict_lines(rows)[-1] == f"  {len(TARGETS)} of {len(TARGETS)} met"
+
+
+def test_a_figure_below_its_target_is_not_met_and_says_so():
+    rows = [FLOOR, row("redis", 1, 360.0, 0.18), row("redis", 64, 900.0, 0.45, batch_p50=4.0)]
+    lines = verdict_lines(rows)
+    assert lines[0].startswith("against issue 28's targets")
+    assert "  redis at BATCH 1 ≥ 0.25× the floor: 0.18×  NOT met" in lines
+    assert "  redis batched ≥ 0.5× the floor: 0.45×  NOT met" in lines
+    assert "  redis batched ≥ 3× its own BATCH 1: 2.50×  NOT met" in lines
+    assert "  redis batch p50 ≥ 5: 4  NOT met" in lines
+    assert lines[-1] == "  0 of 4 met"
+
+
+def test_targets_whose_rows_did_not_run_are_left_out():
+    assert verdict_lines([FLOOR, row("optimistic", 1, 100.0, 0.1), row("etcd", 64, 500.0, 0.3)]) == []
+    # A batched row alone: no BATCH 1 row to compare with, nor a target for it alone.
+    found = verdicts([FLOOR, row("db", 64, 900.0, 0.6)])
+    assert [(v.target.what, v.value) for v in found] == [("batched", 0.6), ("batch_p50", 20.0)]
+
+
+def test_the_largest_batch_on_the_first_way_and_the_local_queue_is_the_one_read():
+    rows = [
+        FLOOR,
+        row("db", 1, 300.0, 0.2),
+        row("db", 8, 600.0, 0.4),
+        row("db", 64, 900.0, 0.6),
+        row("db", 64, 1200.0, 0.9, queue="shared"),
+        row("db", 64, 1500.0, 0.95, balancer="haproxy"),
+    ]
+    batched = {v.target.what: v.value for v in verdicts(rows)}
+    assert batched == {"alone": 0.2, "batched": 0.6, "own": 3.0, "batch_p50": 20.0}
+
+
+def test_a_row_alone_is_shown_beside_the_share_its_cpu_allows():
+    alone = row("db", 1, 400.0, 0.2, cpu_ms={"total": 4.0}, floor={"cpu_ms": {"total": 1.2}})
+    assert cpu_bound(alone) == 0.3
+    assert cpu_bound(row("db", 1, 400.0, 0.2)) is None  # not measured: no bound claimed
+    lines = verdict_lines([FLOOR, alone])
+    assert "  db at BATCH 1 ≥ 0.25× the floor: 0.20×  NOT met  (its CPU a purchase allows 0.30×)" in lines

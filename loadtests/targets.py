@@ -70,13 +70,18 @@ def cpu_bound(row: dict) -> float | None:
     return round(floor / own, 2) if own and floor else None
 
 
+def _via(row: dict) -> tuple[str, str]:
+    """How a row ran: (balancer, server); an older document's rows ran straight to one WSGI pod."""
+    return row.get("balancer") or "none", row.get("server") or "wsgi"
+
+
 def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
     """Each strategy's BATCH 1 row and its largest batched row, on the first way the rows ran
     (balancer and server) and on the in-process queue, as the issue measured them."""
-    first = next(((row["balancer"], row.get("server", "wsgi")) for row in rows), None)
+    first = next((_via(row) for row in rows), None)
     found: dict[tuple[str, bool], dict] = {}
     for row in rows:
-        if row["row"] == FLOOR or (row["balancer"], row.get("server", "wsgi")) != first:
+        if row["row"] == FLOOR or _via(row) != first:
             continue
         if (row.get("queue") or "local") != "local":
             continue

@@ -174,3 +174,15 @@ def test_what_a_request_cost_in_cpu_is_a_sentence_and_two_bars_a_row():
     chart = html[start : html.index("</figure>", start)]
     assert chart.count('class="tick row-label"') == 2  # the row and its floor round; alone measured none
     assert 'id="cpu-cost"' not in render_report({"runs": [floor, alone, {**batched, "cpu_ms": None}]})
+
+
+def test_the_section_lists_issue_28s_targets_its_rows_ran():
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    alone = {**row("redis", batch=1, rps=100.0, sections=3000, drain_s=30.0), "floor_ratio": 0.1}
+    batched = {**row("redis", batch=64, rps=620.0, sections=73, drain_s=4.8), "floor_ratio": 0.62}
+    html = render_report({"runs": [floor, alone, batched]})
+    assert 'id="targets"' in html and "3 of 4 met" in html
+    assert "redis at BATCH 1 ≥ 0.25× the floor: 0.10×  NOT met" in html
+    assert "redis batched ≥ 3× its own BATCH 1: 6.20×  met" in html
+    # Without a batched row the batching section, and with it the targets, are not shown.
+    assert 'id="targets"' not in render_report({"runs": [floor, alone]})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.utils.html import escape as esc
 
 from .. import cpu
+from ..targets import verdicts
 from . import svg
 from .base import breakdown_of, count, figure, ms, ratio, timing
 from .charts import breakdown_chart
@@ -85,7 +86,24 @@ def batching_section(shown: list[View]) -> str:
         f'<div class="table-scroll"><table class="comparison"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
         f"{where_time_went([view for pair in found for view in pair])}"
-        f"{what_a_request_cost([view for pair in found for view in pair])}</section>"
+        f"{what_a_request_cost([view for pair in found for view in pair])}"
+        f"{targets_list([view.run for view in shown])}</section>"
+    )
+
+
+def targets_list(runs: list[dict]) -> str:
+    """Issue 28's targets whose rows ran, each with its figure, met or not (:mod:`loadtests.targets`,
+    as ``flashsale`` prints them); nothing when none of their rows ran."""
+    found = verdicts(runs)
+    if not found:
+        return ""
+    items = "".join(f"<li>{esc(verdict.line().strip())}</li>" for verdict in found)
+    met = sum(verdict.met for verdict in found)
+    return (
+        '<h3 id="targets">Against issue 28\'s targets</h3>'
+        f"<p>{met} of {len(found)} met, read off this run's rows. A ratio to the floor belongs to the "
+        "machine it was measured on: read it from a quiet one.</p>"
+        f'<ul class="sentences">{items}</ul>'
     )
 
 

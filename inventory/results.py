@@ -34,6 +34,7 @@ class Timings:
     batch: int | None = None  # purchases served by the section that served this one
     commit_ms: float | None = None  # the section's COMMITs themselves, inside the hold (None: none ran)
     sql_statements: int | None = None  # SQL statements the section's transactions sent (None: none ran)
+    sql_ms: float | None = None  # their round trips, send to reply, inside the hold (None: none ran)
 
     @property
     def outside_ms(self) -> float | None:
@@ -47,7 +48,7 @@ class Timings:
     def note_transactions(self, spans: Spans) -> None:
         """The section's commits and statements (each purchase of a batch gets its section's)."""
         if spans.ms:
-            self.commit_ms, self.sql_statements = spans.commit_ms, spans.statements
+            self.commit_ms, self.sql_statements, self.sql_ms = spans.commit_ms, spans.statements, spans.sql_ms
 
 
 @dataclass(frozen=True)

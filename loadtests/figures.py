@@ -27,6 +27,7 @@ TIMING_KEYS = {
     "lock": "lock_wait_ms",
     "hold": "lock_hold_ms",
     "commit": "commit_ms",  # inside the hold
+    "rtt": "sql_ms",  # inside the hold: the section's SQL messages, send to reply
     "sql": "sql_statements",  # not a duration: statements the section's transactions sent
     "batch": "batch_size",  # not a duration: purchases in the section that served the answer
     "outside": "outside_ms",  # the total less queue, lock and hold: only answers whose section ran
@@ -34,8 +35,8 @@ TIMING_KEYS = {
     "total": "total_ms",
 }
 #: The parts of a purchase whose section ran, added up per answer (:func:`add_breakdown`): queue,
-#: lock, hold and outside follow one another and add up to total; commit lies inside the hold.
-BREAKDOWN = ("queue", "lock", "hold", "commit", "outside", "sql", "total")
+#: lock, hold and outside follow one another and add up to total; commit and rtt lie inside the hold.
+BREAKDOWN = ("queue", "lock", "hold", "commit", "rtt", "outside", "sql", "total")
 
 #: Counters that merge by addition: a worker's totals and the counts from the response bodies.
 COUNTS = (*TOTALS, *BODY_COUNTS)

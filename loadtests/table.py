@@ -141,14 +141,16 @@ def sales_line(run: dict) -> str | None:
 
 def breakdown_line(run: dict) -> str | None:
     """Where the server time of the row's purchases went (means over those whose section ran):
-    ``  server ms: queue 1.2 + lock 3.4 + hold 5.6 (commit 0.3, 7 SQL) + outside 2.1 = 12.3 (mean of 300)``."""
+    ``  server ms: queue 1.2 + lock 3.4 + hold 5.6 (commit 0.3, 7 SQL in 2.5) + outside 2.1 = 12.3 (mean of
+    300)``: the hold's SQL messages took 2.5 ms of round trips (an older run's breakdown has no such figure)."""
     parts = run.get("breakdown")
     if not parts:
         return None
+    trips = f" in {parts['sql_ms']:.1f}" if parts.get("sql_ms") is not None else ""
     return (
         f"  server ms: queue {parts['queue_wait_ms']:.1f} + lock {parts['lock_wait_ms']:.1f} + hold "
-        f"{parts['lock_hold_ms']:.1f} (commit {parts['commit_ms']:.1f}, {parts['sql_statements']:g} SQL) + outside "
-        f"{parts['outside_ms']:.1f} = {parts['total_ms']:.1f} (mean of {parts['answers']})"
+        f"{parts['lock_hold_ms']:.1f} (commit {parts['commit_ms']:.1f}, {parts['sql_statements']:g} SQL{trips}) "
+        f"+ outside {parts['outside_ms']:.1f} = {parts['total_ms']:.1f} (mean of {parts['answers']})"
     )
 
 

@@ -61,8 +61,9 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
 def server_timing(result: PurchaseResult) -> str:
     """The ``Server-Timing`` header: where the server spent this purchase (browsers show it).
 
-    queue, lock, hold and outside follow one another and add up to total; commit lies inside the
-    hold; sql and batch are counts, not durations. A part that did not happen is left out.
+    queue, lock, hold and outside follow one another and add up to total; commit and rtt (the SQL
+    messages' round trips, the commit's among them when it rode the write) lie inside the hold; sql
+    and batch are counts, not durations. A part that did not happen is left out.
     """
     t = result.timings
     # The hold: the lock's grant to release, or (no lock taken) the section's transaction, BEGIN to COMMIT.
@@ -72,6 +73,7 @@ def server_timing(result: PurchaseResult) -> str:
         ("lock", t.lock_wait_ms, "lock wait"),
         ("hold", t.lock_hold_ms, held),
         ("commit", t.commit_ms, "COMMIT (inside the hold)"),
+        ("rtt", t.sql_ms, "SQL round trips (inside the hold)"),
         ("sql", t.sql_statements, "SQL statements in the section"),
         ("batch", t.batch, "purchases in its section"),  # the BATCH option: how many the section served
         ("outside", t.outside_ms, "outside the section"),

@@ -211,6 +211,7 @@ def test_batch_runs_every_strategy_alone_and_sharing_sections(tmp_path):
         beside = parts["queue_wait_ms"] + parts["lock_hold_ms"] + parts["outside_ms"]
         assert beside == pytest.approx(parts["total_ms"], abs=0.05)
         assert 0 < parts["commit_ms"] < parts["lock_hold_ms"] and parts["sql_statements"] >= 2
+        assert 0 < parts["sql_ms"] < parts["lock_hold_ms"]  # the statements' round trips, inside the hold
         for key in ("commit_ms", "outside_ms", "sql_statements"):
             assert 0 < run["server_timing"][key]["p50"] <= run["server_timing"][key]["p99"]
     assert printed.count("(mean of 200)") == 2  # each row's breakdown line under it

@@ -94,9 +94,11 @@ def test_the_breakdown_is_the_mean_of_the_answers_whose_section_ran():
     the merged means over every worker's answers add up: queue + lock + hold + outside = total."""
     sections = [
         parse_server_timing(
-            "queue;dur=4, lock;dur=2, hold;dur=6, commit;dur=1, sql;dur=7, outside;dur=3, total;dur=15"
+            "queue;dur=4, lock;dur=2, hold;dur=6, commit;dur=1, rtt;dur=3, sql;dur=7, outside;dur=3, total;dur=15"
         ),
-        parse_server_timing("lock;dur=1, hold;dur=5, commit;dur=0.5, sql;dur=6, outside;dur=2, db;dur=3, total;dur=8"),
+        parse_server_timing(
+            "lock;dur=1, hold;dur=5, commit;dur=0.5, rtt;dur=2, sql;dur=6, outside;dur=2, db;dur=3, total;dur=8"
+        ),
     ]
     first, second = Counter(), Counter()
     add_breakdown(first, sections[0])
@@ -110,6 +112,7 @@ def test_the_breakdown_is_the_mean_of_the_answers_whose_section_ran():
         "lock_wait_ms": 1.5,
         "lock_hold_ms": 5.5,
         "commit_ms": 0.75,
+        "sql_ms": 2.5,
         "outside_ms": 2.5,
         "sql_statements": 6.5,
         "total_ms": 11.5,

@@ -1,6 +1,6 @@
 """Purchase answers carry ``Server-Timing`` (the lock wait only for strategies that take a lock; the
 hold for every section: the lock's, or without one the section's transaction; the commit inside it,
-the SQL statements the section sent, the time outside it) and the section's counters."""
+the SQL statements the section sent and their round trips, the time outside it) and the section's counters."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from inventory.strategies.prepared import expanded
 from loadtests.figures import parse_server_timing
 
-SECTION = {"hold", "commit", "sql", "batch", "outside", "db", "total"}
+SECTION = {"hold", "commit", "rtt", "sql", "batch", "outside", "db", "total"}
 
 
 def buy(client, **headers):
@@ -89,6 +89,7 @@ def test_the_breakdown_adds_up_and_counts_the_sections_statements(
     assert sum(parts) == pytest.approx(timing["total"], abs=0.05)
     assert timing["outside"] > 0 and timing["hold"] > 0
     assert 0 < timing["commit"] < timing["hold"]
+    assert 0 < timing["rtt"] < timing["hold"]  # the section's SQL round trips, inside its hold
     sent = [expanded(query["sql"]) for query in queries.captured_queries]
     # Django's record names the transaction's BEGIN too, and a COMMIT sent alone (not one that rode
     # the write's message); after it nothing but Redis.

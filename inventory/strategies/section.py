@@ -63,11 +63,17 @@ class Spans:
     # statements: the BEGIN riding the first, a FOR UPDATE read's side reads, the COMMIT riding with
     # the write); a BEGIN or COMMIT sent alone is not counted.
     statements: int = 0
+    # Those messages' round trips, each from its send to its reply read (inside the hold).
+    sql_ms: float = 0.0
 
     def count(self, execute, sql, params, many, context):
-        """A ``connection.execute_wrapper``: one more statement."""
+        """A ``connection.execute_wrapper``: one more statement, and its round trip's milliseconds."""
         self.statements += 1
-        return execute(sql, params, many, context)
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.sql_ms += (time.perf_counter() - started) * 1000
 
 
 #: Where :func:`section_transaction` notes its transactions (:class:`Spans`) while a runner collects

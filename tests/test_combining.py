@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from inventory.combining import AsyncCombiner, Combiner
+from inventory.combining import AsyncCombiner, Combiner, Ticket
 from tests.helpers import run_threads
 
 
@@ -189,3 +189,26 @@ def test_tasks_behind_a_stalled_leader_on_the_loop_are_answered_busy_within_thei
     assert leader == "served" and after == "served"
     assert taken_by_leader == ["leader", "after"], "a leader took a waiter that had already been answered busy"
     assert combiner.idle
+
+
+def test_a_tickets_event_is_set_once_cleared_and_wakes_its_waiting_thread():
+    """The blocking twin's ticket event (one lock, not threading.Event's Condition): a wait after a
+    set returns at once, a second set changes nothing, a clear makes the next wait time out, and a
+    set from another thread wakes a thread already waiting."""
+    event = Ticket("item").event
+    assert not event.is_set() and event.wait(0.01) is False
+    event.set()
+    event.set()  # the leader may answer a ticket it also promoted: still one set
+    assert event.is_set() and event.wait(0) is True and event.wait(None) is True
+    event.clear()
+    event.clear()
+    started = time.monotonic()
+    assert event.wait(0.05) is False and time.monotonic() - started >= 0.04
+    woke = []
+    waiter = threading.Thread(target=lambda: woke.append(event.wait(5.0)))
+    waiter.start()
+    time.sleep(0.02)
+    started = time.monotonic()
+    event.set()
+    waiter.join(5.0)
+    assert woke == [True] and time.monotonic() - started < 1.0

@@ -122,6 +122,9 @@ def test_where_the_time_went_is_computed_from_the_breakdown():
     assert alone.startswith("db: 12 ms per purchase") and "in its transaction 9.0 ms (75%" in alone
     assert "queued" not in alone and "waiting for the lock" not in alone  # a zero part is not said
     assert time_sentence(runs[0]) is None and time_sentence({**runs[1], "breakdown": None}) is None
+    # A run that timed its statements' round trips says how long they took, inside the hold.
+    timed_trips = {**runs[4], "breakdown": {**runs[4]["breakdown"], "sql_ms": 8.5}}
+    assert "its section sent 7 SQL statements in 8.5 ms of round trips, commit 0.4 ms" in time_sentence(timed_trips)
 
 
 def test_the_batching_section_draws_the_breakdown_and_says_it():

@@ -133,4 +133,6 @@ def breakdown_of(run: dict) -> dict | None:
         return None
     keys = (*BREAKDOWN_PARTS, "commit_ms", "sql_statements", "total_ms", "answers")
     parts = {key: max(figure(found, key) or 0.0, 0.0) for key in keys}
-    return {**parts, "locked": timing(run, "lock_wait_ms", "p50") is not None}
+    # The statements' round trips, where the run measured them (None in an older document's).
+    trips = figure(found, "sql_ms")
+    return {**parts, "sql_ms": trips, "locked": timing(run, "lock_wait_ms", "p50") is not None}

@@ -165,7 +165,8 @@ def time_sentence(run: dict, *, name: str | None = None) -> str | None:
         text = f"{words[key]} {ms(parts[key])} ms ({_share(parts[key], total)}"
         if key == "lock_hold_ms":
             statements = f"{parts['sql_statements']:.1f}".removesuffix(".0")
-            text += f"; its section sent {statements} SQL statements, commit {ms(parts['commit_ms'])} ms"
+            trips = f" in {ms(parts['sql_ms'])} ms of round trips" if parts["sql_ms"] is not None else ""
+            text += f"; its section sent {statements} SQL statements{trips}, commit {ms(parts['commit_ms'])} ms"
         said.append(text + ")")
     name = name or row_label(run)
     return (

@@ -37,7 +37,8 @@ What is guaranteed
 * Redlock (Redis distlock page): the command goes to all N nodes at once and the replies are
   read against one per-node timeout (default ttl/20, at most 50 ms), so a dead or frozen node
   costs at most that timeout. A grant needs a majority (N//2+1) and a positive validity
-  ``ttl - elapsed - (ttl*0.01 + 2 ms)``; ``valid_until`` is start + validity. On any failure
+  ``ttl - elapsed - (ttl*0.01 + 2 ms)``, which is what is left from now: ``valid_until`` is
+  start + ttl - (ttl*0.01 + 2 ms), every granting node having set its key after start. On any failure
   the token is released on every node, including those that said no. Contenders that split a
   vote retry after a random delay. If fewer than a majority answer, :class:`QuorumUnavailable`
   is raised rather than waiting out ``timeout_ms`` (waiting cannot make dead nodes answer), after

@@ -219,7 +219,10 @@ class Redlock(BaseLock):
             validity = validity_ms(self.ttl_ms, start, self._drift_ms)
             if confirmed >= self.quorum and validity > 0:
                 self._give_back(held)
-                return Attempt(Lease(self.name, token, fence, start + validity / 1000.0), 0, split=False)
+                # Valid for what is left of the validity from now, so until start + ttl - drift: every
+                # granting node set its key after start, and keeps it a TTL by its own clock.
+                valid_until = start + (self.ttl_ms - self._drift_ms) / 1000.0
+                return Attempt(Lease(self.name, token, fence, valid_until), 0, split=False)
         if held:
             # Wait on the first node that refused, over the connection that registered the waiter.
             index, conn = held.pop()
@@ -293,7 +296,7 @@ class Redlock(BaseLock):
                 NotOwned,
                 f"extend confirmed by {extended} of {len(self._nodes)} nodes within the validity, {self.quorum} needed",
             )
-        return Lease(self.name, lease.token, lease.fence, start + validity / 1000.0)
+        return Lease(self.name, lease.token, lease.fence, start + (ttl_ms - drift_ms(ttl_ms)) / 1000.0)
 
     def _advance_nodes(self, lease: Lease, past: int) -> int:
         replies = _io.eval_all(self._nodes, ADVANCE_FENCE, self._keys[:2], (lease.token, past), self.node_timeout_s)

@@ -25,6 +25,16 @@ SHOPPERS_PER_WORKER = 5000
 PREPARE_ALLOWANCE_S, PREPARE_PER_SHOPPER_S = 60.0, 0.02
 
 
+def queue_of(run: dict) -> str:
+    """Where a row's purchases queued: shared, or local (also a BATCH=1 row's, and an older document's)."""
+    return run.get("queue") or "local"
+
+
+def via_of(run: dict) -> tuple[str, str]:
+    """How a row ran: (balancer, server); an older document's rows ran on WSGI."""
+    return run["balancer"], run.get("server", "wsgi")
+
+
 class BurstError(RuntimeError):
     """The burst could not be run (a process did not start, a service is missing)."""
 

@@ -27,7 +27,7 @@ from loadtests.faultrun import NOT_OBSERVED
 from loadtests.figures import median_run, with_hot_row_ratio
 from loadtests.hotrow import CONNECTION_COUNTS, HotRowError, best_shape, spare_connections
 from loadtests.options import add_arguments, planned_rows, row_plan
-from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress
+from loadtests.plan import FLOOR, BurstError, BurstPlan, Progress, queue_of, via_of
 from loadtests.pods import collect_static, database_url, wait_for_lingering_masters
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import place_locust_reports, write_report
@@ -53,16 +53,6 @@ from processes.protocol import ProcessUnavailable
 SPARE_CONNECTIONS = 10
 #: Purchases per commit of the hot row's batched shape when no --batch size above 1 was given.
 HOT_ROW_BATCH = 64
-
-
-def queue_of(run: dict) -> str:
-    """Where a row's purchases queued: shared, or local (also a BATCH=1 row's, and an older document's)."""
-    return run.get("queue") or "local"
-
-
-def via_of(run: dict) -> tuple[str, str]:
-    """How a row ran: (balancer, server); an older document's rows ran on WSGI."""
-    return run["balancer"], run.get("server", "wsgi")
 
 
 class Command(BaseCommand):

@@ -31,8 +31,8 @@ def queue_of(run: dict) -> str:
 
 
 def via_of(run: dict) -> tuple[str, str]:
-    """How a row ran: (balancer, server); an older document's rows ran on WSGI."""
-    return run["balancer"], run.get("server", "wsgi")
+    """How a row ran: (balancer, server); an older document's rows ran straight to one WSGI pod."""
+    return run.get("balancer") or "none", run.get("server", "wsgi")
 
 
 class BurstError(RuntimeError):

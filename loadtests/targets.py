@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadtests.plan import FLOOR
+from loadtests.plan import FLOOR, queue_of, via_of
 
 
 @dataclass(frozen=True)
@@ -70,20 +70,13 @@ def cpu_bound(row: dict) -> float | None:
     return round(floor / own, 2) if own and floor else None
 
 
-def _via(row: dict) -> tuple[str, str]:
-    """How a row ran: (balancer, server); an older document's rows ran straight to one WSGI pod."""
-    return row.get("balancer") or "none", row.get("server") or "wsgi"
-
-
 def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
     """Each strategy's BATCH 1 row and its largest batched row, on the first way the rows ran
     (balancer and server) and on the in-process queue, as the issue measured them."""
-    first = next((_via(row) for row in rows), None)
+    first = next((via_of(row) for row in rows), None)
     found: dict[tuple[str, bool], dict] = {}
     for row in rows:
-        if row["row"] == FLOOR or _via(row) != first:
-            continue
-        if (row.get("queue") or "local") != "local":
+        if row["row"] == FLOOR or via_of(row) != first or queue_of(row) != "local":
             continue
         batched = (row.get("batch") or 1) > 1
         key = (row["row"], batched)

@@ -8,10 +8,13 @@ instead of a reader working them out from the table. A target whose rows did not
 out. Each ratio is a figure of the machine it ran on (docs/batching.md, Figures): read it from a
 quiet machine.
 
-Next to a BATCH 1 row's ratio stands the most its CPU allows: the floor round's CPU a request
-(pods, PostgreSQL, Redis, lock service, Locust) over the row's CPU a purchase. A row alone cannot
-sell faster than that share of the floor's rate without making its purchases cheaper, however
-fast its guard hands over; a row below it leaves cores idle between holders.
+Next to a ratio stands the most the row's CPU allows: the floor round's CPU a request (pods,
+PostgreSQL, Redis, lock service, Locust) over the row's CPU a purchase. A row cannot sell faster
+than that share of the floor's rate without making its purchases cheaper: a row alone below it
+leaves cores idle between holders (its guard's hand-over binds), a batched row at it is bound by
+the cores. Beside a batched row's multiple of its own BATCH 1 stands the same bound in its units
+(the batched row's bound times its floor round's rate, over the BATCH 1 row's rate). On two cores
+the floor round itself leaves some CPU idle, so a row can end a little above its bound.
 """
 
 from __future__ import annotations
@@ -65,9 +68,25 @@ class Verdict:
 def cpu_bound(row: dict) -> float | None:
     """The floor round's CPU a request over this row's CPU a purchase: the most × floor the row
     reaches at its CPU cost (None when either was not measured)."""
+    share = _cpu_share(row)
+    return round(share, 2) if share is not None else None
+
+
+def _cpu_share(row: dict) -> float | None:
     own = (row.get("cpu_ms") or {}).get("total")
     floor = ((row.get("floor") or {}).get("cpu_ms") or {}).get("total")
-    return round(floor / own, 2) if own and floor else None
+    return floor / own if own and floor else None
+
+
+def _allows(bound: float | None) -> str:
+    return f"  (its CPU a purchase allows {bound:.2f}×)" if bound is not None else ""
+
+
+def own_bound(alone: dict, batched: dict) -> float | None:
+    """The most × its own BATCH 1 rate the batched row's CPU allows (None when not measured)."""
+    bound = _cpu_share(batched)
+    floor_rps = (batched.get("floor") or {}).get("rps")
+    return round(bound * floor_rps / alone["rps"], 2) if bound and floor_rps and alone["rps"] else None
 
 
 def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
@@ -92,13 +111,11 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     for target in TARGETS:
         alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
         if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
-            bound = cpu_bound(alone)
-            note = f"  (its CPU a purchase allows {bound:.2f}×)" if bound is not None else ""
-            out.append(Verdict(target, alone["floor_ratio"], note))
+            out.append(Verdict(target, alone["floor_ratio"], _allows(cpu_bound(alone))))
         elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
-            out.append(Verdict(target, batched["floor_ratio"]))
+            out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched))))
         elif target.what == "own" and alone and batched and alone["rps"]:
-            out.append(Verdict(target, round(batched["rps"] / alone["rps"], 2)))
+            out.append(Verdict(target, round(batched["rps"] / alone["rps"], 2), _allows(own_bound(alone, batched))))
         elif target.what == "batch_p50" and batched and batched.get("batch_p50") is not None:
             out.append(Verdict(target, batched["batch_p50"]))
     return out

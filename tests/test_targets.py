@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.targets import TARGETS, cpu_bound, verdict_lines, verdicts
+from loadtests.targets import TARGETS, cpu_bound, own_bound, verdict_lines, verdicts
 
 
 def row(name: str, batch: int, rps: float, ratio: float | None, **extra) -> dict:
@@ -68,3 +68,15 @@ def test_a_row_alone_is_shown_beside_the_share_its_cpu_allows():
     assert cpu_bound(row("db", 1, 400.0, 0.2)) is None  # not measured: no bound claimed
     lines = verdict_lines([FLOOR, alone])
     assert "  db at BATCH 1 ≥ 0.25× the floor: 0.20×  NOT met  (its CPU a purchase allows 0.30×)" in lines
+
+
+def test_a_batched_row_and_its_multiple_are_shown_beside_what_its_cpu_allows():
+    # The batched row costs 1.6 ms a purchase against its floor round's 1.0 ms a request: at most
+    # 0.62× that round's 2,000/s, 1,250/s, which is 2.5× the BATCH 1 row's 500/s.
+    alone = row("db", 1, 500.0, 0.25)
+    batched = row("db", 64, 1200.0, 0.6, cpu_ms={"total": 1.6}, floor={"rps": 2000.0, "cpu_ms": {"total": 1.0}})
+    assert own_bound(alone, batched) == 2.5
+    assert own_bound(alone, row("db", 64, 1200.0, 0.6)) is None
+    lines = verdict_lines([FLOOR, alone, batched])
+    assert "  db batched ≥ 0.5× the floor: 0.60×  met  (its CPU a purchase allows 0.62×)" in lines
+    assert "  db batched ≥ 3× its own BATCH 1: 2.40×  NOT met  (its CPU a purchase allows 2.50×)" in lines

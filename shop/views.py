@@ -367,7 +367,8 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF refusals: JSON for the API, a page for the storefront; always 403."""
     if request.path.startswith("/api/"):
         return json_error(
-            403, f"CSRF check failed: {reason}. Load the product page first and send the X-CSRFToken header."
+            403,
+            f"CSRF check failed: {reason.rstrip('.')}. Load the product page first and send the X-CSRFToken header.",
         )
     return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
 

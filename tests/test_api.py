@@ -202,7 +202,10 @@ class TestCsrf:
         strict.get("/products/phone-x/")  # has the CSRF cookie, but sends no header
         before = snapshot()
         payload = assert_refused(post_json(strict, {"quantity": 1}), before, 403)
-        assert "CSRF" in payload["error"]
+        # Django's reason ends with its own full stop: one sentence, not "missing.. Load".
+        assert payload["error"] == (
+            "CSRF check failed: CSRF token missing. Load the product page first and send the X-CSRFToken header."
+        )
 
     def test_json_purchase_with_wrong_token_is_403_json(self, strict, make_product):
         make_product()

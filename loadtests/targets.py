@@ -2,7 +2,8 @@
 
 The issue sets its targets on ``flashsale --scenario deep --batch 1,64 --repeat 3``'s medians: a
 purchase alone (BATCH 1) and batched against the floor, a batched row against its own BATCH 1
-row, the batch size a section gathered. :func:`verdicts` reads them off the rows the command
+row, the batch size a section gathered; a spike's or a flash sale's rows are not read against
+them. :func:`verdicts` reads them off the rows the command
 printed (the medians, or the runs when there was one), so a run says itself which targets it met
 instead of a reader working them out from the table. A target whose rows did not run is left
 out. Each ratio is a figure of the machine it ran on (docs/batching.md, Figures): read it from a
@@ -90,12 +91,15 @@ def own_bound(alone: dict, batched: dict) -> float | None:
 
 
 def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
-    """Each strategy's BATCH 1 row and its largest batched row, on the first way the rows ran
-    (balancer and server) and on the in-process queue, as the issue measured them."""
+    """Each strategy's BATCH 1 row and its largest batched row of the deep scenario (the one the
+    targets are set on), on the first way the rows ran (balancer and server) and on the in-process
+    queue, as the issue measured them. A row that names no scenario is read as deep."""
     first = next((via_of(row) for row in rows), None)
     found: dict[tuple[str, bool], dict] = {}
     for row in rows:
         if row["row"] == FLOOR or via_of(row) != first or queue_of(row) != "local":
+            continue
+        if row.get("scenario", "deep") != "deep":
             continue
         batched = (row.get("batch") or 1) > 1
         key = (row["row"], batched)

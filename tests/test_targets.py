@@ -80,3 +80,12 @@ def test_a_batched_row_and_its_multiple_are_shown_beside_what_its_cpu_allows():
     lines = verdict_lines([FLOOR, alone, batched])
     assert "  db batched ≥ 0.5× the floor: 0.60×  met  (its CPU a purchase allows 0.62×)" in lines
     assert "  db batched ≥ 3× its own BATCH 1: 2.40×  NOT met  (its CPU a purchase allows 2.50×)" in lines
+
+
+def test_a_spike_is_not_read_against_targets_set_on_the_deep_scenario():
+    # Seen: `flashsale --requests 10 --backends db` (a spike, most of its answers sold out) ended
+    # with "db at BATCH 1 ≥ 0.25× the floor: 0.13×  NOT met".
+    spike = [{**FLOOR, "scenario": "spike"}, row("db", 1, 260.0, 0.13, scenario="spike")]
+    assert verdict_lines(spike) == []
+    deep = [{**FLOOR, "scenario": "deep"}, row("db", 1, 500.0, 0.26, scenario="deep")]
+    assert "  db at BATCH 1 ≥ 0.25× the floor: 0.26×  met" in verdict_lines(deep)

@@ -7,6 +7,7 @@ product's per-customer limit (an :class:`Allocation` row per product and custome
 
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
@@ -31,7 +32,7 @@ class ProductQuerySet(models.QuerySet):
 class Product(models.Model):
     sku = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
-    price = models.DecimalField(max_digits=10, decimal_places=2)
+    price = models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(0)])
     initial_stock = models.PositiveIntegerField(help_text="Units put on sale at the last reset.")
     stock = models.IntegerField(help_text="Units left.")
     per_customer_limit = models.PositiveIntegerField(
@@ -59,6 +60,15 @@ class Product(models.Model):
                 condition=Q(stock__lte=models.F("initial_stock")), name="product_stock_at_most_initial"
             ),
             models.CheckConstraint(condition=Q(per_customer_limit__gte=1), name="product_limit_positive"),
+            models.CheckConstraint(condition=Q(price__gte=0), name="product_price_not_negative"),
+            # A window that ends before it starts is never live: refused, not saved as an unsellable product.
+            models.CheckConstraint(
+                condition=Q(sale_starts_at__isnull=True)
+                | Q(sale_ends_at__isnull=True)
+                | Q(sale_ends_at__gt=F("sale_starts_at")),
+                name="product_sale_ends_after_it_starts",
+                violation_error_message="The sale must end after it starts: set its end later, or leave one blank.",
+            ),
         ]
 
     def __str__(self) -> str:

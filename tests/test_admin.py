@@ -85,6 +85,37 @@ class TestProductList:
         assert response.status_code == 302, response.content.decode()[:2000]
         assert Product.objects.values_list("initial_stock", "stock").get(sku="lamp") == (30, 30)
 
+    @pytest.mark.parametrize(
+        "change, message",
+        [
+            # Seen: both were saved, the first a product whose sale could never be live.
+            (
+                {
+                    "sale_starts_at_0": "2026-12-10",
+                    "sale_starts_at_1": "10:00",
+                    "sale_ends_at_0": "2026-12-09",
+                    "sale_ends_at_1": "10:00",
+                },
+                "The sale must end after it starts",
+            ),
+            ({"price": "-5.00"}, "Ensure this value is greater than or equal to 0."),
+        ],
+    )
+    def test_a_product_that_could_not_be_sold_is_refused_with_the_reason(self, staff, change, message):
+        response = staff.post(
+            f"{CHANGELIST}add/",
+            {
+                "sku": "lamp",
+                "name": "Lamp",
+                "price": "12.50",
+                "per_customer_limit": "1",
+                "initial_stock": "30",
+                **change,
+            },
+        )
+        assert response.status_code == 200 and message in response.content.decode()
+        assert not Product.objects.filter(sku="lamp").exists()
+
     def test_anonymous_and_non_staff_are_sent_to_login(self, client, django_user_model):
         assert client.get(CHANGELIST).status_code == 302
         user = django_user_model.objects.create_user("shopper", password="pw-12345678")

@@ -54,6 +54,12 @@ def make_run(backend: str = "db", **fields) -> BurstRun:
     return BurstRun.objects.create(**{**defaults, **fields})
 
 
+def add_lamp(staff, **change):
+    """Post the admin's add form for a product ``lamp`` (30 units at 12.50), with ``change`` over it."""
+    form = {"sku": "lamp", "name": "Lamp", "price": "12.50", "per_customer_limit": "1", "initial_stock": "30"}
+    return staff.post(f"{CHANGELIST}add/", {**form, **change})
+
+
 class TestProductList:
     def test_shows_figures_and_invariant_marks(self, staff, make_product):
         make_product("phone-x", stock=5)
@@ -72,16 +78,7 @@ class TestProductList:
         assert 'name="stock"' not in html and 'name="fence"' not in html and 'name="initial_stock"' not in html
 
     def test_adding_a_product_puts_its_initial_stock_on_sale(self, staff):
-        response = staff.post(
-            f"{CHANGELIST}add/",
-            {
-                "sku": "lamp",
-                "name": "Lamp",
-                "price": "12.50",
-                "per_customer_limit": "1",
-                "initial_stock": "30",
-            },
-        )
+        response = add_lamp(staff)
         assert response.status_code == 302, response.content.decode()[:2000]
         assert Product.objects.values_list("initial_stock", "stock").get(sku="lamp") == (30, 30)
 
@@ -102,17 +99,7 @@ class TestProductList:
         ],
     )
     def test_a_product_that_could_not_be_sold_is_refused_with_the_reason(self, staff, change, message):
-        response = staff.post(
-            f"{CHANGELIST}add/",
-            {
-                "sku": "lamp",
-                "name": "Lamp",
-                "price": "12.50",
-                "per_customer_limit": "1",
-                "initial_stock": "30",
-                **change,
-            },
-        )
+        response = add_lamp(staff, **change)
         assert response.status_code == 200 and message in response.content.decode()
         assert not Product.objects.filter(sku="lamp").exists()
 

@@ -123,11 +123,12 @@ def shopper_id(request: HttpRequest) -> str:
 
 
 def declared_length(request: HttpRequest) -> int | None:
-    """The body size the client declared (0 when absent), or None when the header is not a number."""
+    """The body size the client declared (0 when absent), or None when the header is not a size."""
     try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return None
+    return length if length >= 0 else None
 
 
 def json_error(status: int, message: str, **extra) -> JsonResponse:

@@ -269,7 +269,10 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
     if product is None:
         raise Refused(error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale."))
     length = declared_length(request)
-    if length is None or length > MAX_BODY_BYTES:
+    if length is None:
+        message = "The request's Content-Length is not a valid size."
+        raise Refused(error_page(request, product, 400, "Check your order", message))
+    if length > MAX_BODY_BYTES:
         raise Refused(error_page(request, product, 413, "Check your order", "The order form sent too much data."))
     raw = request.POST.get("quantity", "1")
     try:

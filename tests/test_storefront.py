@@ -203,6 +203,16 @@ class TestBuyBadInput:
         assert response.status_code == 413
         assert snapshot() == before
 
+    @pytest.mark.parametrize("length", ["lots", "-1"])
+    def test_form_with_an_invalid_content_length_is_a_400_page_not_413(self, shopper, make_product, length):
+        # Seen: "The order form sent too much data" (413) for a length that was no size at all.
+        make_product()
+        before = snapshot()
+        response = shopper.post("/products/phone-x/buy", {"quantity": "1"}, CONTENT_LENGTH=length)
+        assert response.status_code == 400
+        assert "Content-Length is not a valid size" in response.content.decode()
+        assert snapshot() == before
+
     def test_form_refused_by_django_is_a_400_page(self, shopper, make_product, settings):
         make_product()
         settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3

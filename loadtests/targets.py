@@ -3,11 +3,10 @@
 The issue sets its targets on ``flashsale --scenario deep --batch 1,64 --repeat 3``'s medians: a
 purchase alone (BATCH 1) and batched against the floor, a batched row against its own BATCH 1
 row, the batch size a section gathered; a spike's or a flash sale's rows are not read against
-them. :func:`verdicts` reads them off the rows the command
-printed (the medians, or the runs when there was one), so a run says itself which targets it met
-instead of a reader working them out from the table. A target whose rows did not run is left
-out. Each ratio is a figure of the machine it ran on (docs/batching.md, Figures): read it from a
-quiet machine.
+them. :func:`verdicts` reads them off the rows the command printed (the medians, or the runs when
+there was one), so a run says itself which targets it met instead of a reader working them out
+from the table. A target whose rows did not run is left out. Each ratio is a figure of the machine
+it ran on (docs/batching.md, Figures): read it from a quiet machine.
 
 Next to a ratio stands the most the row's CPU allows: the floor round's CPU a request (pods,
 PostgreSQL, Redis, lock service, Locust) over the row's CPU a purchase. A row cannot sell faster
@@ -97,9 +96,9 @@ def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
     first = next((via_of(row) for row in rows), None)
     found: dict[tuple[str, bool], dict] = {}
     for row in rows:
-        if row["row"] == FLOOR or via_of(row) != first or queue_of(row) != "local":
+        if row["row"] == FLOOR or row.get("scenario", "deep") != "deep":
             continue
-        if row.get("scenario", "deep") != "deep":
+        if via_of(row) != first or queue_of(row) != "local":
             continue
         batched = (row.get("batch") or 1) > 1
         key = (row["row"], batched)

@@ -12,4 +12,8 @@ class ProductNotFound(InventoryError):
 
 
 class InvalidQuantity(InventoryError):
-    pass
+    """A quantity that is not a whole number from 1 to ``most``, the most this request may name."""
+
+    def __init__(self, message: str, *, most: int | None = None) -> None:
+        super().__init__(message)
+        self.most = most

@@ -57,12 +57,20 @@ __all__ = [
 
 
 def check_quantity(quantity: object, *, limit: int = MAX_QUANTITY) -> int:
-    """Return ``quantity`` as an int in 1..limit, or raise :class:`InvalidQuantity`."""
+    """Return ``quantity`` as an int in 1..limit, or raise :class:`InvalidQuantity` (its ``most``: ``limit``)."""
     if isinstance(quantity, bool) or not isinstance(quantity, int):
-        raise InvalidQuantity("quantity must be a whole number")
+        raise InvalidQuantity("quantity must be a whole number", most=limit)
     if not 1 <= quantity <= limit:
-        raise InvalidQuantity(f"quantity must be between 1 and {limit}")
+        raise InvalidQuantity(
+            "quantity must be 1" if limit == 1 else f"quantity must be between 1 and {limit}", most=limit
+        )
     return quantity
+
+
+def most_per_request(per_customer_limit: int) -> int:
+    """The most one purchase may name of a product: its per-customer limit, and never more than
+    :data:`MAX_QUANTITY` (what the product page offers)."""
+    return min(per_customer_limit, MAX_QUANTITY)
 
 
 def sale_state(product: Product, *, now=None) -> str:
@@ -132,7 +140,7 @@ def prepare(
     timings = Timings()
     seen = soldout.read(sku, customer=customer, key=idempotency_key)
     if seen is not None and (seen.order_id or (seen.sold_out and not _past(seen.ends_at))):
-        check_quantity(quantity, limit=seen.limit or MAX_QUANTITY)
+        check_quantity(quantity, limit=most_per_request(seen.limit or MAX_QUANTITY))
         timings.total_ms = _elapsed_ms(began)
         if seen.order_id:
             return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
@@ -144,7 +152,7 @@ def prepare(
     if found is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
     shelf, replay_id = found
-    check_quantity(quantity, limit=shelf.per_customer_limit)
+    check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))
     if seen is not None:
         soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
@@ -160,7 +168,7 @@ def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:
     and sale window hold (a change of the product would have dropped them), its stock does not,
     so only bad input and a closed sale are answered here. The section reads the row, and a keyed
     retry's order, under the guard; a refusal there is as exact as the plain read's."""
-    check_quantity(ready.quantity, limit=ready.shelf.per_customer_limit)
+    check_quantity(ready.quantity, limit=most_per_request(ready.shelf.per_customer_limit))
     if on_sale(ready.shelf, now=timezone.now()):
         return ready
     closed = SectionResult(refusal=Refusal(Outcome.NOT_ON_SALE))

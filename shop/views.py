@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from inventory.errors import InvalidQuantity, InventoryError, ProductNotFound
 from inventory.models import Product
 from inventory.results import PurchaseResult
-from inventory.services import MAX_QUANTITY, purchase, sale_state
+from inventory.services import most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -220,12 +220,12 @@ def product_page(request: HttpRequest, sku: str) -> HttpResponse:
     product = get_object_or_404(Product, sku=sku)
     shopper_id(request)
     context = product_context(product)
-    context["quantities"] = range(1, min(product.per_customer_limit, MAX_QUANTITY) + 1)
+    context["quantities"] = range(1, most_per_request(product.per_customer_limit) + 1)
     return render(request, "shop/product.html", context)
 
 
 def quantity_hint(product: Product) -> str:
-    limit = min(product.per_customer_limit, MAX_QUANTITY)
+    limit = most_per_request(product.per_customer_limit)
     if limit == 1:
         return "You can buy one unit of this product: choose a quantity of 1."
     return f"Choose a quantity from 1 to {limit}: that is the most one shopper may buy."
@@ -347,10 +347,13 @@ def purchase_request(request: HttpRequest) -> tuple[object, str, str]:
 
 
 def purchase_error(exc: InventoryError) -> JsonResponse:
-    """Bad input the services refused: 404 for an unknown product, else 400 with the reason."""
+    """Bad input the services refused: 404 for an unknown product, else 400 with the reason (and,
+    for a quantity, the most this request may name of the product)."""
     if isinstance(exc, ProductNotFound):
         return json_error(404, str(exc))
-    return json_error(400, str(exc), max_quantity=MAX_QUANTITY)
+    if isinstance(exc, InvalidQuantity) and exc.most is not None:
+        return json_error(400, str(exc), max_quantity=exc.most)
+    return json_error(400, str(exc))
 
 
 def purchase_answer(result: PurchaseResult, quantity: int) -> JsonResponse:

@@ -126,6 +126,17 @@ class TestPurchaseBadInput:
         before = snapshot()
         assert_refused(post_json(client, {"quantity": quantity}), before, 400)
 
+    # Seen by posting 150 to a product whose per-customer limit is 500: confirmed, though the
+    # most any request may name is 100 (MAX_QUANTITY, the most the product page offers), and 501
+    # refused with "between 1 and 500" beside "max_quantity": 100.
+    @pytest.mark.parametrize("limit, quantity, most", [(500, 150, 100), (500, 501, 100), (2, 3, 2), (1, 2, 1)])
+    def test_too_many_is_400_naming_the_most_this_product_allows(self, client, make_product, limit, quantity, most):
+        make_product(stock=1000, limit=limit)
+        before = snapshot()
+        payload = assert_refused(post_json(client, {"quantity": quantity}), before, 400)
+        assert payload["max_quantity"] == most
+        assert payload["error"] == ("quantity must be 1" if most == 1 else f"quantity must be between 1 and {most}")
+
     @pytest.mark.parametrize(
         "body",
         [

@@ -184,6 +184,15 @@ class TestBuyBadInput:
         assert "Check your order" in html and "Choose a quantity from 1 to 2" in html
         assert snapshot() == before
 
+    def test_more_than_any_request_may_name_is_a_400_page(self, shopper, make_product):
+        """Seen on a product whose limit is 500: the form bought 150, though its page offers 1 to 100."""
+        make_product(stock=1000, limit=500)
+        before = snapshot()
+        response = buy(shopper, "150")
+        assert response.status_code == 400
+        assert "Choose a quantity from 1 to 100" in response.content.decode()
+        assert snapshot() == before
+
     def test_unknown_sku(self, shopper, db):
         response = buy(shopper, sku="nope")
         assert response.status_code == 404

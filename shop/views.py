@@ -343,7 +343,10 @@ def api_purchase(request: HttpRequest, sku: str) -> JsonResponse:
 def purchase_request(request: HttpRequest) -> tuple[object, str, str]:
     """The purchase's quantity (not yet validated), Idempotency-Key and shopper; raises :class:`Refused`."""
     quantity = purchase_quantity(request)
-    return quantity, request.headers.get("Idempotency-Key", ""), shopper_id(request)
+    # From META, not request.headers, which builds a dict of every header (each name converted)
+    # to read one: 9 us a purchase, timed on a request of seven headers. The WSGI and ASGI
+    # handlers both put the header in META under this name.
+    return quantity, request.META.get("HTTP_IDEMPOTENCY_KEY", ""), shopper_id(request)
 
 
 def purchase_error(exc: InventoryError) -> JsonResponse:

@@ -6,6 +6,7 @@ and docs/faults.md), the checks of their values before anything starts (each ref
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -315,7 +316,7 @@ def check_numbers(
 
 
 def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
-    """Refuse a --sku that is not a plain name, and a --json or --report that is a folder."""
+    """Refuse a --sku that is not a plain name, and a --json or --report that cannot be written."""
     if not SKU_PATTERN.match(sku):
         raise CommandError(f"--sku {sku!r}: use letters, digits, - and _ (at most 64)")
     for flag, value, example in (
@@ -324,6 +325,23 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
     ):
         if value and Path(value).is_dir():
             raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
+        check_output(flag, value)
+
+
+def check_output(flag: str, value: str) -> None:
+    """Refuse an output file that cannot be written (a folder, a path under a file, a folder this
+    process may not write in) before a run, not after it with its figures in a traceback. Its
+    missing folders are made when it is written."""
+    if not value:
+        return
+    target = Path(value).absolute()
+    if target.is_dir():
+        raise CommandError(f"{flag} {value}: is a folder: give a file path")
+    existing = next(parent for parent in target.parents if parent.exists())
+    if not existing.is_dir():
+        raise CommandError(f"{flag} {value}: {existing} is a file, not a folder: give a path in a folder")
+    if not os.access(existing, os.W_OK):
+        raise CommandError(f"{flag} {value}: this user may not write in {existing}")
 
 
 def check_fault(

@@ -394,6 +394,21 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
     assert not BurstRun.objects.exists()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("flag, name", [("json_path", "--json"), ("report_path", "--report")])
+def test_an_output_under_a_file_is_refused_before_the_run(flag, name, tmp_path):
+    """Seen with ``--json README.md/x.json``: the burst ran, then ended in a traceback
+    (FileExistsError) with its figures unwritten."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    options = {"backends": "db", "requests": 10, "stock": 1, flag: str(blocker / "out")}
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", stdout=StringIO(), stderr=StringIO(), **options)
+    assert str(excinfo.value) == f"{name} {blocker / 'out'}: {blocker} is a file, not a folder: give a path in a folder"
+    assert not Product.objects.filter(sku=SKU).exists()
+    assert not BurstRun.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_rows_through_haproxy_interleave_with_direct_ones_and_say_so(tmp_path):
     document, printed, error = burst(

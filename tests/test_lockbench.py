@@ -8,7 +8,7 @@ import json
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from loadtests.management.commands.lockbench import TARGETS, Command
 from tests import slots
@@ -37,6 +37,18 @@ ROWS = [
 ]  # the etcd rows: their own cluster on BASE_PORT+5..+10; the ZooKeeper rows on BASE_PORT+171..+193
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
+
+
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_an_unwritable_json_is_refused_before_any_node_starts(tmp_path, where):
+    """Seen with ``--json README.md/x.json``: two minutes of rows, then a traceback and no file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = tmp_path if where == "folder" else blocker / "lockbench.json"
+    with pytest.raises(CommandError) as excinfo:
+        call_command("lockbench", json=str(path), seconds=0.3, base_port=BASE_PORT, stdout=StringIO())
+    problem = "is a folder" if where == "folder" else f"{blocker} is a file, not a folder"
+    assert str(excinfo.value).startswith(f"--json {path}: {problem}")
 
 
 @pytest.mark.slow

@@ -52,6 +52,7 @@ from hiredis import pack_command
 from loadtests.bench import alternate
 from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
+from loadtests.options import check_output
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
 from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
@@ -285,6 +286,7 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
         if seconds <= 0:
             raise CommandError("--seconds must be positive")
+        check_output("--json", options["json"])
         rounds = rounds or max(1, round(seconds / 0.2))
         self.unmeasured: dict[str, str] = {}  # peer row → why it could not be measured here
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.BASE_DIR) / ".run" / "lockbench")

@@ -39,6 +39,25 @@ ROWS = [
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
 
 
+# Seen by trying them: --rounds -1 ended in a ZeroDivisionError, --base-port 70000 in a
+# ValueError from the socket, both as tracebacks.
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"rounds": -1}, "--rounds -1: give 1 or more, or 0 for one slice per 0.2 s"),
+        ({"base_port": 70000}, "--base-port 70000: its rows use ports 70000 to 70193: give a base from 1 to 65342"),
+        ({"base_port": 65400}, "--base-port 65400: its rows use ports 65400 to 65593: give a base from 1 to 65342"),
+        ({"base_port": 0}, "--base-port 0: its rows use ports 0 to 193: give a base from 1 to 65342"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_node_starts(tmp_path, options, message):
+    path = tmp_path / "lockbench.json"
+    with pytest.raises(CommandError) as excinfo:
+        call_command("lockbench", json=str(path), seconds=0.3, **{"base_port": BASE_PORT, **options})
+    assert str(excinfo.value) == message
+    assert not path.exists()
+
+
 @pytest.mark.parametrize("where", ["folder", "under a file"])
 def test_an_unwritable_json_is_refused_before_any_node_starts(tmp_path, where):
     """Seen with ``--json README.md/x.json``: two minutes of rows, then a traceback and no file."""

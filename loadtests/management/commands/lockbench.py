@@ -59,6 +59,9 @@ from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_M
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
 
+#: How far above --base-port the rows' ports reach: five nodes (+0..+4), etcd (+5..+10) and
+#: ZooKeeper's three members (client ports from its base, quorum +10, election +20: up to +22).
+PORTS_SPANNED = LOCKBENCH_ZOOKEEPER_BASE_PORT - LOCKBENCH_BASE_PORT + 22
 LOCK_NAME = "lockbench:lock"
 TTL_MS = 10_000
 CONTENDERS = 8
@@ -286,6 +289,14 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
         if seconds <= 0:
             raise CommandError("--seconds must be positive")
+        if rounds < 0:
+            raise CommandError(f"--rounds {rounds}: give 1 or more, or 0 for one slice per 0.2 s")
+        last = base_port + PORTS_SPANNED
+        if base_port < 1 or last > 65535:
+            raise CommandError(
+                f"--base-port {base_port}: its rows use ports {base_port} to {last}: "
+                f"give a base from 1 to {65535 - PORTS_SPANNED}"
+            )
         check_output("--json", options["json"])
         rounds = rounds or max(1, round(seconds / 0.2))
         self.unmeasured: dict[str, str] = {}  # peer row → why it could not be measured here

@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 #: The largest quantity any request may name; per-product limits are usually lower.
 MAX_QUANTITY = 100
+#: The most units a product's stock columns hold (PostgreSQL's integer): a restock or reset past
+#: it is refused with the most it can take, not written into an "integer out of range".
+MAX_STOCK = 2**31 - 1
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 __all__ = [
@@ -308,6 +311,11 @@ def restock(*, sku: str, quantity: int) -> Product:
         product = Product.objects.select_for_update().filter(sku=sku).first()
         if product is None:
             raise ProductNotFound(f"no product with sku {sku!r}")
+        if product.initial_stock + quantity > MAX_STOCK:
+            raise InvalidQuantity(
+                f"a restock of {quantity} would take its initial stock to {product.initial_stock + quantity}, "
+                f"past {MAX_STOCK}: add at most {MAX_STOCK - product.initial_stock}"
+            )
         product.stock += quantity
         product.initial_stock += quantity
         product.version += 1
@@ -322,8 +330,8 @@ def reset_sale(*, sku: str, stock: int) -> Product:
     The fence may go back to 0 because the lock services' counters never do (and, if one was
     restarted, a holder advances it past the row's fence: see ``strategies/fenced.py``).
     """
-    if isinstance(stock, bool) or not isinstance(stock, int) or stock < 0:
-        raise InvalidQuantity("stock must be a whole number, 0 or more")
+    if isinstance(stock, bool) or not isinstance(stock, int) or not 0 <= stock <= MAX_STOCK:
+        raise InvalidQuantity(f"stock must be a whole number from 0 to {MAX_STOCK}")
     with transaction.atomic():
         product = Product.objects.select_for_update().filter(sku=sku).first()
         if product is None:

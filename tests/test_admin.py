@@ -137,6 +137,21 @@ class TestActions:
         assert 'class="errorlist' in response.content.decode()
         assert Product.objects.get().stock == 5 and not LogEntry.objects.exists()
 
+    def test_a_restock_past_the_columns_range_is_refused_with_a_message(self, staff, make_product):
+        """Seen by restocking a product of 2,147,000,000 units by 1,000,000: PostgreSQL's
+        "integer out of range" came up as a server error."""
+        product = make_product(stock=2_147_000_000)
+        fields = {"action": "restock_selected", "_selected_action": [product.pk], "post": "yes", "quantity": "1000000"}
+        response = staff.post(CHANGELIST, fields, follow=True)
+        assert response.status_code == 200
+        shown = [str(message) for message in response.context["messages"]]
+        assert shown == [
+            "phone-x: a restock of 1000000 would take its initial stock to 2148000000, past 2147483647: "
+            "add at most 483647"
+        ]
+        assert Product.objects.values_list("stock", "initial_stock").get() == (2_147_000_000, 2_147_000_000)
+        assert not LogEntry.objects.exists()
+
     def test_reset_warns_about_orders_then_resets_and_logs(self, staff, make_product):
         product = make_product(stock=5)
         purchase(sku="phone-x", customer="alice", quantity=1)

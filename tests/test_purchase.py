@@ -64,6 +64,14 @@ class TestRefusalsChangeNothing:
             purchase(sku="phone-x", customer="alice", quantity=quantity)
         assert snapshot("phone-x") == before
 
+    @pytest.mark.parametrize("stock", [-1, 2**31, True])
+    def test_a_reset_to_a_stock_the_column_cannot_hold(self, make_product, stock):
+        make_product(stock=5)
+        before = snapshot("phone-x")
+        with pytest.raises(InvalidQuantity, match="stock must be a whole number from 0 to 2147483647"):
+            reset_sale(sku="phone-x", stock=stock)
+        assert snapshot("phone-x") == before
+
     def test_unknown_sku(self, make_product):
         make_product(stock=5)
         with pytest.raises(ProductNotFound):

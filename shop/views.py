@@ -187,6 +187,7 @@ def product_payload(product: Product) -> dict:
         "stock": product.stock,
         "initial_stock": product.initial_stock,
         "per_customer_limit": product.per_customer_limit,
+        "max_quantity": most_per_request(product.per_customer_limit),  # the most one purchase may name
         "state": sale_state(product),
         "sale_starts_at": product.sale_starts_at.isoformat() if product.sale_starts_at else None,
         "sale_ends_at": product.sale_ends_at.isoformat() if product.sale_ends_at else None,

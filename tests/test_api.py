@@ -52,6 +52,12 @@ class TestProductEndpoint:
         payload = response.json()
         assert (payload["stock"], payload["initial_stock"], payload["state"]) == (7, 7, "live")
         assert payload["starts_in_s"] is None and 299 <= payload["ends_in_s"] <= 300
+        assert (payload["per_customer_limit"], payload["max_quantity"]) == (1, 1)
+
+    def test_max_quantity_is_what_one_purchase_may_name(self, client, make_product):
+        make_product(stock=1000, limit=500)
+        payload = client.get("/api/products/phone-x").json()
+        assert (payload["per_customer_limit"], payload["max_quantity"]) == (500, 100)
 
     def test_unknown_sku_is_404_json(self, client, db):
         response = client.get("/api/products/nope")

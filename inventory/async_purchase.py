@@ -36,7 +36,7 @@ from django.db import connection
 
 from .batched import apurchase_in_batch, run_batch
 from .results import PurchaseResult
-from .services import Ready, busy, finish, held_for, prepare, queued, section_of
+from .services import Ready, busy, finish, held_for, prepare, queued, same_purchase, section_of
 from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import LockUnavailable
@@ -130,12 +130,12 @@ async def _prepared(
         prepare, strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key
     )
     if isinstance(ready, PurchaseResult):
-        return ready
+        return same_purchase(ready, quantity=quantity, key=idempotency_key)
     if strategy.batch > 1:
         result = await _in_batch(strategy, ready)
     else:
         result = await _alone(strategy, ready)
-    return await on_thread(finish, result, ready)
+    return same_purchase(await on_thread(finish, result, ready), quantity=quantity, key=idempotency_key)
 
 
 async def _in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:

@@ -324,5 +324,7 @@ def _committed_answer(strategy: Strategy, attempt, **common) -> PurchaseResult:
     """Its order if one was written, else busy: a refused purchase's savepoint wrote nothing."""
     order = getattr(attempt, "order", None)
     if order is not None:
-        return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=order.pk, fence=order.fence, **common)
+        return PurchaseResult(
+            Outcome.CONFIRMED, strategy.name, order_id=order.pk, fence=order.fence, quantity=order.quantity, **common
+        )
     return PurchaseResult(Outcome.BUSY, strategy.name, **common)

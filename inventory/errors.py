@@ -11,6 +11,10 @@ class ProductNotFound(InventoryError):
     pass
 
 
+class KeyReused(InventoryError):
+    """An ``Idempotency-Key`` sent again for another quantity: its first order stands, nothing is bought."""
+
+
 class InvalidQuantity(InventoryError):
     """A quantity that is not a whole number from 1 to ``most``, the most this request may name."""
 

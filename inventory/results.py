@@ -62,6 +62,7 @@ class PurchaseResult:
     retries: int = 0  # runs of the section after the first
     constraint_hits: int = 0  # a database constraint refused the write: the strategy failed
     timings: Timings = field(default_factory=Timings)
+    quantity: int | None = None  # with CONFIRMED: the order's units (a replayed key's: its first purchase's)
 
     @property
     def confirmed(self) -> bool:
@@ -97,7 +98,12 @@ def result_of(
     common = {"conflicts": conflicts, "retries": retries, "timings": timings}
     if attempt.order is not None:
         return PurchaseResult(
-            Outcome.CONFIRMED, strategy.name, order_id=attempt.order.pk, fence=attempt.order.fence, **common
+            Outcome.CONFIRMED,
+            strategy.name,
+            order_id=attempt.order.pk,
+            fence=attempt.order.fence,
+            quantity=attempt.order.quantity,
+            **common,
         )
     refusal: Refusal = attempt.refusal
     return PurchaseResult(

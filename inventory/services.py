@@ -23,7 +23,7 @@ from django.utils import timezone
 from . import soldout
 from .audit import AuditReport, audit
 from .batched import purchase_in_batch
-from .errors import InvalidQuantity, InventoryError, ProductNotFound
+from .errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
 from .models import Allocation, Order, Product
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies import get_strategy
@@ -122,9 +122,21 @@ def purchase(
     """
     strategy = strategy or get_strategy()
     ready = prepare(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
-    if isinstance(ready, PurchaseResult):
-        return ready
-    return finish(in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+    if not isinstance(ready, PurchaseResult):
+        ready = finish(in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+    return same_purchase(ready, quantity=quantity, key=idempotency_key)
+
+
+def same_purchase(result: PurchaseResult, *, quantity: int, key: str) -> PurchaseResult:
+    """``result``, unless its order is one ``key`` got before for another quantity: then
+    :class:`KeyReused` (that order stands, and this request bought nothing: a replay writes nothing)."""
+    if key and result.outcome is Outcome.CONFIRMED and result.quantity not in (None, quantity):
+        units = "1 unit" if result.quantity == 1 else f"{result.quantity} units"
+        raise KeyReused(
+            f"Idempotency-Key {key!r} was used for an order of {units} (order {result.order_id}): "
+            f"send a new key to buy {quantity}"
+        )
+    return result
 
 
 def prepare(
@@ -146,7 +158,9 @@ def prepare(
         check_quantity(quantity, limit=most_per_request(seen.limit or MAX_QUANTITY))
         timings.total_ms = _elapsed_ms(began)
         if seen.order_id:
-            return PurchaseResult(Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, timings=timings)
+            return PurchaseResult(
+                Outcome.CONFIRMED, strategy.name, order_id=seen.order_id, quantity=seen.order_quantity, timings=timings
+            )
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     known = seen.shelf if seen is not None else None
     if known is not None:

@@ -88,6 +88,7 @@ class Reading:
     order_id: int | None = None  # the order this idempotency key already has
     local: bool = False  # answered from this process's memory (inventory.soldout_local), no round trip
     clear: Clear | None = field(default=None, compare=False, repr=False)  # what remember_shelf keeps it with
+    order_quantity: int | None = None  # that order's units (a retry naming others is refused)
 
     @property
     def shelf(self) -> Shelf | None:
@@ -104,7 +105,8 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
     url = settings.INVENTORY["REDIS_URL"]
     kept = MARKS.get(sku, url=url)
     if kept is not None:
-        return Reading(kept.generation, True, kept.limit, kept.ends_at, keyed_order(kept, sku, customer, key), True)
+        order_id, units = keyed_order(kept, sku, customer, key) or (None, None)
+        return Reading(kept.generation, True, kept.limit, kept.ends_at, order_id, True, order_quantity=units)
     clear = MARKS.clear(sku, url=url)
     if clear is not None:
         return Reading(clear.generation, False, local=True, clear=clear)
@@ -124,13 +126,14 @@ def read(sku: str, *, customer: str = "", key: str = "") -> Reading | None:
         return Reading(generation, False)
     entry = Entry(generation, int(limit), float(ends_at) if ends_at else None)
     kept = epoch is not None and MARKS.keep(sku, entry, epoch=epoch)
-    order_id = keyed_order(entry, sku, customer, key) if kept else _order_of_key(sku, customer, key)
-    return Reading(generation, True, entry.limit, entry.ends_at, order_id)
+    found = keyed_order(entry, sku, customer, key) if kept else _order_of_key(sku, customer, key)
+    order_id, units = found or (None, None)
+    return Reading(generation, True, entry.limit, entry.ends_at, order_id, order_quantity=units)
 
 
-def keyed_order(entry: Entry, sku: str, customer: str, key: str) -> int | None:
-    """The order ``customer``'s ``key`` has on a product marked sold out (None without a key): from
-    the kept mark's orders, read once per mark and process (two threads may both read them)."""
+def keyed_order(entry: Entry, sku: str, customer: str, key: str) -> tuple[int, int] | None:
+    """The order ``customer``'s ``key`` has on a product marked sold out, (id, units), or None
+    without a key: from the kept mark's orders, read once per mark and process (two threads may both read them)."""
     if not key:
         return None
     if entry.orders is None:
@@ -138,14 +141,14 @@ def keyed_order(entry: Entry, sku: str, customer: str, key: str) -> int | None:
     return entry.orders.get((customer, key))
 
 
-def _order_of_key(sku: str, customer: str, key: str) -> int | None:
+def _order_of_key(sku: str, customer: str, key: str) -> tuple[int, int] | None:
     """The same for a mark this process does not keep: one indexed query for this key alone."""
     from .models import Order
 
     if not key:
         return None
     rows = Order.objects.filter(product__sku=sku, customer=customer, idempotency_key=key)
-    return rows.values_list("pk", flat=True).first()
+    return rows.values_list("pk", "quantity").first()
 
 
 def remember_shelf(sku: str, seen: Reading, shelf: Shelf) -> None:
@@ -156,12 +159,14 @@ def remember_shelf(sku: str, seen: Reading, shelf: Shelf) -> None:
         MARKS.remember(sku, seen.clear, shelf)
 
 
-def final_orders(sku: str) -> dict[tuple[str, str], int]:
-    """The keyed orders of a product marked sold out: final for the mark's generation (no stock is left)."""
+def final_orders(sku: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """The keyed orders of a product marked sold out, (customer, key) → (id, units): final for the
+    mark's generation (no stock is left)."""
     from .models import Order
 
     rows = Order.objects.filter(product__sku=sku).exclude(idempotency_key="")
-    return {(customer, key): pk for customer, key, pk in rows.values_list("customer", "idempotency_key", "pk")}
+    fields = rows.values_list("customer", "idempotency_key", "pk", "quantity")
+    return {(customer, key): (pk, units) for customer, key, pk, units in fields}
 
 
 def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> None:

@@ -58,7 +58,7 @@ class Entry:
     generation: int
     limit: int
     ends_at: float | None
-    orders: dict[tuple[str, str], int] | None = None  # read on the first keyed request, then kept
+    orders: dict[tuple[str, str], tuple[int, int]] | None = None  # (id, units), read on the first keyed request
     kept_until: float = field(default_factory=lambda: clock() + MARK_TTL_S)
 
 

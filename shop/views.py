@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
-from inventory.errors import InvalidQuantity, InventoryError, ProductNotFound
+from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
 from inventory.models import Product
 from inventory.results import PurchaseResult
 from inventory.services import most_per_request, purchase, sale_state
@@ -351,10 +351,13 @@ def purchase_request(request: HttpRequest) -> tuple[object, str, str]:
 
 
 def purchase_error(exc: InventoryError) -> JsonResponse:
-    """Bad input the services refused: 404 for an unknown product, else 400 with the reason (and,
-    for a quantity, the most this request may name of the product)."""
+    """Bad input the services refused: 404 for an unknown product, 422 for an Idempotency-Key sent
+    again for another quantity, else 400 with the reason (and, for a quantity, the most this
+    request may name of the product)."""
     if isinstance(exc, ProductNotFound):
         return json_error(404, str(exc))
+    if isinstance(exc, KeyReused):
+        return json_error(422, str(exc))
     if isinstance(exc, InvalidQuantity) and exc.most is not None:
         return json_error(400, str(exc), max_quantity=exc.most)
     return json_error(400, str(exc))

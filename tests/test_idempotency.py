@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from inventory.errors import InventoryError
+from inventory.errors import InventoryError, KeyReused
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
 from tests.helpers import snapshot
@@ -24,6 +24,32 @@ class TestIdempotencyKey:
         assert Order.objects.count() == 1
         # A new key is a new purchase: refused by the limit (and stock is gone anyway).
         assert not purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-2").confirmed
+
+    def test_a_key_sent_again_for_another_quantity_is_refused(self, strategy, make_product):
+        """Seen on the API: a key first used for 1 unit, sent again with ``{"quantity": 2}``, was
+        answered 201 "Your order is confirmed." with the order of 1 unit."""
+        make_product(stock=5, limit=3)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        before = snapshot()
+        message = (
+            f"Idempotency-Key 'k-1' was used for an order of 1 unit (order {first.order_id}): send a new key to buy 2"
+        )
+        with pytest.raises(KeyReused) as refused:
+            purchase(sku="phone-x", customer="a", quantity=2, idempotency_key="k-1")
+        assert str(refused.value) == message
+        assert snapshot() == before
+        assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").order_id == first.order_id
+
+    def test_a_key_sent_again_for_another_quantity_after_the_sell_out(self, make_product):
+        """The same from the sold-out mark, which answers a keyed retry without a read."""
+        make_product(stock=1, limit=2)
+        first = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+        assert not purchase(sku="phone-x", customer="b", quantity=1).confirmed  # sold out: marked
+        before = snapshot()
+        with pytest.raises(KeyReused, match="was used for an order of 1 unit"):
+            purchase(sku="phone-x", customer="a", quantity=2, idempotency_key="k-1")
+        assert snapshot() == before
+        assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").order_id == first.order_id
 
     def test_concurrent_twins_without_a_guard_order_once(self, use_strategy, make_product):
         use_strategy("optimistic")
@@ -71,6 +97,16 @@ class TestIdempotencyKey:
         first, second = post("abc"), post("abc")
         assert first.status_code == second.status_code == 201
         assert first.json()["order_id"] == second.json()["order_id"]
+        before = snapshot()
+        other = client.post(
+            "/api/products/phone-x/purchase",
+            data='{"quantity": 2}',
+            content_type="application/json",
+            HTTP_X_CSRFTOKEN=csrf,
+            HTTP_IDEMPOTENCY_KEY="abc",
+        )
+        assert other.status_code == 422 and "send a new key to buy 2" in other.json()["error"]
+        assert snapshot() == before
         before = snapshot()
         bad = post("no spaces allowed")
         assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]

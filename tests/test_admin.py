@@ -198,6 +198,12 @@ class TestOrders:
         assert cl("customer=alice") == 2
         assert cl(f"customer=alice&product__id__exact={tablet.pk}") == 1
 
+    def test_a_customer_with_a_nul_byte_finds_no_order(self, staff, orders):
+        """Seen by typing it into the URL: PostgreSQL refused the NUL byte and the page was a 500."""
+        response = staff.get("/admin/inventory/order/?customer=ali%00ce")
+        assert response.status_code == 200
+        assert response.context["cl"].result_count == 0
+
     def test_orders_cannot_be_edited_or_deleted(self, staff, orders):
         order = Order.objects.first()
         html = staff.get(f"/admin/inventory/order/{order.pk}/change/").content.decode()

@@ -275,12 +275,12 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
         raise Refused(error_page(request, product, 400, "Check your order", message))
     if length > MAX_BODY_BYTES:
         raise Refused(error_page(request, product, 413, "Check your order", "The order form sent too much data."))
-    raw = request.POST.get("quantity", "1")
-    try:
-        return product, int(raw)
-    except ValueError:
+    raw = request.POST.get("quantity", "1").strip()
+    # Decimal digits only: int() also reads "+1", "0_1" and other scripts' digits ("\u0662" is 2).
+    if not (raw.isascii() and raw.isdigit()):
         hint = f"The quantity must be a whole number. {quantity_hint(product)}"
-        raise Refused(error_page(request, product, 400, "Check your order", hint)) from None
+        raise Refused(error_page(request, product, 400, "Check your order", hint))
+    return product, int(raw)
 
 
 def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> HttpResponse:

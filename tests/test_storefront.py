@@ -173,6 +173,10 @@ class TestBuyBadInput:
             "0x10",
             "NaN",
             "½",
+            # Seen by posting them: Python's int() read them as 2, 1 and 1, and each was bought.
+            "\u0662",
+            "0_1",
+            "+1",
         ],
     )
     def test_bad_quantity_is_a_400_page_and_changes_nothing(self, shopper, make_product, quantity):

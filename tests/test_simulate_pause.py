@@ -6,6 +6,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from inventory.audit import audit
 from inventory.models import Order, Product
@@ -55,3 +56,13 @@ def test_unfenced_the_late_write_lands_and_the_audit_shows_the_oversell(backend)
     assert product.stock == product.initial_stock - 1
     assert sorted(Order.objects.filter(product=product).values_list("customer", flat=True)) == ["A", "B"]
     assert audit(sku="simulate-pause").oversold == 1
+
+
+# Seen by trying them: with --strategy redlock, a port past 65535 ended in the socket's ValueError;
+# with the default strategy the option was ignored and the story ran.
+@pytest.mark.parametrize("strategy", ["redlock", "redis"])
+@pytest.mark.parametrize("base_port", [70000, 65535, 80, -5])
+def test_a_base_port_out_of_range_is_one_line(strategy, base_port):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("simulate_pause", strategy=strategy, base_port=base_port, stdout=StringIO())
+    assert str(excinfo.value) == f"--base-port {base_port}: use a port from 1024 to 65531"

@@ -78,6 +78,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, strategy: str, base_port: int, unfenced: bool, **options):
+        if not 1024 <= base_port <= 65535 - 4:  # five nodes, whatever the strategy: bad input is refused
+            raise CommandError(f"--base-port {base_port}: use a port from 1024 to {65535 - 4}")
         self.narrator = Narrator(self.stdout)
         self.fenced = not unfenced
         self.strategies: list[FencedLockStrategy] = []

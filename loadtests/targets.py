@@ -100,7 +100,10 @@ def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
             continue
         if via_of(row) != first or queue_of(row) != "local":
             continue
-        batched = (row.get("batch") or 1) > 1
+        size = row.get("batch") or 1
+        if isinstance(size, bool) or not isinstance(size, int):
+            continue  # a document edited by hand: the row's size is not known
+        batched = size > 1
         key = (row["row"], batched)
         if not batched or key not in found or row["batch"] > found[key]["batch"]:
             found[key] = row

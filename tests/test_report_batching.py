@@ -189,3 +189,13 @@ def test_the_section_lists_issue_28s_targets_its_rows_ran():
     assert "redis batched ≥ 3× its own BATCH 1: 6.20×  met" in html
     # Without a batched row the batching section, and with it the targets, are not shown.
     assert 'id="targets"' not in render_report({"runs": [floor, alone]})
+
+
+def test_a_batch_size_of_the_wrong_type_leaves_its_row_out_of_the_targets():
+    """Seen with a hand-edited document: ``"batch": "64"`` ended the report in a TypeError."""
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    alone = {**row("redis", batch=1, rps=100.0, sections=3000, drain_s=30.0), "floor_ratio": 0.1}
+    batched = {**row("redis", batch=64, rps=620.0, sections=73, drain_s=4.8), "floor_ratio": 0.62}
+    odd = {**row("db", batch=64, rps=700.0, sections=50, drain_s=4.3), "floor_ratio": 0.7, "batch": "64"}
+    html = render_report({"runs": [floor, alone, batched, odd]})
+    assert "3 of 4 met" in html and "db batched" not in html

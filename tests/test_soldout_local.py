@@ -16,13 +16,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory import soldout, soldout_local
-from inventory.errors import InvalidQuantity
+from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, restock
 from inventory.soldout_local import LISTENER_NAME, MARK_TTL_S, MARKS, RECONNECT_S
 from inventory.strategies import reset_strategy
 from inventory.strategies.contract import Outcome
 from inventory.strategies.prepared import expanded
+from tests.helpers import snapshot
 
 #: A SKU of this process's own: sold-out messages go out on one channel for every Redis database,
 #: so another xdist worker's (or checkout's) restock of a shared SKU drops this process's mark and
@@ -292,6 +293,27 @@ def test_an_edit_of_the_product_drops_the_remembered_row(use_strategy, make_prod
         time.sleep(0.01)
     with pytest.raises(InvalidQuantity):
         purchase(sku=SKU, customer="b", quantity=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_renamed_product_is_not_sold_under_its_old_sku(use_strategy, make_product, monkeypatch):
+    """Seen by renaming a product in the admin mid-sale: purchases under the old sku were confirmed
+    for 2 s (the row kept here under it), moving the renamed product's stock, while its page was a
+    404. The save's message names the old sku too."""
+    use_strategy("db")
+    monkeypatch.setattr(soldout_local, "MARK_TTL_S", 3600.0)
+    product = make_product(SKU, stock=20, limit=3)
+    row_remembered(SKU, customer="a")
+    product.sku = "renamed"
+    product.save()
+    deadline = time.monotonic() + 5
+    while soldout.read(SKU).shelf is not None:
+        assert time.monotonic() < deadline, "the row kept under the old sku outlived the rename by 5 s"
+        time.sleep(0.01)
+    before = snapshot("renamed")
+    with pytest.raises(ProductNotFound):
+        purchase(sku=SKU, customer="b", quantity=1)
+    assert snapshot("renamed") == before
 
 
 @pytest.mark.django_db(transaction=True)

@@ -44,7 +44,7 @@ STATUS_BY_OUTCOME = {
 MESSAGES = {
     Outcome.CONFIRMED: "Your order is confirmed.",
     Outcome.SOLD_OUT: "Sold out: every unit has been bought.",
-    Outcome.LIMIT_REACHED: "You have already bought your share of this product.",
+    Outcome.LIMIT_REACHED: "That would take you past the most one shopper may buy of this product.",
     Outcome.NOT_ON_SALE: "This product is not on sale right now.",
     Outcome.BUSY: "The shop is busy: please try again in a moment.",
 }
@@ -229,7 +229,7 @@ def quantity_hint(product: Product) -> str:
     limit = most_per_request(product.per_customer_limit)
     if limit == 1:
         return "You can buy one unit of this product: choose a quantity of 1."
-    return f"Choose a quantity from 1 to {limit}: that is the most one shopper may buy."
+    return f"Choose a quantity from 1 to {limit}: the most one order may name."
 
 
 def error_page(request: HttpRequest, product: Product | None, status: int, heading: str, message: str) -> HttpResponse:

@@ -83,6 +83,16 @@ class TestPurchaseOutcomes:
         assert post_json(client, {}).status_code == 201
         assert Order.objects.get().quantity == 1
 
+    def test_limit_reached_says_no_more_than_is_true(self, client, make_product):
+        """Seen with a limit of 5: a shopper holding 2 who asked for 4 was told "You have already
+        bought your share of this product", with 3 more theirs to buy."""
+        make_product(stock=10, limit=5)
+        assert post_json(client, {"quantity": 2}).status_code == 201
+        response = post_json(client, {"quantity": 4})
+        assert (response.status_code, response.json()["outcome"]) == (409, "limit_reached")
+        assert response.json()["message"] == "That would take you past the most one shopper may buy of this product."
+        assert post_json(client, {"quantity": 3}).status_code == 201
+
     def test_limit_reached_then_sold_out(self, client, make_product):
         make_product(stock=2)
         assert post_json(client, {"quantity": 1}).status_code == 201

@@ -69,6 +69,20 @@ class TestProductPage:
         assert '<option value="3">' in html and '<option value="4">' not in html
         assert "csrftoken" in response.cookies
 
+    def test_the_limit_is_told_as_units_in_all_not_one_order(self, shopper, make_product):
+        """Seen with a limit of 5: the page said "one order per shopper" and the refusal "Each
+        shopper may place one order of up to 5 units", though a shopper may place several orders
+        up to 5 units in all (2, then 3: both confirmed)."""
+        make_product(stock=10, limit=5)
+        page = shopper.get("/products/phone-x/").content.decode()
+        assert "one order" not in page and "Limit 5 per shopper" in page
+        assert buy(shopper, "2").status_code == 201
+        refused = buy(shopper, "4")
+        assert refused.status_code == 409
+        html = refused.content.decode()
+        assert "one order" not in html and "Each shopper may buy up to 5 units of this product in all" in html
+        assert buy(shopper, "3").status_code == 201
+
     def test_limit_of_one_sends_a_fixed_quantity(self, shopper, make_product):
         make_product(limit=1)
         html = shopper.get("/products/phone-x/").content.decode()

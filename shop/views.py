@@ -22,6 +22,8 @@ from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
 MAX_BODY_BYTES = 1024
+#: What the buy form may be posted as: what a browser sends for it (the page's form is urlencoded).
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 #: What shoppers read for each sale state, and on the buy button in that state.
 STATE_LABELS = {"upcoming": "Starts soon", "live": "Live now", "sold_out": "Sold out", "ended": "Sale ended"}
@@ -275,7 +277,14 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
         raise Refused(error_page(request, product, 400, "Check your order", message))
     if length > MAX_BODY_BYTES:
         raise Refused(error_page(request, product, 413, "Check your order", "The order form sent too much data."))
-    raw = request.POST.get("quantity", "1").strip()
+    if request.content_type not in FORM_TYPES:
+        message = "Send the order with the buy button on the product page (an HTML form)."
+        raise Refused(error_page(request, product, 415, "Check your order", message))
+    raw = request.POST.get("quantity")
+    if raw is None:  # the page always sends one (a select, or a hidden 1); so does the busy page's retry
+        message = f"The order named no quantity. {quantity_hint(product)}"
+        raise Refused(error_page(request, product, 400, "Check your order", message))
+    raw = raw.strip()
     # Decimal digits only: int() also reads "+1", "0_1" and other scripts' digits ("\u0662" is 2).
     if not (raw.isascii() and raw.isdigit()):
         hint = f"The quantity must be a whole number. {quantity_hint(product)}"

@@ -211,6 +211,25 @@ class TestBuyBadInput:
         assert "Choose a quantity from 1 to 100" in response.content.decode()
         assert snapshot() == before
 
+    # Seen by posting them: each bought one unit (a body the form cannot read read as no quantity,
+    # and no quantity as 1), where the API answers 415 or 400 and changes nothing.
+    @pytest.mark.parametrize(
+        "body, content_type, status",
+        [
+            ('{"quantity": 5}', "application/json", 415),
+            ("quantity=5", "text/plain", 415),
+            ("--x\r\nbroken", "multipart/form-data; boundary=x", 400),
+            ("other=1", "application/x-www-form-urlencoded", 400),
+        ],
+    )
+    def test_a_body_the_form_cannot_read_buys_nothing(self, shopper, make_product, body, content_type, status):
+        make_product(stock=5, limit=2)
+        before = snapshot()
+        response = shopper.post("/products/phone-x/buy", data=body, content_type=content_type)
+        assert response.status_code == status
+        assert "Check your order" in response.content.decode()
+        assert snapshot() == before
+
     def test_unknown_sku(self, shopper, db):
         response = buy(shopper, sku="nope")
         assert response.status_code == 404

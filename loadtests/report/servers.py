@@ -28,7 +28,10 @@ def server_pairs(shown: list[View]) -> list[tuple[View, View]]:
 
 
 def _key(view: View) -> tuple:
-    return view.name, view.run.get("batch"), view.run.get("queue")
+    """The row's strategy, BATCH size and queue; a size or queue of the wrong type (a document
+    edited by hand) counts as missing."""
+    batch, queue = view.run.get("batch"), view.run.get("queue")
+    return view.name, batch if isinstance(batch, int) else None, queue if isinstance(queue, str) else None
 
 
 def _floor_rps(run: dict) -> float | None:

@@ -326,6 +326,8 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
         if value and Path(value).is_dir():
             raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
         check_output(flag, value)
+    if json_path and report_path and Path(json_path).resolve() == Path(report_path).resolve():
+        raise CommandError(f"--report {report_path}: is the --json file too: give each its own file")
 
 
 def check_output(flag: str, value: str) -> None:
@@ -337,6 +339,8 @@ def check_output(flag: str, value: str) -> None:
     target = Path(value).absolute()
     if target.is_dir():
         raise CommandError(f"{flag} {value}: is a folder: give a file path")
+    if target.exists() and not target.is_file():  # a device or a pipe: writing renames a file over it
+        raise CommandError(f"{flag} {value}: is not a regular file: give a file path")
     existing = next(parent for parent in target.parents if parent.exists())
     if not existing.is_dir():
         raise CommandError(f"{flag} {value}: {existing} is a file, not a folder: give a path in a folder")

@@ -395,6 +395,18 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
 
 
 @pytest.mark.django_db
+def test_one_file_for_both_outputs_is_refused_before_the_run(tmp_path):
+    """Seen by reading write_outputs: --json P --report P wrote the JSON, then the HTML over it."""
+    path = tmp_path / "both"
+    with pytest.raises(CommandError) as excinfo:
+        call_command(
+            "flashsale", backends="db", requests=10, json_path=str(path), report_path=str(path), stdout=StringIO()
+        )
+    assert str(excinfo.value) == f"--report {path}: is the --json file too: give each its own file"
+    assert not Product.objects.filter(sku=SKU).exists()
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("flag, name", [("json_path", "--json"), ("report_path", "--report")])
 def test_an_output_under_a_file_is_refused_before_the_run(flag, name, tmp_path):
     """Seen with ``--json README.md/x.json``: the burst ran, then ended in a traceback

@@ -9,7 +9,9 @@ invented to exercise the report, not measured.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from io import StringIO
 from pathlib import Path
 from types import SimpleNamespace
@@ -241,6 +243,25 @@ class TestCommand:
     def test_out_must_be_a_file(self, tmp_path):
         with pytest.raises(CommandError, match="is a folder; give a file name"):
             call_command("report", json_path=str(FIXTURE), out=str(tmp_path))
+
+    def test_out_is_never_a_device_nor_the_json_it_reads(self, tmp_path):
+        """Seen with --out /dev/full (exit 0: the device was replaced by a regular file) and with
+        --out the --json itself (exit 0: the burst's JSON now held the report's HTML)."""
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        with pytest.raises(CommandError, match=f"--out {fifo}: is not a regular file"):
+            call_command("report", json_path=str(FIXTURE), out=str(fifo))
+        assert stat.S_ISFIFO(fifo.stat().st_mode)
+        source = tmp_path / "burst.json"
+        source.write_text(FIXTURE.read_text())
+        with pytest.raises(CommandError, match="is the --json it reads: give another file"):
+            call_command("report", json_path=str(source), out=str(source))
+        assert source.read_text() == FIXTURE.read_text()
+
+    def test_a_batch_or_queue_of_the_wrong_type_renders(self, burst):
+        """Seen with a hand-edited document: a list as "batch" or "queue" ended in a TypeError."""
+        burst["runs"][1].update(batch=[], queue=["shared"])
+        assert "<!doctype html>" in render_report(burst)
 
     @pytest.mark.django_db
     def test_measures_the_machine_when_the_json_does_not_describe_it(self, burst, tmp_path):

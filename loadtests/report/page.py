@@ -240,6 +240,8 @@ def write_report(data: dict, path: str | os.PathLike, *, command: str | None = N
     """Render ``data`` and write it to ``path`` (parent folders created; written to a temporary file
     then renamed, so a reader never sees half a report). Returns the absolute path."""
     target = Path(path).resolve()
+    if target.exists() and not target.is_file():
+        raise OSError(f"{target} is not a regular file: a report is renamed over its target")
     html = render_report(data, command=command)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from loadtests.options import check_output
 from loadtests.report.base import DEFAULT_JSON, LATEST_REPORT, ReportError, validate
 from loadtests.report.machine import complete_machine
 from loadtests.report.page import write_report
@@ -51,6 +52,9 @@ class Command(BaseCommand):
         target = Path(out)
         if target.is_dir():
             raise CommandError(f"--out {out}: is a folder; give a file name such as {target / 'report.html'}")
+        if target.resolve() == source.resolve():
+            raise CommandError(f"--out {out}: is the --json it reads: give another file")
+        check_output("--out", out)
         try:
             validate(data)
         except ReportError as exc:

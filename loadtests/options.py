@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 
 from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED
 from faults.registry import FAULT_NAMES
+from inventory.services import MAX_STOCK
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.base import QUEUES
 from inventory.strategies.fenced import FencedLockStrategy
@@ -308,8 +309,11 @@ def check_numbers(
         ("--sales", sales, 1),
         ("--timeout", timeout, 1),
     ):
-        if value < least:
+        if not value >= least or not math.isfinite(value):  # nan compares false, inf never ends
             raise CommandError(f"{flag} must be {least} or more, not {value:g}")
+    shelf, flag = (requests, "--requests") if scenario == "deep" else (stock, "--stock")  # deep: a unit a purchase
+    if shelf > MAX_STOCK:
+        raise CommandError(f"{flag} {shelf}: the units on sale would be more than the stock column holds, {MAX_STOCK}")
     if locust_workers > requests:
         raise CommandError(f"--locust-workers {locust_workers} is more than --requests {requests}")
     return timeout, locust_workers
@@ -354,7 +358,7 @@ def check_fault(
     """Refuse a fault outside the deep scenario or with a strategy it means nothing for, a
     --fault-hold without a fault or below 0, and --unfenced with a strategy that has no storage
     check to switch off."""
-    if hold_s is not None and (fault is None or hold_s < 0):
+    if hold_s is not None and (fault is None or not 0 <= hold_s < math.inf):
         raise CommandError(
             f"--fault-hold {hold_s:g}: give 0 seconds or more" if fault else "--fault-hold needs a --fault"
         )

@@ -347,6 +347,11 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         ({"scenario": "burst"}, "--scenario 'burst'"),
         ({"requests": 0}, "--requests must be 1 or more"),
         ({"stock": -1}, "--stock must be 0 or more"),
+        # Seen by a helper: 3,000,000,000 passed and the run ended in a traceback; nan and inf
+        # passed, and a burst with an endless timeout never gives up.
+        ({"stock": 3_000_000_000}, "--stock 3000000000: the units on sale would be more than the stock column"),
+        ({"timeout": float("nan")}, "--timeout must be 1 or more, not nan"),
+        ({"timeout": float("inf")}, "--timeout must be 1 or more, not inf"),
         ({"users": 0}, "--users must be 1 or more"),
         ({"pods": 0}, "--pods must be 1 or more"),
         ({"repeat": 0}, "--repeat must be 1 or more"),

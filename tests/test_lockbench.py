@@ -45,6 +45,9 @@ BASE_PORT = slots.LOCKBENCH_BASE_PORT
     "options, message",
     [
         ({"rounds": -1}, "--rounds -1: give 1 or more, or 0 for one slice per 0.2 s"),
+        ({"seconds": float("nan")}, "--seconds nan: give a positive number of seconds"),
+        ({"seconds": float("inf")}, "--seconds inf: give a positive number of seconds"),
+        ({"seconds": 0}, "--seconds 0: give a positive number of seconds"),
         ({"base_port": 70000}, "--base-port 70000: its rows use ports 70000 to 70193: give a base from 1 to 65342"),
         ({"base_port": 65400}, "--base-port 65400: its rows use ports 65400 to 65593: give a base from 1 to 65342"),
         ({"base_port": 0}, "--base-port 0: its rows use ports 0 to 193: give a base from 1 to 65342"),
@@ -53,7 +56,7 @@ BASE_PORT = slots.LOCKBENCH_BASE_PORT
 def test_bad_arguments_are_one_line_before_any_node_starts(tmp_path, options, message):
     path = tmp_path / "lockbench.json"
     with pytest.raises(CommandError) as excinfo:
-        call_command("lockbench", json=str(path), seconds=0.3, **{"base_port": BASE_PORT, **options})
+        call_command("lockbench", json=str(path), **{"seconds": 0.3, "base_port": BASE_PORT, **options})
     assert str(excinfo.value) == message
     assert not path.exists()
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -287,8 +288,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, seconds: float, rounds: int, base_port: int, **options):
-        if seconds <= 0:
-            raise CommandError("--seconds must be positive")
+        if not 0 < seconds < math.inf:  # nan compares false
+            raise CommandError(f"--seconds {seconds:g}: give a positive number of seconds")
         if rounds < 0:
             raise CommandError(f"--rounds {rounds}: give 1 or more, or 0 for one slice per 0.2 s")
         last = base_port + PORTS_SPANNED

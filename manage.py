@@ -7,9 +7,17 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        if "--traceback" in sys.argv:
+            raise
+        # A bad setting (shop/settings.py reads them from the environment) says what to fix in
+        # one line, as a command's own errors do, not under a traceback of Django's startup.
+        sys.exit(f"ImproperlyConfigured: {exc}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,20 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "env, said",
+    [
+        ({"FLASHSALE_ENV": "production"}, "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production"),
+        ({"INVENTORY_BATCH": "abc"}, "INVENTORY_BATCH='abc': expected a whole number"),
+    ],
+)
+def test_a_bad_setting_is_one_line_saying_what_to_fix(env, said):
+    """Seen by a helper: every bad setting printed a 45-line traceback before its one true line."""
+    result = run(["manage.py", "check"], **env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"ImproperlyConfigured: {said}"], result.stderr
+
+
 @pytest.mark.slow
 def test_check_deploy_flags_a_weak_secret_key():
     result = run(["manage.py", "check", "--deploy"], **production_env(DJANGO_SECRET_KEY="short"))

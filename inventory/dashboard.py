@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
+from django.views.decorators.http import require_safe
 
 from .audit import AuditReport
 from .models import BurstRun, Product
@@ -61,6 +62,7 @@ def stock_totals(rows: list[dict]) -> dict:
     }
 
 
+@require_safe
 def dashboard_view(request: HttpRequest):
     _require_view_permission(request)
     runs = list(BurstRun.objects.all()[:50])
@@ -81,6 +83,7 @@ def dashboard_view(request: HttpRequest):
     return TemplateResponse(request, "admin/inventory/dashboard.html", context)
 
 
+@require_safe
 def dashboard_stock_view(request: HttpRequest) -> JsonResponse:
     """The dashboard's live stock, polled each second."""
     _require_view_permission(request)
@@ -123,6 +126,7 @@ def latest_report() -> dict | None:
     return {"started_at": started_at, "sentences": said, "file": bool(_panels) and _panels[0].report_path().is_file()}
 
 
+@require_safe
 def dashboard_report_view(request: HttpRequest) -> FileResponse:
     """The latest report file, served to staff; its policy lets it load nothing, as it is written to."""
     _require_view_permission(request)

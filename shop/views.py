@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
 from inventory.models import Product
@@ -211,13 +211,13 @@ def product_context(product: Product) -> dict:
     }
 
 
-@require_GET
+@require_safe
 def home(request: HttpRequest) -> HttpResponse:
     listed = Product.objects.filter(listed=True)
     return render(request, "shop/home.html", {"products": [product_context(p) for p in listed]})
 
 
-@require_GET
+@require_safe
 @ensure_csrf_cookie
 def product_page(request: HttpRequest, sku: str) -> HttpResponse:
     product = get_object_or_404(Product, sku=sku)
@@ -316,9 +316,18 @@ def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, q
     )
 
 
+def only_reads(request: HttpRequest) -> JsonResponse | None:
+    """The 405 for a JSON endpoint that only answers reads (GET, and HEAD wherever GET is), else None."""
+    if request.method in ("GET", "HEAD"):
+        return None
+    response = json_error(405, "use GET", allowed=["GET", "HEAD"])
+    response["Allow"] = "GET, HEAD"
+    return response
+
+
 def api_product(request: HttpRequest, sku: str) -> JsonResponse:
-    if request.method != "GET":
-        return json_error(405, "use GET", allowed=["GET"])
+    if refused := only_reads(request):
+        return refused
     product = Product.objects.filter(sku=sku).first()
     if product is None:
         return json_error(404, f"no product with sku {sku!r}")
@@ -331,8 +340,8 @@ def api_product(request: HttpRequest, sku: str) -> JsonResponse:
 def api_session(request: HttpRequest) -> JsonResponse:
     """``GET``: the shopper's session and CSRF cookies for an API client that loaded no page (the
     burst's shoppers prepare with it: the product page sets the same cookies but renders its HTML)."""
-    if request.method != "GET":
-        return json_error(405, "use GET", allowed=["GET"])
+    if refused := only_reads(request):
+        return refused
     shopper_id(request)
     response = JsonResponse({"csrf_cookie": settings.CSRF_COOKIE_NAME, "csrf_header": "X-CSRFToken"})
     response["Cache-Control"] = "no-store"

@@ -212,6 +212,12 @@ class TestOrders:
 
 
 class TestDashboard:
+    @pytest.mark.parametrize("url", ["/admin/dashboard/", "/admin/dashboard/stock.json", "/admin/dashboard/report/"])
+    def test_only_reads_are_answered(self, staff, url):
+        """Seen by a helper: POST, PUT and DELETE to the dashboard were answered 200."""
+        for method in ("post", "put", "delete"):
+            assert getattr(staff, method)(url).status_code == 405
+
     def test_staff_only(self, client, django_user_model):
         assert client.get("/admin/dashboard/")["Location"].startswith("/admin/login/")
         assert client.get("/admin/dashboard/stock.json")["Location"].startswith("/admin/login/")

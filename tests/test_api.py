@@ -66,7 +66,15 @@ class TestProductEndpoint:
     def test_other_methods_are_405_json(self, client, make_product):
         make_product()
         response = client.post("/api/products/phone-x")
-        assert response.status_code == 405 and response.json()["allowed"] == ["GET"]
+        assert response.status_code == 405 and response.json()["allowed"] == ["GET", "HEAD"]
+        assert response["Allow"] == "GET, HEAD"
+
+    @pytest.mark.parametrize("url", ["/api/products/phone-x", "/api/session", "/", "/products/phone-x/"])
+    def test_head_is_answered_where_get_is(self, client, make_product, url):
+        """Seen by a helper: HEAD was 405 on every page and GET endpoint of the shop."""
+        make_product()
+        response = client.head(url)
+        assert response.status_code == 200 and response.content == b""
 
 
 class TestPurchaseOutcomes:

@@ -29,6 +29,11 @@ class Command(BaseCommand):
         username = username.strip()
         if not username:
             raise CommandError("--username must not be empty")
+        field = User._meta.get_field(User.USERNAME_FIELD)
+        try:
+            field.run_validators(username)  # its length and characters, as the admin's form checks them
+        except ValidationError as exc:
+            raise CommandError(f"--username {username[:40]!r}: {' '.join(exc.messages)}") from None
         if User._default_manager.filter(**{User.USERNAME_FIELD: username}).exists():
             raise CommandError(
                 f"user {username!r} already exists; set a new password with: manage.py changepassword {username}"

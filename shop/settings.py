@@ -37,14 +37,17 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r}: use 1 or 0")
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, least: int | None = None) -> int:
     raw = os.environ.get(name, "")
     if raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from None
+    if least is not None and value < least:
+        raise ImproperlyConfigured(f"{name}={raw!r}: use {least} or more")
+    return value
 
 
 ENVIRONMENT = os.environ.get("FLASHSALE_ENV", "development")
@@ -141,12 +144,12 @@ TEMPLATES = [
 # DATABASE_POOL_MAX_SIZE > 0 (gunicorn.conf.py sets it) gives each process a bounded psycopg pool:
 # at most that many connections, and a request that waits DATABASE_POOL_TIMEOUT seconds for one
 # gets 503 + Retry-After (shop/middleware.py) instead of queueing until PostgreSQL refuses it.
-DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0, least=0)
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale"),
         # A pooled connection goes back to the pool at the end of each request instead.
-        conn_max_age=0 if DATABASE_POOL_MAX_SIZE else env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_max_age=0 if DATABASE_POOL_MAX_SIZE else env_int("DATABASE_CONN_MAX_AGE", 60, least=0),
         # Pooled, the check is a round trip on every checkout: a quarter of a sold-out answer's time
         # under the spike (py-spy). Without it a connection that broke fails its one request and the
         # pool discards it.
@@ -158,6 +161,8 @@ if DATABASE_POOL_MAX_SIZE:
         _pool_timeout = float(os.environ.get("DATABASE_POOL_TIMEOUT") or 1.0)
     except ValueError:
         raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT: expected seconds, e.g. 1.0") from None
+    if not 0 < _pool_timeout < float("inf"):  # 0 or less fails every query at once; nan compares false
+        raise ImproperlyConfigured(f"DATABASE_POOL_TIMEOUT={_pool_timeout:g}: expected seconds above 0, e.g. 1.0")
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 0,
         "max_size": DATABASE_POOL_MAX_SIZE,
@@ -219,7 +224,7 @@ if not DEVELOPMENT:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000, least=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 

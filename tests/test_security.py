@@ -51,6 +51,21 @@ def test_production_refuses_to_start_without_a_secret_key():
     [
         ({"FLASHSALE_ENV": "production"}, "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production"),
         ({"INVENTORY_BATCH": "abc"}, "INVENTORY_BATCH='abc': expected a whole number"),
+        # Seen by a helper: each passed `check`, then broke every query (or sent max-age=-1).
+        ({"DATABASE_POOL_MAX_SIZE": "-1"}, "DATABASE_POOL_MAX_SIZE='-1': use 0 or more"),
+        (
+            {"DATABASE_POOL_MAX_SIZE": "4", "DATABASE_POOL_TIMEOUT": "0"},
+            "DATABASE_POOL_TIMEOUT=0: expected seconds above 0, e.g. 1.0",
+        ),
+        (
+            {"DATABASE_POOL_MAX_SIZE": "4", "DATABASE_POOL_TIMEOUT": "nan"},
+            "DATABASE_POOL_TIMEOUT=nan: expected seconds above 0, e.g. 1.0",
+        ),
+        ({"DATABASE_CONN_MAX_AGE": "-5"}, "DATABASE_CONN_MAX_AGE='-5': use 0 or more"),
+        (
+            {"FLASHSALE_ENV": "production", "DJANGO_SECRET_KEY": "k" * 60, "DJANGO_HSTS_SECONDS": "-1"},
+            "DJANGO_HSTS_SECONDS='-1': use 0 or more",
+        ),
     ],
 )
 def test_a_bad_setting_is_one_line_saying_what_to_fix(env, said):

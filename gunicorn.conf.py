@@ -2,6 +2,29 @@
 
 import os
 
+
+def _count(name: str, default: int, least: int) -> int:
+    """A whole number from the environment (``default`` when unset or empty), at least ``least``;
+    anything else stops gunicorn with one line naming the variable."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r}: expected a whole number") from None
+    if value < least:
+        raise SystemExit(f"{name}={raw!r}: use {least} or more")
+    return value
+
+
+def _choice(name: str, default: str, allowed: tuple[str, ...], said: str) -> str:
+    raw = os.environ.get(name) or default
+    if raw not in allowed:
+        raise SystemExit(f"{name}={raw!r}: use {said}")
+    return raw
+
+
 # DEBUG is off under gunicorn unless DJANGO_DEBUG says otherwise.
 os.environ.setdefault("DJANGO_DEBUG", "0")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
@@ -12,15 +35,15 @@ server = os.environ.get("SHOP_SERVER", "wsgi")
 if server not in ("wsgi", "asgi"):
     raise SystemExit(f"SHOP_SERVER={server!r}: use wsgi or asgi")
 wsgi_app = f"shop.{server}:application"
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+bind = os.environ.get("GUNICORN_BIND") or "127.0.0.1:8000"
 # Several processes, so the lock is contended across processes as in production, and a few
 # threads each, so a worker blocked on a lock does not idle its whole process.
-workers = int(os.environ.get("GUNICORN_WORKERS", "4"))
+workers = _count("GUNICORN_WORKERS", 4, 1)
 worker_class = "gthread" if server == "wsgi" else "uvicorn_worker.UvicornWorker"
 # Load the app once in the arbiter and fork the workers from it: a pod is up in a fraction of the
 # time when its workers need not each import Django (nothing connects or starts a thread at import).
-preload_app = os.environ.get("GUNICORN_PRELOAD", "1") == "1"
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+preload_app = _choice("GUNICORN_PRELOAD", "1", ("1", "0"), "1 or 0") == "1"
+threads = _count("GUNICORN_THREADS", 4, 1)
 # Under ASGI one event loop per worker serves every request; its database work runs on this many
 # threads (shop/settings.py ASGI_DB_THREADS), the same number gthread would run requests on.
 os.environ.setdefault("ASGI_DB_THREADS", str(threads))
@@ -31,12 +54,17 @@ os.environ.setdefault("DATABASE_POOL_MAX_SIZE", str(threads))
 # the listen queue (also bounded by the kernel's net.core.somaxconn), the idle keep-alive
 # connections a worker may hold (gthread closes any beyond worker_connections - threads) and how
 # long an idle one is kept all have to cover the shoppers waiting for the opening.
-backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
-worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+backlog = _count("GUNICORN_BACKLOG", 2048, 1)
+worker_connections = _count("GUNICORN_WORKER_CONNECTIONS", 1000, 1)
+keepalive = _count("GUNICORN_KEEPALIVE", 5, 0)
+timeout = _count("GUNICORN_TIMEOUT", 30, 0)
 graceful_timeout = 5
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 errorlog = "-"
-loglevel = os.environ.get("GUNICORN_LOGLEVEL", "warning")
+loglevel = _choice(
+    "GUNICORN_LOGLEVEL",
+    "warning",
+    ("debug", "info", "warning", "error", "critical"),
+    "debug, info, warning, error or critical",
+)
 proc_name = "flashsale"

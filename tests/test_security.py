@@ -49,6 +49,25 @@ def test_production_refuses_to_start_without_a_secret_key():
 @pytest.mark.parametrize(
     "env, said",
     [
+        ({"GUNICORN_WORKERS": "0"}, "GUNICORN_WORKERS='0': use 1 or more"),
+        ({"GUNICORN_THREADS": "0"}, "GUNICORN_THREADS='0': use 1 or more"),
+        ({"GUNICORN_TIMEOUT": "abc"}, "GUNICORN_TIMEOUT='abc': expected a whole number"),
+        ({"GUNICORN_PRELOAD": "yes"}, "GUNICORN_PRELOAD='yes': use 1 or 0"),
+        ({"GUNICORN_LOGLEVEL": "bogus"}, "GUNICORN_LOGLEVEL='bogus': use debug, info, warning, error or critical"),
+    ],
+)
+def test_a_bad_gunicorn_setting_is_one_line(env, said):
+    """Seen by a helper: GUNICORN_WORKERS=0 started a pod that answered nothing, GUNICORN_THREADS=0
+    blamed ASGI_DB_THREADS, a word where a number belongs was int()'s ValueError naming no variable,
+    and PRELOAD=yes or a bogus LOGLEVEL were silently something else."""
+    result = run(["-c", "import runpy; runpy.run_path('gunicorn.conf.py')"], **env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [said], result.stderr
+
+
+@pytest.mark.parametrize(
+    "env, said",
+    [
         ({"FLASHSALE_ENV": "production"}, "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production"),
         ({"INVENTORY_BATCH": "abc"}, "INVENTORY_BATCH='abc': expected a whole number"),
         # Seen by a helper: each passed `check`, then broke every query (or sent max-age=-1).

@@ -29,6 +29,7 @@ def check_inventory_strategy(app_configs=None, **kwargs) -> list[checks.CheckMes
         )
     else:
         messages.extend(cls.checks(config))
+        messages.extend(_built(cls, config))
         unknown = sorted(set(config.get("OPTIONS") or {}) - known_options())
         if unknown:
             messages.append(
@@ -46,6 +47,18 @@ def check_inventory_strategy(app_configs=None, **kwargs) -> list[checks.CheckMes
             )
         )
     return messages
+
+
+def _built(cls, config: dict) -> list[checks.CheckMessage]:
+    """An error when the strategy cannot be built from ``config`` (a URL it cannot parse, an
+    option out of range): every purchase would fail where it is first built. Building connects
+    nothing (every client here connects on first use)."""
+    try:
+        strategy = cls(config=dict(config))
+    except (ImproperlyConfigured, ValueError, TypeError) as exc:
+        return [checks.Error(f"the {cls.name} strategy cannot be built: {exc}", id="inventory.E004")]
+    strategy.close()
+    return []
 
 
 def known_options() -> set[str]:

@@ -30,13 +30,32 @@ def test_safe_backends_pass(settings, backend):
 @pytest.mark.parametrize("backend", CONTROLS)
 def test_controls_are_a_warning(settings, backend):
     assert set(CONTROLS) == {"unsafe", "local"}
-    assert ids(settings, STRATEGY=backend) == [("inventory.W001", checks.WARNING)]
+    assert ids(settings, STRATEGY=backend, ALLOW_UNSAFE=True) == [("inventory.W001", checks.WARNING)]
+    # Without ALLOW_UNSAFE_STRATEGY=1 the shop refuses to build it: an error, not only a warning.
+    assert ids(settings, STRATEGY=backend, ALLOW_UNSAFE=False) == [
+        ("inventory.W001", checks.WARNING),
+        ("inventory.E004", checks.ERROR),
+    ]
 
 
 def test_an_option_no_strategy_reads_is_a_warning(settings):
     assert ids(settings, STRATEGY="db", OPTIONS={"FENCED": True, "FENCD": False}) == [
         ("inventory.W003", checks.WARNING)
     ]
+
+
+# Seen by a helper: each passed `manage.py check` (and preflight), then every purchase failed when
+# the strategy was built: check builds it.
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"STRATEGY": "redis", "REDIS_URL": "garbage"},
+        {"STRATEGY": "redlock", "REDLOCK_URLS": ["a", "b", "c"]},
+        {"STRATEGY": "optimistic", "OPTIONS": {"MAX_RETRIES": -5}},
+    ],
+)
+def test_a_strategy_that_cannot_be_built_is_an_error(settings, overrides):
+    assert ids(settings, **overrides) == [("inventory.E004", checks.ERROR)]
 
 
 @pytest.mark.parametrize("nodes", [0, 1, 2])

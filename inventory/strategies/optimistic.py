@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .base import Strategy
 from .contract import Grant, Shelf
 from .statements import Statement, checked_update
@@ -23,7 +25,10 @@ class OptimisticStrategy(Strategy):
 
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)
-        self.max_attempts = 1 + int(self.options["MAX_RETRIES"])
+        retries = int(self.options["MAX_RETRIES"])
+        if retries < 0:  # every purchase would be answered busy without a try
+            raise ImproperlyConfigured(f"OPTIMISTIC_MAX_RETRIES={retries}: use 0 or more")
+        self.max_attempts = 1 + retries
 
     def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
         return checked_update(shelf, quantity=quantity, token=None, fenced=True)

@@ -232,8 +232,13 @@ if not DEVELOPMENT:
 # (db, optimistic, redis, redlock, etcd, atomic, redis-stock, and the controls local and unsafe) or a
 # dotted path to a Strategy subclass; OPTIONS holds what the strategies declare in their modules
 # (``default_options``), as CACHES does per backend.
-REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", ports.REDLOCK_BASE_PORT)
-REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5)
+REDLOCK_BASE_PORT = env_int("REDLOCK_BASE_PORT", ports.REDLOCK_BASE_PORT, least=1)
+REDLOCK_NODE_COUNT = env_int("REDLOCK_NODE_COUNT", 5, least=1)
+if REDLOCK_BASE_PORT + REDLOCK_NODE_COUNT - 1 > 65535:
+    raise ImproperlyConfigured(
+        f"REDLOCK_BASE_PORT={REDLOCK_BASE_PORT} with REDLOCK_NODE_COUNT={REDLOCK_NODE_COUNT}: "
+        "the nodes' ports would pass 65535"
+    )
 INVENTORY = {
     "STRATEGY": env_first("INVENTORY_STRATEGY", "INVENTORY_BACKEND", default="db"),
     "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),

@@ -46,6 +46,15 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["seed"], ["reconcile", "--dry-run"], ["createstaff", "--username", "x"]])
+def test_a_database_that_does_not_answer_is_one_line(command):
+    """Seen by a helper: each ended in an OperationalError traceback."""
+    result = run(["manage.py", *command], DATABASE_URL="postgres://postgres@127.0.0.1:1/flashsale")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("OperationalError: ") and "preflight" in lines[0], result.stderr
+
+
 @pytest.mark.parametrize(
     "env, said",
     [
@@ -81,6 +90,11 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
             "DATABASE_POOL_TIMEOUT=nan: expected seconds above 0, e.g. 1.0",
         ),
         ({"DATABASE_CONN_MAX_AGE": "-5"}, "DATABASE_CONN_MAX_AGE='-5': use 0 or more"),
+        ({"REDLOCK_NODE_COUNT": "0"}, "REDLOCK_NODE_COUNT='0': use 1 or more"),
+        (
+            {"REDLOCK_BASE_PORT": "70000"},
+            "REDLOCK_BASE_PORT=70000 with REDLOCK_NODE_COUNT=5: the nodes' ports would pass 65535",
+        ),
         (
             {"FLASHSALE_ENV": "production", "DJANGO_SECRET_KEY": "k" * 60, "DJANGO_HSTS_SECONDS": "-1"},
             "DJANGO_HSTS_SECONDS='-1': use 0 or more",

@@ -145,9 +145,16 @@ TEMPLATES = [
 # at most that many connections, and a request that waits DATABASE_POOL_TIMEOUT seconds for one
 # gets 503 + Retry-After (shop/middleware.py) instead of queueing until PostgreSQL refuses it.
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0, least=0)
+_DATABASE_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/flashsale"
+try:
+    _DATABASE_PARSED = dj_database_url.parse(_DATABASE_URL)
+except (ValueError, dj_database_url.ParseError) as exc:  # the same parse again below, with the options
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={_DATABASE_URL!r}: {exc}; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
+    ) from None
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale"),
+        _DATABASE_URL,
         # A pooled connection goes back to the pool at the end of each request instead.
         conn_max_age=0 if DATABASE_POOL_MAX_SIZE else env_int("DATABASE_CONN_MAX_AGE", 60, least=0),
         # Pooled, the check is a round trip on every checkout: a quarter of a sold-out answer's time
@@ -286,11 +293,14 @@ INVENTORY = {
     },
 }
 
+LOG_LEVEL = (os.environ.get("DJANGO_LOG_LEVEL") or "WARNING").upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(f"DJANGO_LOG_LEVEL={LOG_LEVEL.lower()!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # A flash sale answers thousands of 409s (sold out) by design: log only server errors.
     "loggers": {"django.request": {"level": "ERROR"}},
 }

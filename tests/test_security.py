@@ -91,6 +91,7 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
         ),
         ({"DATABASE_CONN_MAX_AGE": "-5"}, "DATABASE_CONN_MAX_AGE='-5': use 0 or more"),
         ({"REDLOCK_NODE_COUNT": "0"}, "REDLOCK_NODE_COUNT='0': use 1 or more"),
+        ({"DJANGO_LOG_LEVEL": "bogus"}, "DJANGO_LOG_LEVEL='bogus': use DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
             {"REDLOCK_BASE_PORT": "70000"},
             "REDLOCK_BASE_PORT=70000 with REDLOCK_NODE_COUNT=5: the nodes' ports would pass 65535",
@@ -106,6 +107,15 @@ def test_a_bad_setting_is_one_line_saying_what_to_fix(env, said):
     result = run(["manage.py", "check"], **env)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"ImproperlyConfigured: {said}"], result.stderr
+
+
+@pytest.mark.parametrize("url", ["garbage", "postgres://postgres@127.0.0.1:99999/flashsale"])
+def test_a_database_url_that_does_not_parse_names_the_variable(url):
+    """Seen by a helper: UnknownSchemeError and ParseError tracebacks that named no variable."""
+    result = run(["manage.py", "check"], DATABASE_URL=url)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ImproperlyConfigured: DATABASE_URL={url!r}: "), result.stderr
 
 
 @pytest.mark.slow

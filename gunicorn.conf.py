@@ -5,7 +5,9 @@ import os
 
 def _count(name: str, default: int, least: int) -> int:
     """A whole number from the environment (``default`` when unset or empty), at least ``least``;
-    anything else stops gunicorn with one line naming the variable."""
+    anything else stops gunicorn with one line naming the variable. shop/settings.py's env_int
+    does the same for Django; this file imports nothing of the project (gunicorn's console
+    script reads it before the project's folder is on the import path)."""
     raw = os.environ.get(name, "")
     if raw == "":
         return default

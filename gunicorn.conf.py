@@ -2,22 +2,17 @@
 
 import os
 
+from django.core.exceptions import ImproperlyConfigured
+
+from shop.env import env_int
+
 
 def _count(name: str, default: int, least: int) -> int:
-    """A whole number from the environment (``default`` when unset or empty), at least ``least``;
-    anything else stops gunicorn with one line naming the variable. shop/settings.py's env_int
-    does the same for Django; this file imports nothing of the project (gunicorn's console
-    script reads it before the project's folder is on the import path)."""
-    raw = os.environ.get(name, "")
-    if raw == "":
-        return default
+    """:func:`shop.env.env_int`, its refusal stopping gunicorn with that one line."""
     try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"{name}={raw!r}: expected a whole number") from None
-    if value < least:
-        raise SystemExit(f"{name}={raw!r}: use {least} or more")
-    return value
+        return env_int(name, default, least=least)
+    except ImproperlyConfigured as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...], said: str) -> str:

@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from processes import ports
+from shop.env import env_int
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("FLASHSALE_RUN_DIR", BASE_DIR / ".run"))
@@ -35,19 +36,6 @@ def env_bool(name: str, default: bool) -> bool:
     if raw.lower() in {"0", "false", "no", "off"}:
         return False
     raise ImproperlyConfigured(f"{name}={raw!r}: use 1 or 0")
-
-
-def env_int(name: str, default: int, *, least: int | None = None) -> int:
-    raw = os.environ.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from None
-    if least is not None and value < least:
-        raise ImproperlyConfigured(f"{name}={raw!r}: use {least} or more")
-    return value
 
 
 ENVIRONMENT = os.environ.get("FLASHSALE_ENV", "development")

@@ -42,6 +42,11 @@ def invariant_mark(product: Product) -> str:
     )
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 unit``, ``2 units``: the admin's messages count in the singular when there is one."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 class RestockForm(forms.Form):
     quantity = forms.IntegerField(
         label="Units to add to each selected product",
@@ -186,7 +191,8 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
             queryset,
             lambda product: restock(sku=product.sku, quantity=quantity),
             logged=lambda product, updated: (
-                f"Restocked {quantity} units: stock {product.stock} → {updated.stock}, initial {updated.initial_stock}."
+                f"Restocked {counted(quantity, 'unit')}: stock {product.stock} → {updated.stock}, "
+                f"initial {updated.initial_stock}."
             ),
             said=lambda product, updated: f"Restocked {product.sku}: +{quantity}, {updated.stock} now in stock.",
         )
@@ -204,7 +210,7 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
                 action="reset_sale_selected",
                 title="Reset sale",
                 verb="Reset sale",
-                warning=f"This deletes {orders} order{'s' if orders != 1 else ''} and sets the fence back to 0.",
+                warning=f"This deletes {counted(orders, 'order')} and sets the fence back to 0.",
             )
         stock = form.cleaned_data["stock"]
         self._change_each(
@@ -212,10 +218,12 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
             queryset,
             lambda product: reset_sale(sku=product.sku, stock=product.initial_stock if stock is None else stock),
             logged=lambda product, updated: (
-                f"Reset sale: {product.order_count} orders deleted, stock {product.stock} → {updated.stock}, "
-                f"fence {product.fence} → 0."
+                f"Reset sale: {counted(product.order_count, 'order')} deleted, "
+                f"stock {product.stock} → {updated.stock}, fence {product.fence} → 0."
             ),
-            said=lambda product, updated: f"Reset {product.sku}: {updated.stock} units on sale, orders cleared.",
+            said=lambda product, updated: (
+                f"Reset {product.sku}: {counted(updated.stock, 'unit')} on sale, orders cleared."
+            ),
         )
         return None
 

@@ -166,6 +166,15 @@ class TestActions:
         assert (product.stock, product.initial_stock, product.fence, Order.objects.count()) == (5, 5, 0, 0)
         assert "Reset sale: 2 orders deleted" in LogEntry.objects.get().get_change_message()
 
+    def test_one_is_said_in_the_singular(self, staff, make_product):
+        """Seen by a helper: "Restocked 1 units", "1 orders deleted"."""
+        product = make_product(stock=5)
+        self.action(staff, "restock_selected", product, post="yes", quantity="1")
+        assert LogEntry.objects.get().get_change_message().startswith("Restocked 1 unit: ")
+        purchase(sku="phone-x", customer="alice", quantity=1)
+        self.action(staff, "reset_sale_selected", product, post="yes", stock="1")
+        assert LogEntry.objects.latest("pk").get_change_message().startswith("Reset sale: 1 order deleted, ")
+
     def test_reset_to_a_new_stock(self, staff, make_product):
         product = make_product(stock=5)
         self.action(staff, "reset_sale_selected", product, post="yes", stock="40")

@@ -45,7 +45,7 @@ STATUS_BY_OUTCOME = {
 }
 MESSAGES = {
     Outcome.CONFIRMED: "Your order is confirmed.",
-    Outcome.SOLD_OUT: "Sold out: every unit has been bought.",
+    Outcome.SOLD_OUT: "Sold out: no units are left.",
     Outcome.LIMIT_REACHED: "That would take you past the most one shopper may buy of this product.",
     Outcome.NOT_ON_SALE: "This product is not on sale right now.",
     Outcome.BUSY: "The shop is busy: please try again in a moment.",
@@ -56,7 +56,8 @@ RETRY_AFTER_SECONDS = "1"
 def outcome_message(result: PurchaseResult, quantity: int) -> str:
     if result.outcome is Outcome.SOLD_OUT and result.units_left:
         left = "1 unit is" if result.units_left == 1 else f"{result.units_left} units are"
-        return f"Only {left} left: not enough for {quantity}. Ask for {result.units_left} or fewer."
+        # No "ask for N or fewer": the shelf's read does not know how many of N this shopper may buy.
+        return f"Only {left} left: not enough for {quantity}."
     return MESSAGES[result.outcome]
 
 

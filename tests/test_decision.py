@@ -83,7 +83,21 @@ class TestSoldOutSaysWhatIsLeft:
         assert response.status_code == 409
         body = response.json()
         assert (body["outcome"], body["units_left"]) == ("sold_out", 1)
-        assert "Only 1 unit is left" in body["message"] and "every unit has been bought" not in body["message"]
+        # Without "Ask for 1 or fewer": seen by a helper, that advice named more than a shopper near
+        # the limit could buy (the plain read does not know their units).
+        assert body["message"] == "Only 1 unit is left: not enough for 2."
+
+    def test_a_product_that_never_had_stock_is_not_said_to_be_bought_out(self, make_product, client):
+        """Seen by a helper: stock 0 from the start read "Sold out: every unit has been bought"."""
+        make_product(stock=0)
+        client.get("/products/phone-x/")
+        response = client.post(
+            "/api/products/phone-x/purchase",
+            data=json.dumps({"quantity": 1}),
+            content_type="application/json",
+            HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+        )
+        assert response.json()["message"] == "Sold out: no units are left."
 
     def test_nothing_left(self, make_product):
         make_product(stock=0)

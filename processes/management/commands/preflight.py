@@ -32,9 +32,14 @@ def ensure_database() -> bool:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
             return True
     except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0]
+        where = f"PostgreSQL at {params['host']}:{params['port']}"
+        if "FATAL:" in str(exc):  # the server answered: a role, password or database it refused
+            raise CommandError(
+                f"{where} answered and refused the login ({reason}): check DATABASE_URL's user and password"
+            ) from exc
         raise CommandError(
-            f"PostgreSQL at {params['host']}:{params['port']} does not answer ({str(exc).strip().splitlines()[0]}): "
-            "install and start it (Debian: apt-get install postgresql)"
+            f"{where} does not answer ({reason}): install and start it (Debian: apt-get install postgresql)"
         ) from exc
 
 

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from .async_purchase import loop_refusal
 from .strategies import STRATEGIES, configured_name, strategy_class
 
 
@@ -30,6 +31,8 @@ def check_inventory_strategy(app_configs=None, **kwargs) -> list[checks.CheckMes
     else:
         messages.extend(cls.checks(config))
         messages.extend(_built(cls, config))
+        if getattr(settings, "SHOP_SERVER", "wsgi") == "asgi" and loop_refusal(cls):
+            messages.append(checks.Error(loop_refusal(cls), hint="run it with SHOP_SERVER=wsgi", id="inventory.E005"))
         unknown = sorted(set(config.get("OPTIONS") or {}) - known_options())
         if unknown:
             messages.append(

@@ -58,6 +58,14 @@ def test_a_strategy_that_cannot_be_built_is_an_error(settings, overrides):
     assert ids(settings, **overrides) == [("inventory.E004", checks.ERROR)]
 
 
+@pytest.mark.parametrize("backend", ["zookeeper", "etcd"])
+def test_a_strategy_that_cannot_serve_on_an_event_loop_is_an_error_under_asgi(settings, backend):
+    """Seen by a helper: SHOP_SERVER=asgi with zookeeper passed check; gunicorn then refused at start."""
+    assert ids(settings, STRATEGY=backend) == []
+    settings.SHOP_SERVER = "asgi"
+    assert ids(settings, STRATEGY=backend) == [("inventory.E005", checks.ERROR)]
+
+
 @pytest.mark.parametrize("nodes", [0, 1, 2])
 def test_redlock_with_fewer_than_three_nodes_is_an_error(settings, nodes):
     assert ids(settings, STRATEGY="redlock", REDLOCK_URLS=urls(nodes)) == [("inventory.E002", checks.ERROR)]

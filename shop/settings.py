@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from redis.connection import parse_url as parse_redis_url
 
 from processes import ports
 from shop.env import env_int
@@ -234,11 +235,23 @@ if REDLOCK_BASE_PORT + REDLOCK_NODE_COUNT - 1 > 65535:
         f"REDLOCK_BASE_PORT={REDLOCK_BASE_PORT} with REDLOCK_NODE_COUNT={REDLOCK_NODE_COUNT}: "
         "the nodes' ports would pass 65535"
     )
+
+
+def redis_url(name: str, url: str) -> str:
+    """``url`` if redis-py can parse it; else one line naming ``name`` (a bad REDIS_URL ended
+    preflight, reconcile and the sold-out mark's reads in a ValueError traceback)."""
+    try:
+        parse_redis_url(url)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={url!r}: {exc}") from None
+    return url
+
+
 INVENTORY = {
     "STRATEGY": env_first("INVENTORY_STRATEGY", "INVENTORY_BACKEND", default="db"),
-    "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "REDIS_URL": redis_url("REDIS_URL", os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"),
     "REDLOCK_URLS": [
-        u.strip()
+        redis_url("REDLOCK_URLS", u.strip())
         for u in os.environ.get(
             "REDLOCK_URLS",
             ",".join(f"redis://127.0.0.1:{REDLOCK_BASE_PORT + i}/0" for i in range(REDLOCK_NODE_COUNT)),

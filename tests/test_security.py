@@ -101,6 +101,10 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
         ),
         ({"DATABASE_CONN_MAX_AGE": "-5"}, "DATABASE_CONN_MAX_AGE='-5': use 0 or more"),
         ({"REDLOCK_NODE_COUNT": "0"}, "REDLOCK_NODE_COUNT='0': use 1 or more"),
+        (
+            {"REDIS_URL": "garbage"},
+            "REDIS_URL='garbage': Redis URL must specify one of the following schemes (redis://, rediss://, unix://)",
+        ),
         ({"DJANGO_LOG_LEVEL": "bogus"}, "DJANGO_LOG_LEVEL='bogus': use DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
             {"REDLOCK_BASE_PORT": "70000"},

@@ -69,17 +69,22 @@ class TestUnitsPerCustomer:
             Allocation.objects.create(product=product, customer="x", units=3, cap=2)
 
 
+def bought_through_the_api(client, quantity: int):
+    """A shopper's API purchase of ``quantity`` after loading the product page (its CSRF cookie)."""
+    client.get("/products/phone-x/")
+    return client.post(
+        "/api/products/phone-x/purchase",
+        data=json.dumps({"quantity": quantity}),
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 class TestSoldOutSaysWhatIsLeft:
     def test_one_left_and_two_asked(self, strategy, make_product, client, private_static_root):
         make_product(stock=1, limit=2)
-        client.get("/products/phone-x/")
-        response = client.post(
-            "/api/products/phone-x/purchase",
-            data=json.dumps({"quantity": 2}),
-            content_type="application/json",
-            HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
-        )
+        response = bought_through_the_api(client, 2)
         assert response.status_code == 409
         body = response.json()
         assert (body["outcome"], body["units_left"]) == ("sold_out", 1)
@@ -90,14 +95,7 @@ class TestSoldOutSaysWhatIsLeft:
     def test_a_product_that_never_had_stock_is_not_said_to_be_bought_out(self, make_product, client):
         """Seen by a helper: stock 0 from the start read "Sold out: every unit has been bought"."""
         make_product(stock=0)
-        client.get("/products/phone-x/")
-        response = client.post(
-            "/api/products/phone-x/purchase",
-            data=json.dumps({"quantity": 1}),
-            content_type="application/json",
-            HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
-        )
-        assert response.json()["message"] == "Sold out: no units are left."
+        assert bought_through_the_api(client, 1).json()["message"] == "Sold out: no units are left."
 
     def test_nothing_left(self, make_product):
         make_product(stock=0)

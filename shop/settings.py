@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -247,6 +248,26 @@ def redis_url(name: str, url: str) -> str:
     return url
 
 
+def etcd_endpoint(endpoint: str) -> str:
+    """``endpoint`` if it is http(s)://host:port, else one line naming ETCD_ENDPOINTS."""
+    try:
+        parts = urlsplit(endpoint)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port is not None
+    except ValueError:  # a port past 65535
+        ok = False
+    if not ok:
+        raise ImproperlyConfigured(f"ETCD_ENDPOINTS: {endpoint!r} is not http(s)://host:port")
+    return endpoint
+
+
+def zookeeper_host(host: str) -> str:
+    """``host`` if it is host:port with a port from 1 to 65535, else one line naming ZOOKEEPER_HOSTS."""
+    name, _, port = host.rpartition(":")
+    if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ImproperlyConfigured(f"ZOOKEEPER_HOSTS: {host!r} is not host:port")
+    return host
+
+
 INVENTORY = {
     "STRATEGY": env_first("INVENTORY_STRATEGY", "INVENTORY_BACKEND", default="db"),
     "REDIS_URL": redis_url("REDIS_URL", os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"),
@@ -265,14 +286,14 @@ INVENTORY = {
     "ROW_LOCK_TIMEOUT_MS": env_int("ROW_LOCK_TIMEOUT_MS", 5_000),
     "ALLOW_UNSAFE": env_bool("ALLOW_UNSAFE_STRATEGY", env_bool("ALLOW_UNSAFE_BACKEND", False)),
     "ETCD_ENDPOINTS": [
-        u.strip()
+        etcd_endpoint(u.strip())
         for u in os.environ.get(
             "ETCD_ENDPOINTS", ",".join(f"http://127.0.0.1:{ports.ETCD_BASE_PORT + i}" for i in range(3))
         ).split(",")
         if u.strip()
     ],
     "ZOOKEEPER_HOSTS": [
-        h.strip()
+        zookeeper_host(h.strip())
         for h in os.environ.get(
             "ZOOKEEPER_HOSTS", ",".join(f"127.0.0.1:{ports.ZOOKEEPER_BASE_PORT + i}" for i in range(3))
         ).split(",")

@@ -105,6 +105,12 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
             {"REDIS_URL": "garbage"},
             "REDIS_URL='garbage': Redis URL must specify one of the following schemes (redis://, rediss://, unix://)",
         ),
+        ({"ETCD_ENDPOINTS": "garbage"}, "ETCD_ENDPOINTS: 'garbage' is not http(s)://host:port"),
+        (
+            {"ETCD_ENDPOINTS": "http://127.0.0.1:99999"},
+            "ETCD_ENDPOINTS: 'http://127.0.0.1:99999' is not http(s)://host:port",
+        ),
+        ({"ZOOKEEPER_HOSTS": "garbage"}, "ZOOKEEPER_HOSTS: 'garbage' is not host:port"),
         ({"DJANGO_LOG_LEVEL": "bogus"}, "DJANGO_LOG_LEVEL='bogus': use DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
             {"REDLOCK_BASE_PORT": "70000"},

@@ -16,7 +16,7 @@ from django.http import HttpRequest, JsonResponse
 from inventory.errors import InvalidQuantity
 from inventory.services import check_quantity
 
-from .views import Refused, json_error, purchase_quantity, shopper_id
+from .views import Refused, purchase_error, purchase_quantity, shopper_id
 
 
 def api_floor(request: HttpRequest, sku: str) -> JsonResponse:
@@ -36,7 +36,7 @@ def floor_answer(request: HttpRequest, sku: str) -> JsonResponse:
     except Refused as refused:
         return refused.response
     except InvalidQuantity as exc:
-        return json_error(400, str(exc))
+        return purchase_error(exc)
     shopper_id(request)  # the session lookup every purchase makes
     payload = {
         "outcome": "floor",

@@ -65,6 +65,12 @@ def test_bad_input_is_the_purchase_endpoints_4xx(client, make_product, body, con
     assert snapshot() == before
 
 
+def test_a_bad_quantity_says_the_most_a_request_may_name_as_a_purchase_does(client, make_product):
+    """Seen by a helper: the floor's 400 for a bad quantity had no max_quantity, the purchase's has."""
+    make_product()
+    assert post(client, {"quantity": 0}).json() == {"error": "quantity must be between 1 and 100", "max_quantity": 100}
+
+
 def test_other_methods_are_405(client, db):
     response = client.get(URL)
     assert response.status_code == 405 and response["Allow"] == "POST"

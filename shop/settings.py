@@ -137,13 +137,7 @@ TEMPLATES = [
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0, least=0)
 _DATABASE_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/flashsale"
 try:
-    _DATABASE_PARSED = dj_database_url.parse(_DATABASE_URL)
-except (ValueError, dj_database_url.ParseError) as exc:  # the same parse again below, with the options
-    raise ImproperlyConfigured(
-        f"DATABASE_URL={_DATABASE_URL!r}: {exc}; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
-    ) from None
-DATABASES = {
-    "default": dj_database_url.parse(
+    _DATABASE = dj_database_url.parse(
         _DATABASE_URL,
         # A pooled connection goes back to the pool at the end of each request instead.
         conn_max_age=0 if DATABASE_POOL_MAX_SIZE else env_int("DATABASE_CONN_MAX_AGE", 60, least=0),
@@ -152,7 +146,11 @@ DATABASES = {
         # pool discards it.
         conn_health_checks=not DATABASE_POOL_MAX_SIZE,
     )
-}
+except (ValueError, dj_database_url.ParseError) as exc:
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={_DATABASE_URL!r}: {exc}; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
+    ) from None
+DATABASES = {"default": _DATABASE}
 if DATABASE_POOL_MAX_SIZE:
     try:
         _pool_timeout = float(os.environ.get("DATABASE_POOL_TIMEOUT") or 1.0)

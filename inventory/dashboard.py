@@ -22,8 +22,14 @@ from .models import BurstRun, Product
 from .services import sale_state
 
 
+def may_open(user) -> bool:
+    """The dashboard shows products and burst runs: a user may open it who may view both (the admin
+    index and the product list link it only for them: :mod:`inventory.templatetags.sale_dashboard`)."""
+    return user.has_perm("inventory.view_product") and user.has_perm("inventory.view_burstrun")
+
+
 def _require_view_permission(request: HttpRequest) -> None:
-    if not (request.user.has_perm("inventory.view_product") and request.user.has_perm("inventory.view_burstrun")):
+    if not may_open(request.user):
         raise PermissionDenied
 
 

@@ -168,13 +168,13 @@ def prepare(
     found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
     if found is None:
         raise ProductNotFound(f"no product with sku {sku!r}")
-    shelf, replay_id = found
+    shelf, replay_id, held = found
     check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))
     if seen is not None:
         soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
     replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
-    refusal = None if replay else decide(shelf, quantity=quantity, held=0, now=timezone.now())
+    refusal = None if replay else decide(shelf, quantity=quantity, held=held, now=timezone.now())
     if replay or refusal:
         return finish(result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings), ready)
     return ready

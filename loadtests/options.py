@@ -25,6 +25,8 @@ from loadtests.plan import BALANCERS, SCENARIOS, SERVERS, BurstPlan, default_loc
 from processes.ports import LOCUST_MASTER_PORT
 
 SKU_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+#: Units on sale when --stock is not given (deep puts --requests on the shelf and takes no --stock).
+DEFAULT_STOCK = 100
 
 
 def add_arguments(parser) -> None:
@@ -38,7 +40,12 @@ def add_arguments(parser) -> None:
         help="comma-separated strategies, or all (every strategy that is not a control); older name --backends",
     )
     parser.add_argument("--requests", type=int, default=5000, help="purchases per row (default 5000)")
-    parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100; deep: = --requests)")
+    parser.add_argument(
+        "--stock",
+        type=int,
+        default=None,
+        help=f"units on sale (default {DEFAULT_STOCK}); not with deep, which puts one on the shelf per purchase",
+    )
     parser.add_argument("--sku", default="flash-burst", help="the burst's own product, created if missing")
     parser.add_argument("--pods", type=int, default=1, help="independent gunicorn instances (default 1)")
     parser.add_argument(
@@ -165,10 +172,10 @@ def add_batch_arguments(parser) -> None:
     )
     parser.add_argument(
         "--queue",
-        default="local",
+        default=None,
         help="where the purchases of the rows with a --batch size above 1 queue: local (each worker's own "
-        "queue), shared (one Redis list per SKU for every worker and pod), or both (local,shared: a row each); "
-        "docs/batching.md",
+        "queue, the default), shared (one Redis list per SKU for every worker and pod), or both (local,shared: "
+        "a row each); only with such a size; docs/batching.md",
     )
 
 
@@ -395,6 +402,21 @@ def check_hot_row(*, hot_row: bool, scenario: str) -> None:
         )
 
 
+def check_used(*, scenario: str, stock: int | None, sizes: list[int], queue: str | None) -> None:
+    """Refuse an option no row would use: --queue when every --batch size is 1 (a BATCH=1 row queues
+    nowhere), --stock with the deep scenario (its shelf is --requests, a unit a purchase)."""
+    if queue is not None and max(sizes) == 1:
+        raise CommandError(
+            f"--queue {queue}: only a --batch size above 1 queues (a BATCH=1 row queues nowhere): "
+            "add one, e.g. --batch 1,64, or drop --queue"
+        )
+    if stock is not None and scenario == "deep":
+        raise CommandError(
+            f"--stock {stock}: the deep scenario puts one unit on the shelf per purchase (--requests): "
+            "drop --stock, or sell --stock units with --scenario spike or flash"
+        )
+
+
 def check_balancers(balancer: str, *, master_port: int) -> list[str]:
     """The balancers --balancer names (each once, HAProxy installed if named), after checking --master-port."""
     if not 1 <= master_port <= 65535:
@@ -446,8 +468,10 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     (pods, workers, threads) gives the connections each gunicorn worker may open."""
     scenario, fault, unfenced = options["scenario"], options.get("fault"), options.get("unfenced", False)
     names = strategy_names(scenario=scenario, strategies=options["strategies"])
-    keys = row_keys(names, batch_sizes(options.get("batch", "1")), queue_kinds(options.get("queue") or "local"))
-    numbers = {name: options[name] for name in ("requests", "stock", "users", "workers", "threads", "pods")}
+    sizes = batch_sizes(options.get("batch", "1"))
+    keys = row_keys(names, sizes, queue_kinds(options.get("queue") or "local"))
+    numbers = {name: options[name] for name in ("requests", "users", "workers", "threads", "pods")}
+    numbers["stock"] = DEFAULT_STOCK if options.get("stock") is None else options["stock"]
     timeout, locust_workers = check_numbers(
         scenario=scenario,
         **numbers,
@@ -465,6 +489,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     batched = layout_for_batches(options.get("batch_workers"), options.get("batch_threads"), **sizing)
     check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
     check_hot_row(hot_row=options.get("hot_row", False), scenario=scenario)
+    check_used(scenario=scenario, stock=options.get("stock"), sizes=sizes, queue=options.get("queue"))
     plan = BurstPlan(
         scenario=scenario,
         sku=options["sku"],

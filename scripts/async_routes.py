@@ -101,7 +101,7 @@ def sql_on_thread(product_id: int, customer: str, token: int) -> bool:
 
 
 async def run_route(route: str, strategy, *, purchases: int, tasks: int, pool) -> dict:
-    shelf, _ = await on_thread(shelf_by_sku, SKU, customer="routes")
+    shelf, *_ = await on_thread(shelf_by_sku, SKU, customer="routes")
     holds: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for number in range(purchases):

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models.signals import pre_save
@@ -274,6 +275,22 @@ class TestDashboard:
     def test_linked_from_admin_index_and_product_list(self, staff):
         assert 'href="/admin/dashboard/"' in staff.get("/admin/").content.decode()
         assert 'href="/admin/dashboard/"' in staff.get(CHANGELIST).content.decode()
+
+    def test_linked_only_for_staff_who_may_open_it(self, client, django_user_model):
+        """Seen by a helper: a staff user allowed to view products but not burst runs was shown the
+        link on the admin index and the product list, and clicking it answered 403."""
+        clerk = django_user_model.objects.create_user("clerk", password="pw-12345678", is_staff=True)
+        clerk.user_permissions.add(Permission.objects.get(codename="view_product"))
+        client.force_login(clerk)
+        assert client.get("/admin/dashboard/").status_code == 403
+        assert "Products" in client.get("/admin/").content.decode()
+        assert 'href="/admin/dashboard/"' not in client.get("/admin/").content.decode()
+        assert 'href="/admin/dashboard/"' not in client.get(CHANGELIST).content.decode()
+        clerk.user_permissions.add(Permission.objects.get(codename="view_burstrun"))
+        client.force_login(django_user_model.objects.get(pk=clerk.pk))  # the permissions read afresh
+        assert client.get("/admin/dashboard/").status_code == 200
+        assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
+        assert 'href="/admin/dashboard/"' in client.get(CHANGELIST).content.decode()
 
 
 def test_nice_ticks():

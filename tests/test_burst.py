@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 
 from inventory.audit import audit
 from inventory.models import BurstRun, Order, Product
+from loadtests.management.commands.flashsale import Command as Flashsale
 from loadtests.report.base import BREAKDOWN_PARTS, ms
 from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
@@ -161,11 +162,11 @@ def test_spike_sells_exactly_the_stock(backend, request, tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_deep_puts_one_unit_per_purchase_and_every_purchase_buys(tmp_path):
-    document, printed, error = burst(tmp_path, scenario="deep", backends="db", requests=300, stock=5, users=20)
+    document, printed, error = burst(tmp_path, scenario="deep", backends="db", requests=300, users=20)
 
     assert error is None, f"{error}\n{printed}"
     db = rows(document)["db"]
-    assert db["scenario"] == "deep" and db["stock_initial"] == 300  # --stock is ignored: stock = requests
+    assert db["scenario"] == "deep" and db["stock_initial"] == 300  # one unit a purchase (--stock is refused)
     assert db["status_counts"] == {"201": 300} and db["orders"] == 300 and db["stock_final"] == 0
     assert db["floor_ratio"] > 0 and db["invariants_ok"] is True
     assert Product.objects.get(sku=SKU).stock == 0
@@ -397,6 +398,37 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
     assert not path.exists()
     assert not Product.objects.filter(sku=SKU).exists()
     assert not BurstRun.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"queue": "shared"},
+            "--queue shared: only a --batch size above 1 queues (a BATCH=1 row queues nowhere): "
+            "add one, e.g. --batch 1,64, or drop --queue",
+        ),
+        ({"queue": "local,shared", "batch": "1"}, "--queue local,shared: only a --batch size above 1 queues"),
+        (
+            {"scenario": "deep", "stock": 5},
+            "--stock 5: the deep scenario puts one unit on the shelf per purchase (--requests): "
+            "drop --stock, or sell --stock units with --scenario spike or flash",
+        ),
+    ],
+)
+def test_an_option_no_row_would_use_is_refused_before_the_run(options, message, tmp_path, monkeypatch):
+    """Seen by a helper: ``--queue shared`` with only ``--batch 1`` (no row queues) and ``--stock``
+    with ``--scenario deep`` (its shelf is --requests) ran, the option silently ignored."""
+    monkeypatch.setattr(Flashsale, "run_rows", lambda *args, **kwargs: pytest.fail(f"the rows ran with {options}"))
+    path = tmp_path / "burst.json"
+    options = {"backends": "db", "requests": 10, "json_path": str(path), **options}
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", stdout=StringIO(), stderr=StringIO(), **options)
+    assert message in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+    assert not path.exists()
+    assert not Product.objects.filter(sku=SKU).exists()
 
 
 @pytest.mark.django_db

@@ -124,6 +124,17 @@ class TestMissingKeys:
         db_article = next(a for a in articles(html) if 'data-row="db"' in a)
         assert "This run has no latency histogram" in db_article and "no Server-Timing figures" in db_article
 
+    def test_negative_figures_are_treated_as_missing(self, burst):
+        """Seen with a hand-edited document: an "rps" of -812 was drawn and said as given (a bar,
+        "-812 requests/s"); no figure of a run can be below 0, so it is missing, as a wrong type is."""
+        negative = {"rps": -812.0, "p99_ms": -1234.0, "drain_s": -56.78, "floor_ratio": -0.91, "oversold": -7}
+        run = run_of(burst, "db")
+        run.update(negative, orders=-4321, status_counts={**run["status_counts"], "409": -4900})
+        html = render_report(burst)
+        for said in ("-812", "-1,234", "-1234", "-56.78", "-0.91", ">-7<", "-4,321", "-4321", "-4,900", "-4900"):
+            assert said not in html, said
+        assert sentence(run) == sentence({**run, **dict.fromkeys([*negative, "orders"], "x")})
+
     def test_an_empty_burst_renders(self):
         html = render_report({"runs": []})
         assert "0 runs: none." in html and "<article" not in html

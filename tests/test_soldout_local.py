@@ -276,6 +276,30 @@ def test_a_sku_known_unmarked_is_bought_without_a_shelf_read(use_strategy, make_
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_shopper_at_the_limit_is_told_so_whether_the_row_was_remembered_or_read(
+    use_strategy, make_product, monkeypatch
+):
+    """A shopper holding their limit who asks for a sold-out product is told "limit reached" either
+    way, as the section's decision orders them (the limit, then the stock). Seen by a helper: with
+    the row read again, the plain read decided as if they held nothing and said "sold out"."""
+    use_strategy("db")
+    monkeypatch.setattr(soldout_local, "MARK_TTL_S", 3600.0)
+    product = make_product(SKU, stock=20, limit=1)
+    row_remembered(SKU, customer="a")
+    assert purchase(sku=SKU, customer="alice", quantity=1).confirmed
+    Product.objects.filter(pk=product.pk).update(stock=0)  # sold out, and no message: the row stays kept
+    assert soldout.read(SKU).shelf is not None
+    remembered = purchase(sku=SKU, customer="alice", quantity=1)
+    MARKS.drop(SKU)  # as a message about the SKU drops it: the next purchase reads the row
+    assert soldout.read(SKU).shelf is None
+    before = snapshot(SKU)
+    read = purchase(sku=SKU, customer="alice", quantity=1)
+    assert (remembered.outcome, read.outcome) == (Outcome.LIMIT_REACHED, Outcome.LIMIT_REACHED)
+    assert snapshot(SKU) == before
+    assert purchase(sku=SKU, customer="bob", quantity=1).outcome is Outcome.SOLD_OUT  # below the limit
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_edit_of_the_product_drops_the_remembered_row(use_strategy, make_product, monkeypatch):
     """The product's limit is lowered: its save's message drops the row kept here (made to outlive
     the test, so nothing else can), and the next purchase over the new limit is refused."""

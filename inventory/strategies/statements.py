@@ -62,7 +62,10 @@ _KEYED_ORDER = (
 _REPLAY = _KEYED_ORDER.format(product="%s")
 #: The same, for the row the statement reads (``p``).
 _REPLAY_OF_ROW = _KEYED_ORDER.format(product="p.id")
-_UNITS = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = %s AND a.customer = %s)"
+_UNITS_HELD = f"(SELECT a.units FROM {ALLOCATION} a WHERE a.product_id = {{product}} AND a.customer = %s)"
+_UNITS = _UNITS_HELD.format(product="%s")
+#: The same, for the row the statement reads (``p``).
+_UNITS_OF_ROW = _UNITS_HELD.format(product="p.id")
 #: An order's columns, and the model's names for them (``Order.from_db``).
 _ORDER_ATTNAMES = [field.attname for field in Order._meta.concrete_fields]
 _ORDER_COLUMNS = ", ".join(field.column for field in Order._meta.concrete_fields)
@@ -202,15 +205,18 @@ def sale_read(product_id: int, pairs: set[tuple[str, str]]) -> tuple[Product, di
     return Product.from_db(connection.alias, list(_SALE_FIELDS), row), orders
 
 
-def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int | None] | None:
+def shelf_by_sku(sku: str, *, customer: str, key: str = "") -> tuple[Shelf, int | None, int] | None:
     """The purchase's plain read before any guard, one round trip: (the row, the id of the
-    customer's order under ``key`` or None), or None when no product has ``sku``. Plain SQL: the
-    ORM's query compiler cost this read (and the order's, then a query of its own) about 40 % of
-    a pod's Python time in a batched deep run (py-spy --gil)."""
+    customer's order under ``key`` or None, the units the customer holds), or None when no product
+    has ``sku``. The units let this read refuse as the section would (the limit before the stock).
+    Plain SQL: the ORM's query compiler cost this read (and the order's, then a query of its own)
+    about 40 % of a pod's Python time in a batched deep run (py-spy --gil)."""
     replay = _REPLAY_OF_ROW if key else "NULL"
     params = [customer, key] if key else []
-    row = _one_row(f"SELECT {_SHELF}, {replay} FROM {PRODUCT} p WHERE p.sku = %s", [*params, sku])
-    return None if row is None else (Shelf(*row[:-1]), row[-1])
+    row = _one_row(
+        f"SELECT {_SHELF}, {replay}, {_UNITS_OF_ROW} FROM {PRODUCT} p WHERE p.sku = %s", [*params, customer, sku]
+    )
+    return None if row is None else (Shelf(*row[:-2]), row[-2], row[-1] or 0)
 
 
 def side_read(product_id: int, *, customer: str, key: str) -> Statement:

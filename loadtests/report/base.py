@@ -37,8 +37,10 @@ def number(value: object) -> float | None:
 
 
 def figure(run: dict, key: str) -> float | None:
-    """``run[key]`` if it is a finite number, else None."""
-    return number(run.get(key))
+    """``run[key]`` if it is a finite number of 0 or more, else None: no figure a run records (a
+    rate, a time, a count, a ratio) can be below 0, so a negative one is missing, as a wrong type is."""
+    value = number(run.get(key))
+    return None if value is None or value < 0 else value
 
 
 def status_count(run: dict, status: str) -> int | None:
@@ -46,7 +48,7 @@ def status_count(run: dict, status: str) -> int | None:
     if not isinstance(counts, dict):
         return None
     value = counts.get(status, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def timing(run: dict, part: str, quantile: str) -> float | None:

@@ -402,14 +402,22 @@ def check_hot_row(*, hot_row: bool, scenario: str) -> None:
         )
 
 
-def check_used(*, scenario: str, stock: int | None, sizes: list[int], queue: str | None) -> None:
-    """Refuse an option no row would use: --queue when every --batch size is 1 (a BATCH=1 row queues
-    nowhere), --stock with the deep scenario (its shelf is --requests, a unit a purchase)."""
+def check_used(*, scenario: str, stock: int | None, sizes: list[int], queue: str | None, layout: dict) -> None:
+    """Refuse an option no row would use: --queue, --batch-workers or --batch-threads when every
+    --batch size is 1 (a BATCH=1 row queues nowhere and runs on --workers and --threads), --stock
+    with the deep scenario (its shelf is --requests, a unit a purchase)."""
     if queue is not None and max(sizes) == 1:
         raise CommandError(
             f"--queue {queue}: only a --batch size above 1 queues (a BATCH=1 row queues nowhere): "
             "add one, e.g. --batch 1,64, or drop --queue"
         )
+    for flag, given in layout.items():
+        if given is not None and max(sizes) == 1:
+            kept = flag.replace("--batch-", "--")
+            raise CommandError(
+                f"{flag} {given}: only a row with a --batch size above 1 runs on it (a BATCH=1 row keeps "
+                f"{kept}): add one, e.g. --batch 1,64, or drop {flag}"
+            )
     if stock is not None and scenario == "deep":
         raise CommandError(
             f"--stock {stock}: the deep scenario puts one unit on the shelf per purchase (--requests): "
@@ -489,7 +497,8 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     batched = layout_for_batches(options.get("batch_workers"), options.get("batch_threads"), **sizing)
     check_fault(fault=fault, unfenced=unfenced, scenario=scenario, names=names, hold_s=options.get("fault_hold"))
     check_hot_row(hot_row=options.get("hot_row", False), scenario=scenario)
-    check_used(scenario=scenario, stock=options.get("stock"), sizes=sizes, queue=options.get("queue"))
+    layout = {"--batch-workers": options.get("batch_workers"), "--batch-threads": options.get("batch_threads")}
+    check_used(scenario=scenario, stock=options.get("stock"), sizes=sizes, queue=options.get("queue"), layout=layout)
     plan = BurstPlan(
         scenario=scenario,
         sku=options["sku"],

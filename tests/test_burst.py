@@ -415,11 +415,18 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
             "--stock 5: the deep scenario puts one unit on the shelf per purchase (--requests): "
             "drop --stock, or sell --stock units with --scenario spike or flash",
         ),
+        (
+            {"batch_workers": 2},
+            "--batch-workers 2: only a row with a --batch size above 1 runs on it (a BATCH=1 row keeps --workers): "
+            "add one, e.g. --batch 1,64, or drop --batch-workers",
+        ),
+        ({"batch_threads": 50, "batch": "1"}, "--batch-threads 50: only a row with a --batch size above 1 runs on it"),
     ],
 )
 def test_an_option_no_row_would_use_is_refused_before_the_run(options, message, tmp_path, monkeypatch):
-    """Seen by a helper: ``--queue shared`` with only ``--batch 1`` (no row queues) and ``--stock``
-    with ``--scenario deep`` (its shelf is --requests) ran, the option silently ignored."""
+    """Seen by a helper: ``--queue shared`` with only ``--batch 1`` (no row queues), ``--stock``
+    with ``--scenario deep`` (its shelf is --requests) and ``--batch-workers``/``--batch-threads``
+    with no batched row ran, the option silently ignored."""
     monkeypatch.setattr(Flashsale, "run_rows", lambda *args, **kwargs: pytest.fail(f"the rows ran with {options}"))
     path = tmp_path / "burst.json"
     options = {"backends": "db", "requests": 10, "json_path": str(path), **options}

@@ -126,12 +126,26 @@ def shopper_id(request: HttpRequest) -> str:
 
 
 def declared_length(request: HttpRequest) -> int | None:
-    """The body size the client declared (0 when absent), or None when the header is not a size."""
+    """The body size the client declared (0 when absent), or None when the header is not a size.
+
+    Absent, with no ``Transfer-Encoding`` either (:func:`sent_unsized`), HTTP's framing gives the
+    request an empty body on both servers."""
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return None
     return length if length >= 0 else None
+
+
+def sent_unsized(request: HttpRequest) -> bool:
+    """Whether the body came framed by a ``Transfer-Encoding`` (chunked) rather than a Content-Length.
+
+    The two servers read such a body differently: Django's WSGI request reads no more than its
+    CONTENT_LENGTH, so none of it (a purchase of 1 whatever it named), its ASGI request all of it,
+    however large (the size checks read only Content-Length). So it is refused unread: 411 Length
+    Required, which RFC 9110 (15.5.12) answers a request without a defined Content-Length with.
+    """
+    return "HTTP_TRANSFER_ENCODING" in request.META
 
 
 def json_error(status: int, message: str, **extra) -> JsonResponse:
@@ -156,6 +170,8 @@ def purchase_quantity(request: HttpRequest) -> object:
         response = json_error(405, "use POST", allowed=["POST"])
         response["Allow"] = "POST"
         raise Refused(response)
+    if sent_unsized(request):
+        raise Refused(json_error(411, "send the body with a Content-Length header, not Transfer-Encoding: chunked"))
     length = declared_length(request)
     if length is None:
         raise Refused(json_error(400, "invalid Content-Length"))
@@ -272,6 +288,9 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
         raise Refused(response)
     if product is None:
         raise Refused(error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale."))
+    if sent_unsized(request):
+        message = "Send the order with a Content-Length header: a form sent in chunks is not read."
+        raise Refused(error_page(request, product, 411, "Check your order", message))
     length = declared_length(request)
     if length is None:
         message = "The request's Content-Length is not a valid size."

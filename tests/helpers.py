@@ -59,16 +59,32 @@ def snapshot(sku: str = "phone-x") -> tuple[int, int, int]:
     return product.stock, product.fence, Order.objects.count()
 
 
+def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, **sizing):
+    """An ASGI pod (gunicorn + uvicorn workers): :func:`pod` with ``server="asgi"``."""
+    return pod(tmp_path, strategy, sku=sku, server="asgi", **sizing)
+
+
 @contextlib.contextmanager
-def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, workers: int = 2, threads: int = 4, pool: int = 4, **env: str):
-    """An ASGI pod (gunicorn + uvicorn workers) serving ``strategy`` on a free port, answering for
-    ``sku`` once up, every purchase answer saying where its view ran; yields its base URL."""
+def pod(
+    tmp_path: Path,
+    strategy: str,
+    *,
+    sku: str,
+    server: str,
+    workers: int = 2,
+    threads: int = 4,
+    pool: int = 4,
+    **env: str,
+):
+    """A pod (gunicorn: gthread workers for ``server="wsgi"``, uvicorn workers for ``"asgi"``) serving
+    ``strategy`` on a free port, answering for ``sku`` once up, every purchase answer saying where its
+    view ran; yields its base URL."""
     port = free_port()
     plan = BurstPlan(
-        requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server="asgi"
+        requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server=server
     )
-    server = Child(
-        "gunicorn (asgi)",
+    child = Child(
+        f"gunicorn ({server})",
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
         cwd=ROOT,
         env=server_environment(
@@ -80,12 +96,12 @@ def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, workers: int = 2, threa
         ),
         log_path=tmp_path / "gunicorn.log",
     )
-    server.start()
+    child.start()
     try:
-        wait_until_answers(server, f"http://127.0.0.1:{port}/api/products/{sku}")
+        wait_until_answers(child, f"http://127.0.0.1:{port}/api/products/{sku}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.stop()
+        child.stop()
 
 
 @contextlib.contextmanager

@@ -207,6 +207,14 @@ class TestPurchaseBadInput:
         payload = assert_refused(post_json(client, {"quantity": 1}, CONTENT_LENGTH=length), before, 400)
         assert payload["error"] == "invalid Content-Length"
 
+    # Seen under gunicorn: a chunked body (no Content-Length) read as empty, so 201 and 1 unit for
+    # {"quantity": 4}; under uvicorn read whole, past the size limit. Real pods: tests/test_length_required.py.
+    def test_a_chunked_body_is_411_asking_for_a_content_length(self, client, make_product):
+        make_product(stock=5, limit=5)
+        before = snapshot()
+        response = post_json(client, {"quantity": 4}, HTTP_TRANSFER_ENCODING="chunked")
+        assert "Content-Length" in assert_refused(response, before, 411)["error"]
+
     @pytest.mark.parametrize(
         "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
     )

@@ -65,6 +65,13 @@ def test_bad_input_is_the_purchase_endpoints_4xx(client, make_product, body, con
     assert snapshot() == before
 
 
+def test_a_chunked_body_is_411_as_a_purchase_is(client, make_product):
+    """Seen under gunicorn: a chunked {"quantity": 4} answered 200 for a quantity of 1 (its body unread)."""
+    make_product()
+    response = post(client, {"quantity": 4}, HTTP_TRANSFER_ENCODING="chunked")
+    assert response.status_code == 411 and "Content-Length" in response.json()["error"]
+
+
 def test_a_bad_quantity_says_the_most_a_request_may_name_as_a_purchase_does(client, make_product):
     """Seen by a helper: the floor's 400 for a bad quantity had no max_quantity, the purchase's has."""
     make_product()

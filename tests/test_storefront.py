@@ -230,6 +230,15 @@ class TestBuyBadInput:
         assert "Check your order" in response.content.decode()
         assert snapshot() == before
 
+    def test_a_chunked_form_is_a_411_page_and_buys_nothing(self, shopper, make_product):
+        """Seen: a chunked form (no Content-Length) bought 4 under uvicorn and was "no quantity" under gunicorn."""
+        make_product(stock=5, limit=5)
+        before = snapshot()
+        response = buy(shopper, "4", HTTP_TRANSFER_ENCODING="chunked")
+        assert response.status_code == 411
+        assert "Content-Length" in response.content.decode()
+        assert snapshot() == before
+
     def test_unknown_sku(self, shopper, db):
         response = buy(shopper, sku="nope")
         assert response.status_code == 404

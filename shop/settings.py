@@ -150,6 +150,10 @@ except (ValueError, dj_database_url.ParseError) as exc:
     raise ImproperlyConfigured(
         f"DATABASE_URL={_DATABASE_URL!r}: {exc}; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
     ) from None
+if not _DATABASE.get("NAME"):  # no path: preflight would send CREATE DATABASE "", check would pass
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={_DATABASE_URL!r}: names no database; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
+    )
 DATABASES = {"default": _DATABASE}
 if DATABASE_POOL_MAX_SIZE:
     try:

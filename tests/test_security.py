@@ -138,6 +138,19 @@ def test_a_database_url_that_does_not_parse_names_the_variable(url):
     assert len(lines) == 1 and lines[0].startswith(f"ImproperlyConfigured: DATABASE_URL={url!r}: "), result.stderr
 
 
+@pytest.mark.parametrize("url", ["postgres://postgres@127.0.0.1:5432/", "postgres://postgres@127.0.0.1:5432"])
+@pytest.mark.parametrize("command", [["preflight", "--no-nodes"], ["check"]])
+def test_a_database_url_without_a_database_name_is_one_line(url, command):
+    """Seen by a helper: preflight ended in psycopg's SyntaxError traceback (zero-length delimited
+    identifier: CREATE DATABASE ""), and check passed."""
+    result = run(["manage.py", *command], DATABASE_URL=url)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"ImproperlyConfigured: DATABASE_URL={url!r}: names no database; e.g. postgres://postgres@127.0.0.1:5432/flashsale"
+    ], result.stderr
+
+
 @pytest.mark.slow
 def test_check_deploy_flags_a_weak_secret_key():
     result = run(["manage.py", "check", "--deploy"], **production_env(DJANGO_SECRET_KEY="short"))

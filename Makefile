@@ -73,9 +73,12 @@ services: venv system
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight
 
-# gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off.
+# gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off, so they are
+# collected with DEBUG off: the manifest storage's hashed names and staticfiles.json. Collected with
+# DEBUG on (the development default) the plain storage wrote no manifest, and under gunicorn every
+# page was a 500 ("Missing staticfiles manifest entry for 'shop/shop.css'").
 static: venv
-	$(MANAGE) collectstatic --noinput -v0
+	DJANGO_DEBUG=0 $(MANAGE) collectstatic --noinput -v0
 
 # The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the strategy from INVENTORY_STRATEGY.
 serve: services migrate seed static

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -45,3 +46,23 @@ def test_make_static_collects_the_manifest_gunicorn_serves_from(tmp_path):
     manifest = root / "staticfiles.json"
     assert manifest.is_file(), f"{collect!r} wrote no manifest: gunicorn would answer 500 on every page"
     assert {"shop/shop.css", "shop/shop.js"} <= set(json.loads(manifest.read_text())["paths"])
+
+
+#: What ``make serve`` changes as it goes: the machine's services started, the database created and
+#: migrated, the Redlock nodes started (preflight), the demo products seeded, gunicorn started.
+CHANGES = re.compile(r"ensure-services|manage\.py (preflight|migrate|seed)|gunicorn -c gunicorn\.conf\.py$")
+
+
+def test_make_serve_refuses_a_bad_gunicorn_setting_before_it_changes_anything():
+    """Seen: ``GUNICORN_WORKERS=abc make serve`` seeded first, deleting the demo sale's orders and
+    resetting its stock, and only then did gunicorn refuse its settings. Every ``make serve`` also
+    reset the demo products, which no page said."""
+    steps = make_steps("serve")
+    checks = [i for i, step in enumerate(steps) if "gunicorn" in step and "--check-config" in step]
+    changes = [i for i, step in enumerate(steps) if CHANGES.search(step)]
+    assert checks and checks[0] < changes[0], f"nothing checks gunicorn's settings before {steps[changes[0]]!r}"
+    result = run_step(steps[checks[0]], GUNICORN_WORKERS="abc")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == ["GUNICORN_WORKERS='abc': expected a whole number"], result.stderr
+    seeds = [step for step in steps if "manage.py seed" in step]
+    assert seeds and all(step.endswith("seed --missing-only") for step in seeds), seeds  # the orders are kept

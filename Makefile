@@ -11,7 +11,7 @@ MANAGE := $(BIN)/python manage.py
 # 70.2 and 77.0 s with it set, 64.6 (writing) and 57.7 s without. __pycache__/ is ignored by git.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test check lint-and-services serve venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
+.PHONY: demo test check lint-and-services serve serve-check venv system services static nodes-start nodes-stop migrate seed lockbench twins clean
 
 # The spike of every strategy (and its floor, measured on each row's own pods) on two pods, the
 # shoppers spread over them directly: on two shared cores HAProxy's own CPU costs the floor 0.55-0.72x
@@ -73,12 +73,24 @@ services: venv system
 	@bash scripts/ensure-services.sh
 	$(MANAGE) preflight
 
-# gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off.
+# gunicorn serves static files through whitenoise from STATIC_ROOT, with DEBUG off, so they are
+# collected with DEBUG off: the manifest storage's hashed names and staticfiles.json. Collected with
+# DEBUG on (the development default) the plain storage wrote no manifest, and under gunicorn every
+# page was a 500 ("Missing staticfiles manifest entry for 'shop/shop.css'").
 static: venv
-	$(MANAGE) collectstatic --noinput -v0
+	DJANGO_DEBUG=0 $(MANAGE) collectstatic --noinput -v0
+
+# gunicorn's settings checked and the application loaded once (gunicorn.conf.py refuses a bad
+# GUNICORN_* or SHOP_SERVER in one line), before serve starts or changes anything: serve seeded
+# first, and a bad setting was refused only after the demo sale's orders were gone.
+serve-check: static
+	$(BIN)/gunicorn -c gunicorn.conf.py --check-config
 
 # The shop under gunicorn on 127.0.0.1:8000 (DEBUG off), with the strategy from INVENTORY_STRATEGY.
-serve: services migrate seed static
+# Only the demo products that are missing are created: the others, their stock and orders are kept
+# (make seed, or make demo, resets them).
+serve: serve-check services migrate
+	$(MANAGE) seed --missing-only
 	$(BIN)/gunicorn -c gunicorn.conf.py
 
 nodes-start: venv

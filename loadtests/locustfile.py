@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -121,8 +122,17 @@ def round_paths(options) -> list[str]:
 
 
 def check_options(options) -> None:
-    """Master: refuse a negative count or countdown, and a --path naming no endpoint, in one line."""
-    for flag, value, least in (("--purchases", options.purchases, 0), ("--countdown", options.countdown, 0)):
+    """Master: refuse a count, quantity, resend bound or countdown below its least (or nan or infinite),
+    and a --path naming no endpoint, in one line."""
+    numbers = (
+        ("--purchases", options.purchases, 0),
+        ("--quantity", options.quantity, 1),
+        ("--max-retries", options.max_retries, 0),
+        ("--countdown", options.countdown, 0),
+    )
+    for flag, value, least in numbers:
+        if not math.isfinite(value):  # nan compares False with anything: it reached gevent.spawn_later
+            raise SystemExit(f"{flag} must be a finite number, {least} or more, not {value:g}")
         if value < least:
             raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
     if not round_paths(options):

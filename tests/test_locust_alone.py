@@ -19,14 +19,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 SKU = "alone-sale"
 
 
-def locust(*args: str) -> subprocess.CompletedProcess:
+def locust(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary", *args],
         cwd=settings.BASE_DIR,
         env={**os.environ, "PYTHONPATH": str(settings.BASE_DIR)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -48,6 +48,30 @@ def test_one_process_sells_exactly_its_purchases(live_server, tmp_path, scenario
 def test_a_negative_purchase_count_is_refused_in_one_line(tmp_path):
     done = locust("-u", "1", "--host", "http://127.0.0.1:9", "--purchases", "-1")
     assert done.returncode != 0 and "--purchases must be 0 or more, not -1" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, value, said",
+    [
+        # nan passed `value < 0` and reached gevent.spawn_later: the gate never opened, and neither -t nor
+        # SIGTERM ended the process.
+        ("--countdown", "nan", "--countdown must be a finite number, 0 or more, not nan"),
+        ("--countdown", "inf", "--countdown must be a finite number, 0 or more, not inf"),
+        ("--countdown", "-1", "--countdown must be 0 or more, not -1"),
+        # range(0) in Shopper.purchase: every user raised UnboundLocalError ('retry_after') until -t.
+        ("--max-retries", "-1", "--max-retries must be 0 or more, not -1"),
+        ("--quantity", "0", "--quantity must be 1 or more, not 0"),
+        ("--quantity", "-2", "--quantity must be 1 or more, not -2"),
+    ],
+)
+def test_a_bad_number_is_refused_at_start_in_one_line(tmp_path, flag, value, said):
+    summary = tmp_path / "summary.json"
+    done = locust(
+        *("-u", "1", "-t", "5s", "--host", "http://127.0.0.1:9", flag, value, "--summary-json", str(summary)),
+        timeout=30,
+    )
+    assert done.returncode != 0 and said in done.stderr, done.stderr[-2000:]
+    assert not summary.exists()
 
 
 def test_a_path_list_naming_no_endpoint_is_refused_in_one_line(tmp_path):

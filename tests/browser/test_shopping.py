@@ -71,6 +71,32 @@ def test_sold_out_appears_without_a_reload(live_server, page, make_product):
     assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
 
 
+def test_a_home_card_button_follows_its_product_without_a_reload(live_server, page, make_product):
+    """The card's button was rendered once: "Buy now" stayed on a card whose badge read sold out, and
+    "View" on an upcoming card gone live."""
+    make_product("phone-x", stock=1, name="Phone X")
+    make_product("watch", stock=5, name="Watch", sale_starts_at=timezone.now() + timedelta(seconds=3))
+    page.goto(live_server.url)
+    phone, watch = page.locator('[data-live-sku="phone-x"]'), page.locator('[data-live-sku="watch"]')
+    expect(phone.get_by_role("link", name="Buy Phone X")).to_have_text("Buy now")
+    expect(watch.get_by_role("link", name="View Watch")).to_have_text("View")
+    page.evaluate("window.loadedOnce = true")
+
+    other = Client()
+    assert (
+        other.post("/api/products/phone-x/purchase", data={"quantity": 1}, content_type="application/json").status_code
+        == 201
+    )
+
+    expect(phone.locator('[data-role="state"]')).to_have_text("Sold out", timeout=5_000)
+    expect(phone.get_by_role("link", name="View Phone X")).to_have_text("View")
+    expect(phone.get_by_role("link", name="View Phone X")).to_have_class("button button-quiet")
+    expect(watch.locator('[data-role="state"]')).to_have_text("Live now", timeout=10_000)
+    expect(watch.get_by_role("link", name="Buy Watch")).to_have_text("Buy now")
+    expect(watch.get_by_role("link", name="Buy Watch")).to_have_class("button")
+    assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
+
+
 def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):
     django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
     make_product("phone-x", stock=100, name="Phone X")

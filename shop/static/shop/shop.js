@@ -1,5 +1,6 @@
 // Live stock for the storefront: every element with data-live-sku polls its product's JSON
-// each second and updates the stock bar, the sale badge, the countdown and the buy button.
+// each second and updates the stock bar, the sale badge, the countdown, the product page's buy
+// button and the home page card's link ("Buy now" while live, "View" otherwise).
 // Without JavaScript the pages still work; they just show the stock as it was when loaded.
 (function () {
   "use strict";
@@ -71,6 +72,13 @@
     if (button) {
       button.disabled = p.state !== "live";
       button.textContent = BUTTON_LABELS[p.state] || "Buy now";
+    }
+    var card = this.part("card-button");  // the home page's link to the product: "Buy now" while live, else "View"
+    if (card) {
+      var live = p.state === "live";
+      card.textContent = live ? "Buy now" : "View";
+      card.setAttribute("aria-label", (live ? "Buy " : "View ") + p.name);
+      card.classList.toggle("button-quiet", !live);
     }
     this.tick();
   };

@@ -173,8 +173,18 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/inventory/product/action_confirmation.html", context)
 
+    def _none_left(self, request, queryset) -> bool:
+        """Every product selected was deleted since the list was shown (or its id never was one): the
+        action has nothing to change. Said as Django's admin says it of an action with no row selected."""
+        if queryset.exists():
+            return False
+        self.message_user(request, "The products selected no longer exist: nothing was changed.", messages.WARNING)
+        return True
+
     @admin.action(description="Restock selected products…", permissions=["change"])
     def restock_selected(self, request, queryset):
+        if self._none_left(request, queryset):
+            return None
         form = RestockForm(request.POST if "post" in request.POST else None)
         if not form.is_valid():
             return self._confirm(
@@ -200,6 +210,8 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
 
     @admin.action(description="Reset sale of selected products…", permissions=["change"])
     def reset_sale_selected(self, request, queryset):
+        if self._none_left(request, queryset):
+            return None
         form = ResetSaleForm(request.POST if "post" in request.POST else None)
         if not form.is_valid():
             orders = Order.objects.filter(product__in=queryset).count()

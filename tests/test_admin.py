@@ -181,6 +181,27 @@ class TestActions:
         self.action(staff, "reset_sale_selected", product, post="yes", stock="40")
         assert Product.objects.values_list("stock", "initial_stock").get() == (40, 40)
 
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"action": "restock_selected", "index": "0"},
+            {"action": "restock_selected", "post": "yes", "quantity": "7"},
+            {"action": "reset_sale_selected", "index": "0"},
+            {"action": "reset_sale_selected", "post": "yes", "stock": "40"},
+        ],
+    )
+    def test_an_action_on_products_deleted_meanwhile_says_so_and_changes_nothing(self, staff, make_product, fields):
+        """Seen: "Restock these 0 products?", and confirming it changed nothing and said nothing."""
+        gone = make_product("gone", stock=5).pk
+        Product.objects.filter(pk=gone).delete()
+        make_product("kept", stock=5)
+        response = staff.post(CHANGELIST, {**fields, "_selected_action": [gone, 999999]})
+        assert response.status_code == 302 and response["Location"] == CHANGELIST
+        shown = [str(message) for message in staff.get(CHANGELIST).context["messages"]]
+        assert shown == ["The products selected no longer exist: nothing was changed."]
+        assert Product.objects.values_list("sku", "stock", "initial_stock").get() == ("kept", 5, 5)
+        assert not LogEntry.objects.exists()
+
 
 class TestOrders:
     @pytest.fixture

@@ -59,6 +59,38 @@ class TestHome:
             assert "https://" not in html and "//cdn" not in html
 
 
+class TestFooter:
+    """The footer said "nothing is ever oversold" whatever the strategy, the controls included."""
+
+    CLAIM = "Every order is checked against the stock: nothing is ever oversold."
+
+    def pages(self, client: Client) -> list[str]:
+        """The home page, a product page, an outcome page and the 404 page, as served."""
+        responses = [client.get("/"), client.get("/products/phone-x/"), buy(client), client.get("/products/nope/")]
+        assert [response.status_code for response in responses] == [200, 200, 201, 404]
+        return [response.content.decode() for response in responses]
+
+    def test_a_working_strategy_makes_the_claim(self, client, make_product, use_strategy):
+        use_strategy("db")
+        make_product()
+        assert all(self.CLAIM in html for html in self.pages(client))
+
+    @pytest.mark.parametrize("name", ["unsafe", "local"])
+    def test_a_control_makes_no_claim_and_says_it_may_oversell(self, client, make_product, use_strategy, name):
+        use_strategy(name, ALLOW_UNSAFE=True)
+        make_product()
+        for html in self.pages(client):
+            assert "oversold" not in html
+            assert f"This sale runs the control strategy <code>{name}</code>: it oversells by design." in html
+
+    def test_a_strategy_that_cannot_be_named_makes_no_claim(self, client, make_product, settings):
+        """The pages still open (the system check reports the setting); they claim nothing."""
+        settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": "no-such-strategy"}
+        make_product()
+        for response in (client.get("/"), client.get("/products/phone-x/")):
+            assert response.status_code == 200 and "oversold" not in response.content.decode()
+
+
 class TestProductPage:
     def test_buy_form_has_csrf_token_and_quantity_limited_to_the_sale(self, shopper, make_product):
         make_product(limit=3)

@@ -221,9 +221,31 @@ def default_node_timeout_ms(ttl_ms: int) -> float:
     return max(5.0, min(50.0, ttl_ms / 20.0))
 
 
+#: The suffixes of a Redis lock's helper keys (:func:`acquire_keys`, :func:`release_keys`): a lock
+#: whose name ended in one would share its key with another lock's helper key.
+HELPER_SUFFIXES = (":fence", ":signal", ":waiters", ":handoff")
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is not a non-empty ``str`` (bytes would become their repr in every key)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a lock's name must be a non-empty str, got {name!r}")
+
+
+def check_redis_name(name: str) -> None:
+    """:func:`check_name`, and refuse a name that is another lock's helper key: with ``q:signal``
+    a lock, a release of ``q`` would delete it, and with ``x:fence`` held, ``x`` could not be taken."""
+    check_name(name)
+    for suffix in HELPER_SUFFIXES:
+        if name.endswith(suffix):
+            raise ValueError(
+                f"a Redis lock's name may not end with {', '.join(HELPER_SUFFIXES)}: {name!r} is the helper key "
+                f"{suffix!r} of the lock {name[: -len(suffix)]!r}"
+            )
+
+
 def check_arguments(name: str, ttl_ms: int, timeout_ms: int) -> None:
-    if not name:
-        raise ValueError("a lock needs a non-empty name")
+    check_name(name)
     if ttl_ms <= 0:
         raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
     if timeout_ms < 0:

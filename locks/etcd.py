@@ -108,6 +108,9 @@ class EtcdLock:
         timeout_ms: int = 5_000,
     ) -> None:
         check_arguments(name, ttl_ms, timeout_ms)
+        if "/" in name:
+            # Its keys are under "<name>/": "shop/sku" held would block an unrelated lock "shop".
+            raise ValueError(f"an etcd lock name may not contain '/' (its keys are under '<name>/'): {name!r}")
         if isinstance(client_or_endpoints, EtcdClient):
             self.client = client_or_endpoints
         else:

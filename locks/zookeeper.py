@@ -250,8 +250,8 @@ class ZooKeeperLock:
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
         check_arguments(name, client.session_ms, timeout_ms)
-        if "/" in name:
-            raise ValueError(f"a ZooKeeper lock name is one znode name, without '/': {name!r}")
+        if "/" in name or name in (".", ".."):
+            raise ValueError(f"a ZooKeeper lock name is one znode name, without '/' and not '.' or '..': {name!r}")
         self.client = client
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"

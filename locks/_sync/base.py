@@ -17,11 +17,13 @@ from typing import Callable
 
 from .._core import (
     AMBIGUOUS,
+    HELPER_SUFFIXES,
     REFUSALS,
     RELEASED,
     Lease,
     acquire_keys,
     check_arguments,
+    check_redis_name,
     drift_ms,
     log_ambiguous_release,
     new_token,
@@ -60,7 +62,15 @@ class BaseLock:
         on_lost: Callable[[Lease, LockLost], None] | None,
         max_extensions: int,
     ) -> None:
-        if not name or ttl_ms <= 0 or timeout_ms < 0 or wait not in ("notify", "poll"):
+        if (
+            type(name) is not str
+            or not name
+            or name.endswith(HELPER_SUFFIXES)
+            or ttl_ms <= 0
+            or timeout_ms < 0
+            or wait not in ("notify", "poll")
+        ):
+            check_redis_name(name)
             check_arguments(name, ttl_ms, timeout_ms)
             raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}")
         self.name = name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -224,6 +225,64 @@ def default_node_timeout_ms(ttl_ms: int) -> float:
 #: The suffixes of a Redis lock's helper keys (:func:`acquire_keys`, :func:`release_keys`): a lock
 #: whose name ended in one would share its key with another lock's helper key.
 HELPER_SUFFIXES = (":fence", ":signal", ":waiters", ":handoff")
+#: The longest TTL, timeout or session a lock takes, in ms (about 24.8 days): ZooKeeper's session
+#: timeout is a 32-bit field, ``poll`` takes a C int of ms, and every Lua script computes exactly
+#: with it (the waiter set's PEXPIRE adds 1000 to a PTTL; Redis refused "invalid expire time",
+#: or a Lua double printed as 1e+17, far above it).
+MAX_MS = 2**31 - 1
+#: The shortest TTL of a Redis lock: the smallest whole number of ms above its clock-drift
+#: allowance (:func:`drift_ms`, 1 % + 2 ms); at 1 or 2 ms a grant was a lease already expired.
+MIN_TTL_MS = 3
+#: What ``wait`` may be.
+WAITS = ("notify", "poll")
+
+
+def _of(name) -> str:
+    return "" if name is None else f" (lock {name!r})"
+
+
+def whole_number(value) -> int | None:
+    """``value`` as an int if it is a whole number (an integer, or a float with no fraction), else
+    None; a bool is not a number here."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def checked_ttl(ttl_ms, *, name=None, argument: str = "ttl_ms", minimum: int = 1) -> int:
+    """``ttl_ms`` as an int, refused unless it is a whole number of ms from ``minimum`` to :data:`MAX_MS`."""
+    ttl = whole_number(ttl_ms)
+    if ttl is None or not minimum <= ttl <= MAX_MS:
+        floor = "above the clock-drift allowance (1 % + 2 ms), so " if minimum == MIN_TTL_MS else ""
+        raise ValueError(
+            f"{argument} must be a whole number of ms {floor}from {minimum} to {MAX_MS}, got {ttl_ms!r}{_of(name)}"
+        )
+    return ttl
+
+
+def check_ms(value, argument: str, *, name=None, positive: bool = False) -> None:
+    """Refuse ``value`` unless it is a number of ms, finite, at most :data:`MAX_MS`, and above 0
+    (``positive``) or at least 0. NaN passed before, and a wait on it never ended."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value > 0 if positive else value >= 0)
+        or not value <= MAX_MS
+    ):
+        low = "above 0" if positive else "from 0"
+        raise ValueError(f"{argument} must be a number of ms {low} to {MAX_MS}, got {value!r}{_of(name)}")
+
+
+def check_count(value, argument: str, *, name=None) -> None:
+    """Refuse ``value`` unless it is a whole number (an int) of 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{argument} must be a whole number of 0 or more, got {value!r}{_of(name)}")
 
 
 def check_name(name: str) -> None:
@@ -244,12 +303,29 @@ def check_redis_name(name: str) -> None:
             )
 
 
-def check_arguments(name: str, ttl_ms: int, timeout_ms: int) -> None:
+def check_arguments(name: str, ttl_ms: int | None, timeout_ms: int) -> int | None:
+    """Refuse a bad name, TTL or acquire timeout (etcd's and ZooKeeper's locks; ``ttl_ms`` None for
+    ZooKeeper's, whose session is the client's); the TTL as an int."""
     check_name(name)
-    if ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
-    if timeout_ms < 0:
-        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+    ttl = None if ttl_ms is None else checked_ttl(ttl_ms, name=name)
+    check_ms(timeout_ms, "timeout_ms", name=name)
+    return ttl
+
+
+def check_redis_arguments(
+    name: str, ttl_ms: int, timeout_ms: int, wait: str, retry_delay_ms: float, max_renewals: int, max_extensions: int
+) -> int:
+    """Every argument of a Redis lock's constructor checked (the slow path: the constructor's own
+    test passes the usual ones); the TTL as an int."""
+    check_redis_name(name)
+    ttl = checked_ttl(ttl_ms, name=name, minimum=MIN_TTL_MS)
+    check_ms(timeout_ms, "timeout_ms", name=name)
+    if wait not in WAITS:
+        raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}{_of(name)}")
+    check_ms(retry_delay_ms, "retry_delay_ms", name=name)
+    check_count(max_renewals, "max_renewals", name=name)
+    check_count(max_extensions, "max_extensions", name=name)
+    return ttl
 
 
 def node_name(client) -> str:

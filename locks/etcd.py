@@ -107,7 +107,7 @@ class EtcdLock:
         ttl_ms: int = 10_000,
         timeout_ms: int = 5_000,
     ) -> None:
-        check_arguments(name, ttl_ms, timeout_ms)
+        ttl_ms = check_arguments(name, ttl_ms, timeout_ms)
         if "/" in name:
             # Its keys are under "<name>/": "shop/sku" held would block an unrelated lock "shop".
             raise ValueError(f"an etcd lock name may not contain '/' (its keys are under '<name>/'): {name!r}")

@@ -68,7 +68,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import Lease, check_arguments
+from ._core import Lease, check_arguments, checked_ttl
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -102,7 +102,7 @@ class ZooKeeperClient:
         if not hosts:
             raise ValueError("a ZooKeeper client needs at least one host")
         self.hosts = list(hosts)
-        self.session_ms = session_ms
+        self.session_ms = checked_ttl(session_ms, argument="session_ms")
         self.troubles = 0
         self._kazoo: KazooClient | None = None
         self._orphans: list[tuple[str, str, float]] = []  # (lock path, znode prefix, sweep until)
@@ -249,7 +249,7 @@ class ZooKeeperLock:
     _started = 0.0
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
-        check_arguments(name, client.session_ms, timeout_ms)
+        check_arguments(name, None, timeout_ms)  # the session's timeout is the client's, checked there
         if "/" in name or name in (".", ".."):
             raise ValueError(f"a ZooKeeper lock name is one znode name, without '/' and not '.' or '..': {name!r}")
         self.client = client

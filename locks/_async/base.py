@@ -16,12 +16,14 @@ from typing import Callable
 from .._core import (
     AMBIGUOUS,
     HELPER_SUFFIXES,
+    MAX_MS,
+    MIN_TTL_MS,
     REFUSALS,
     RELEASED,
+    WAITS,
     Lease,
     acquire_keys,
-    check_arguments,
-    check_redis_name,
+    check_redis_arguments,
     drift_ms,
     log_ambiguous_release,
     new_token,
@@ -64,15 +66,22 @@ class BaseLock:
             type(name) is not str
             or not name
             or name.endswith(HELPER_SUFFIXES)
-            or ttl_ms <= 0
-            or timeout_ms < 0
-            or wait not in ("notify", "poll")
+            or type(ttl_ms) is not int
+            or not MIN_TTL_MS <= ttl_ms <= MAX_MS
+            or type(timeout_ms) is not int
+            or not 0 <= timeout_ms <= MAX_MS
+            or wait not in WAITS
+            or type(retry_delay_ms) not in (float, int)
+            or not 0 <= retry_delay_ms <= MAX_MS
+            or type(max_renewals) is not int
+            or max_renewals < 0
+            or type(max_extensions) is not int
+            or max_extensions < 0
         ):
-            check_redis_name(name)
-            check_arguments(name, ttl_ms, timeout_ms)
-            raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}")
+            # The usual arguments pass the test above; anything else is checked, and refused or made an int.
+            ttl_ms = check_redis_arguments(name, ttl_ms, timeout_ms, wait, retry_delay_ms, max_renewals, max_extensions)
         self.name = name
-        self.ttl_ms = int(ttl_ms)
+        self.ttl_ms = ttl_ms
         self.timeout_ms = timeout_ms
         self.wait = wait
         self.retry_delay_ms = retry_delay_ms

@@ -75,3 +75,90 @@ def test_a_zookeeper_lock_name_that_is_a_relative_path_is_refused(name):
     with pytest.raises(ValueError, match=r"ZooKeeper lock name"):
         ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), name)
     assert ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), "...").path.endswith("/...")
+
+
+# --- numbers at construction -------------------------------------------------------------------
+
+#: Not a whole number of ms, at or below the drift allowance (1 % + 2 ms), or past what every
+#: script computes exactly (2**31 - 1).
+BAD_TTLS = [0, -1, 1, 2, 0.5, 2.5, NAN, INF, "10000", None, True, 2**31, 2**63]
+
+
+@pytest.mark.parametrize("ttl_ms", BAD_TTLS, ids=repr)
+def test_a_redis_lock_ttl_that_is_not_a_whole_number_above_the_drift_allowance_is_refused(twin, ttl_ms):
+    # Seen: ttl_ms=1 or 2 granted a lease already expired; Redlock ttl_ms=2 retried until its
+    # timeout; 0.5 and 2**63 "QuorumUnavailable: the node did not answer: invalid expire time";
+    # NaN, inf, "10000": bare ValueError, OverflowError, TypeError without the lock's name.
+    for make in redis_locks(twin).values():
+        with pytest.raises(ValueError, match="ttl_ms") as refused:
+            make("flashsale:lock:sku", ttl_ms=ttl_ms)
+        assert "flashsale:lock:sku" in str(refused.value)
+
+
+def test_a_redis_lock_ttl_that_is_a_whole_number_is_kept_as_an_int(twin):
+    for make in redis_locks(twin).values():
+        for ttl_ms, kept in [(3, 3), (10_000.0, 10_000), (2**31 - 1, 2**31 - 1)]:
+            lock = make("flashsale:lock:sku", ttl_ms=ttl_ms)
+            assert lock.ttl_ms == kept and type(lock.ttl_ms) is int
+
+
+@pytest.mark.parametrize("timeout_ms", [-1, NAN, INF, "5000", None], ids=repr)
+def test_an_acquire_timeout_that_is_not_a_finite_number_of_0_or_more_is_refused_by_every_lock(twin, timeout_ms):
+    # Seen: NaN accepted by all four locks, and acquire then waited forever (every comparison with
+    # NaN is False).
+    for make in redis_locks(twin).values():
+        with pytest.raises(ValueError, match="timeout_ms"):
+            make("flashsale:lock:sku", timeout_ms=timeout_ms)
+    with pytest.raises(ValueError, match="timeout_ms"):
+        EtcdLock(ETCD, "flashsale:lock:sku", timeout_ms=timeout_ms)
+    with pytest.raises(ValueError, match="timeout_ms"):
+        ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), "flashsale:lock:sku", timeout_ms=timeout_ms)
+
+
+@pytest.mark.parametrize("ttl_ms", [0, -1, 0.5, NAN, INF, "10000", 2**63], ids=repr)
+def test_an_etcd_ttl_that_is_not_a_positive_whole_number_is_refused(ttl_ms):
+    with pytest.raises(ValueError, match="ttl_ms"):
+        EtcdLock(ETCD, "flashsale:lock:sku", ttl_ms=ttl_ms)
+
+
+@pytest.mark.parametrize("node_timeout_ms", [-5, 0, NAN, INF, "50", 2**31], ids=repr)
+def test_a_redlock_node_timeout_that_is_not_positive_and_finite_is_refused(twin, node_timeout_ms):
+    # Seen: -5 accepted (every round "did not answer within -5 ms"); 0 silently meant 50 ms.
+    with pytest.raises(ValueError, match="node_timeout_ms"):
+        redis_locks(twin)["Redlock"]("flashsale:lock:sku", node_timeout_ms=node_timeout_ms)
+    lock = redis_locks(twin)["Redlock"]("flashsale:lock:sku", node_timeout_ms=0.5)
+    assert lock.node_timeout_s == 0.0005
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("retry_delay_ms", -1),
+        ("retry_delay_ms", NAN),
+        ("retry_delay_ms", INF),
+        ("retry_delay_ms", "10"),
+        ("max_extensions", -1),
+        ("max_extensions", 1.5),
+        ("max_extensions", NAN),
+        ("max_renewals", -1),
+        ("max_renewals", 2.5),
+        ("max_renewals", None),
+    ],
+    ids=repr,
+)
+def test_a_negative_or_non_finite_retry_delay_or_limit_is_refused(twin, argument, value):
+    # Seen: retry_delay_ms=-1 with wait="poll": the blocking twin raised a bare "sleep length must
+    # be non-negative" at acquire, the asyncio one sent thousands of EVALSHA a second; negative
+    # limits were accepted.
+    for make in redis_locks(twin).values():
+        with pytest.raises(ValueError, match=argument):
+            make("flashsale:lock:sku", wait="poll", **{argument: value})
+
+
+@pytest.mark.parametrize("session_ms", [-1, 0, 0.5, NAN, INF, "10000", 2**31], ids=repr)
+def test_a_zookeeper_session_that_is_not_a_positive_whole_number_is_refused_by_the_client(session_ms):
+    # Seen: ZooKeeperClient(session_ms=-1) accepted; the lock then said "ttl_ms must be positive,
+    # got -1", an argument it does not take.
+    with pytest.raises(ValueError, match="session_ms"):
+        ZooKeeperClient(["127.0.0.1:9"], session_ms=session_ms)
+    assert ZooKeeperClient(["127.0.0.1:9"], session_ms=10_000.0).session_ms == 10_000

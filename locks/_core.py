@@ -235,6 +235,9 @@ MAX_MS = 2**31 - 1
 MIN_TTL_MS = 3
 #: What ``wait`` may be.
 WAITS = ("notify", "poll")
+#: The largest fence ``advance_fence`` passes: ADVANCE_FENCE computes ``max(counter, past) + 1`` in
+#: Lua's doubles, exact up to 2**53 (past=2**53 returned 2**53, not above it).
+MAX_FENCE = 2**53 - 1
 
 
 def _of(name) -> str:
@@ -277,6 +280,14 @@ def check_ms(value, argument: str, *, name=None, positive: bool = False) -> None
     ):
         low = "above 0" if positive else "from 0"
         raise ValueError(f"{argument} must be a number of ms {low} to {MAX_MS}, got {value!r}{_of(name)}")
+
+
+def checked_fence(past, *, name=None) -> int:
+    """``past`` (``advance_fence``'s) as an int, refused unless a whole number from 0 to :data:`MAX_FENCE`."""
+    fence = whole_number(past)
+    if fence is None or not 0 <= fence <= MAX_FENCE:
+        raise ValueError(f"past must be a whole number from 0 to {MAX_FENCE} (2**53 - 1), got {past!r}{_of(name)}")
+    return fence
 
 
 def check_count(value, argument: str, *, name=None) -> None:

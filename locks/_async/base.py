@@ -24,6 +24,8 @@ from .._core import (
     Lease,
     acquire_keys,
     check_redis_arguments,
+    checked_fence,
+    checked_ttl,
     drift_ms,
     log_ambiguous_release,
     new_token,
@@ -184,7 +186,12 @@ class BaseLock:
             raise self._error(NotOwned, REFUSALS[outcome] + self._refusal_detail)
 
     async def extend(self, *, ttl_ms: int | None = None) -> Lease:
-        """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times."""
+        """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times.
+
+        ``ttl_ms`` is refused (ValueError) unless a whole number of ms from 3 to 2**31 - 1, as the
+        constructor's: -1 deleted the key, and 0 meant the default."""
+        if ttl_ms is not None:
+            ttl_ms = checked_ttl(ttl_ms, name=self.name, minimum=MIN_TTL_MS)
         if self._extensions >= self.max_extensions:
             raise self._error(LockError, f"extension limit reached ({self.max_extensions})")
         lease = await self._renew(ttl_ms)
@@ -213,7 +220,11 @@ class BaseLock:
         The version check refuses that write; so the holder must re-read after a refusal and
         decide again, and then write with the advanced fence. Without persistence the counter
         can still be forgotten again; advancing repeats the recovery with one more round trip.
+
+        ``past`` is refused (ValueError) unless a whole number from 0 to 2**53 - 1: the scripts
+        compute in Lua's doubles, which are exact up to 2**53.
         """
+        past = checked_fence(past, name=self.name)
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "advance_fence of a lock this object does not hold")

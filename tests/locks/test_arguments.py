@@ -162,3 +162,58 @@ def test_a_zookeeper_session_that_is_not_a_positive_whole_number_is_refused_by_t
     with pytest.raises(ValueError, match="session_ms"):
         ZooKeeperClient(["127.0.0.1:9"], session_ms=session_ms)
     assert ZooKeeperClient(["127.0.0.1:9"], session_ms=10_000.0).session_ms == 10_000
+
+
+# --- extend and advance_fence ------------------------------------------------------------------
+
+
+def held_locks(twin, cluster, name):
+    """A RedisLock on the first private node and a Redlock on all five, each holding a 10 s lease."""
+    nodes, sync_clients = cluster
+    ports = [node.port for node in nodes]
+    locks = [
+        (twin.RedisLock(twin.client(ports[0]), name, ttl_ms=10_000, timeout_ms=0), sync_clients[:1]),
+        (twin.Redlock(twin.clients(ports), f"{name}-redlock", ttl_ms=10_000, timeout_ms=0), sync_clients),
+    ]
+    for lock, _ in locks:
+        twin(lock.acquire())
+    return locks
+
+
+@pytest.mark.parametrize("ttl_ms", [0, -1, 0.5, 2, NAN, INF, "1000", 2**31], ids=repr)
+def test_an_extend_to_a_ttl_not_a_whole_number_above_the_drift_allowance_is_refused(twin, cluster, name, ttl_ms):
+    # Seen: RedisLock.extend(ttl_ms=-1) returned normally and the key was deleted (PEXPIRE -1);
+    # Redlock.extend(-1) deleted it on every node, then raised "NotOwned: extend confirmed by 5 of
+    # 5 nodes ..., 3 needed" while lease.remaining_ms() still said ~9.9 s; 0.5 did as -1; 0
+    # silently meant the lock's TTL.
+    for lock, clients in held_locks(twin, cluster, name):
+        lease = lock.lease
+        with pytest.raises(ValueError, match="ttl_ms") as refused:
+            twin(lock.extend(ttl_ms=ttl_ms))
+        assert lock.name in str(refused.value)
+        assert lock.lease == lease and lease.remaining_ms() > 9_000
+        assert all(client.pttl(lock.name) > 9_000 for client in clients), "the keys were touched"
+        extended = twin(lock.extend(ttl_ms=20_000.0))  # a whole number still extends, and None is the TTL
+        assert extended.remaining_ms() > 19_000 and twin(lock.extend()).remaining_ms() < 10_001
+        twin(lock.release())
+
+
+@pytest.mark.parametrize("past", [-1, 2**53, 2**53 + 5, 2**63, NAN, INF, 1.9, "5", None, True], ids=repr)
+def test_an_advance_past_a_fence_the_scripts_cannot_pass_exactly_is_refused(twin, cluster, name, past):
+    # Seen: past=2**53 returned 2**53 (not above it: Lua computes in doubles), 2**53+5 returned
+    # 2**53+4, 2**63 a misleading NotOwned, NaN a bare ValueError, 1.9 silently became 1.
+    for lock, clients in held_locks(twin, cluster, name):
+        lease = lock.lease
+        with pytest.raises(ValueError, match="past") as refused:
+            twin(lock.advance_fence(past))
+        assert lock.name in str(refused.value)
+        assert lock.lease == lease
+        assert all(client.get(f"{lock.name}:fence") == b"1" for client in clients), "a counter moved"
+        twin(lock.release())
+
+
+def test_an_advance_past_the_largest_exact_fence_returns_the_next_one(twin, cluster, name):
+    for lock, _ in held_locks(twin, cluster, name):
+        assert twin(lock.advance_fence(5.0)) == 6
+        assert twin(lock.advance_fence(2**53 - 1)) == 2**53 == lock.lease.fence
+        twin(lock.release())

@@ -347,6 +347,27 @@ def node_name(client) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
+def node_identity(client) -> tuple:
+    """What makes a redis-py client's node one keyspace: its host and port (or unix socket) and database."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return ("unix", kwargs["path"], int(kwargs.get("db") or 0))
+    return (kwargs.get("host", "localhost"), int(kwargs.get("port") or 6379), int(kwargs.get("db") or 0))
+
+
+def check_distinct_nodes(clients: Sequence, name: str) -> None:
+    """Refuse a Redlock given one node twice (one client, or two for the same host, port and
+    database): its copies refuse each other's grant, so no majority ever formed."""
+    seen: dict[tuple, int] = {}
+    for index, client in enumerate(clients):
+        first = seen.setdefault(node_identity(client), index)
+        if first != index:
+            raise ValueError(
+                f"clients: Redlock needs independent nodes, but the node {node_name(client)} (db "
+                f"{node_identity(client)[-1]}) is given more than once (clients {first} and {index}){_of(name)}"
+            )
+
+
 # Redlock's reading of one round's replies (a list with, per node, its reply or its exception).
 # Both twins decide through these, so the quorum rules are written once.
 

@@ -217,3 +217,28 @@ def test_an_advance_past_the_largest_exact_fence_returns_the_next_one(twin, clus
         assert twin(lock.advance_fence(5.0)) == 6
         assert twin(lock.advance_fence(2**53 - 1)) == 2**53 == lock.lease.fence
         twin(lock.release())
+
+
+# --- Redlock's nodes ---------------------------------------------------------------------------
+
+
+def test_a_redlock_given_one_node_twice_is_refused(twin):
+    # Seen: Redlock([c, c, c]) accepted, and never acquired ("not acquired within 500 ms"): the
+    # first node's grant made its other two copies refuse, so no majority could form.
+    client = twin.client(PORT)
+    with pytest.raises(ValueError, match=rf"127\.0\.0\.1:{PORT}.*more than once"):
+        twin.Redlock([client, client, client], "flashsale:lock:sku")
+    # Two client objects for the same host, port and database are one node too.
+    with pytest.raises(ValueError, match=rf"127\.0\.0\.1:{PORT}"):
+        twin.Redlock([twin.client(PORT), twin.client(PORT + 1), twin.client(PORT)], "flashsale:lock:sku")
+    redis_cls = type(client)
+    same_db = [redis_cls(host="127.0.0.1", port=PORT, db=3), redis_cls(host="127.0.0.1", port=PORT, db=3)]
+    with pytest.raises(ValueError, match="more than once"):
+        twin.Redlock(same_db, "flashsale:lock:sku")
+    unix = [redis_cls(unix_socket_path="/tmp/no-such.sock"), redis_cls(unix_socket_path="/tmp/no-such.sock")]
+    with pytest.raises(ValueError, match="unix:/tmp/no-such.sock"):
+        twin.Redlock(unix, "flashsale:lock:sku")
+    # Another database of the same server is another keyspace, and other ports other nodes.
+    other_db = [redis_cls(host="127.0.0.1", port=PORT, db=3), redis_cls(host="127.0.0.1", port=PORT, db=4)]
+    assert twin.Redlock(other_db, "flashsale:lock:sku").quorum == 2
+    assert twin.Redlock(twin.clients([PORT, PORT + 1, PORT + 2]), "flashsale:lock:sku").quorum == 2

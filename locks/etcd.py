@@ -90,7 +90,8 @@ class EtcdLock:
 
     ``client_or_endpoints``: an :class:`EtcdClient`, or member endpoints (then the process's
     shared client for them). ``ttl_ms``: the session lease's TTL (whole seconds, at least etcd's
-    minimum); ``timeout_ms``: how long ``acquire()`` may wait for the lock.
+    minimum); ``timeout_ms``: how long ``acquire()`` may wait for the lock. ``name`` may not contain
+    ``/``: the keys are under ``<name>/``, so a lock ``shop/sku`` would block the lock ``shop``.
     """
 
     _lease: Lease | None = None

@@ -93,7 +93,8 @@ class ZooKeeperClient:
     """The process's ZooKeeper session (one kazoo client), shared by its threads.
 
     ``session_ms`` is the session timeout asked of the ensemble (it clamps it to its own minimum
-    and maximum). The client counts session trouble in :attr:`troubles`: every SUSPENDED or LOST
+    and maximum), a whole number of ms from 1 to 2**31 - 1 (the protocol's 32-bit field). The
+    client counts session trouble in :attr:`troubles`: every SUSPENDED or LOST
     state adds one, so a grant taken at count ``n`` is void once the count moved on. A forked
     child starts its own session on first use.
     """

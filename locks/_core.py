@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -221,13 +222,121 @@ def default_node_timeout_ms(ttl_ms: int) -> float:
     return max(5.0, min(50.0, ttl_ms / 20.0))
 
 
-def check_arguments(name: str, ttl_ms: int, timeout_ms: int) -> None:
-    if not name:
-        raise ValueError("a lock needs a non-empty name")
-    if ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
-    if timeout_ms < 0:
-        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+#: The suffixes of a Redis lock's helper keys (:func:`acquire_keys`, :func:`release_keys`): a lock
+#: whose name ended in one would share its key with another lock's helper key.
+HELPER_SUFFIXES = (":fence", ":signal", ":waiters", ":handoff")
+#: The longest TTL, timeout or session a lock takes, in ms (about 24.8 days): ZooKeeper's session
+#: timeout is a 32-bit field, ``poll`` takes a C int of ms, and every Lua script computes exactly
+#: with it (the waiter set's PEXPIRE adds 1000 to a PTTL; Redis refused "invalid expire time",
+#: or a Lua double printed as 1e+17, far above it).
+MAX_MS = 2**31 - 1
+#: The shortest TTL of a Redis lock: the smallest whole number of ms above its clock-drift
+#: allowance (:func:`drift_ms`, 1 % + 2 ms); at 1 or 2 ms a grant was a lease already expired.
+MIN_TTL_MS = 3
+#: What ``wait`` may be.
+WAITS = ("notify", "poll")
+#: The largest fence ``advance_fence`` passes: ADVANCE_FENCE computes ``max(counter, past) + 1`` in
+#: Lua's doubles, exact up to 2**53 (past=2**53 returned 2**53, not above it).
+MAX_FENCE = 2**53 - 1
+
+
+def _of(name) -> str:
+    return "" if name is None else f" (lock {name!r})"
+
+
+def whole_number(value) -> int | None:
+    """``value`` as an int if it is a whole number (an integer, or a float with no fraction), else
+    None; a bool is not a number here."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def checked_ttl(ttl_ms, *, name=None, argument: str = "ttl_ms", minimum: int = 1) -> int:
+    """``ttl_ms`` as an int, refused unless it is a whole number of ms from ``minimum`` to :data:`MAX_MS`."""
+    ttl = whole_number(ttl_ms)
+    if ttl is None or not minimum <= ttl <= MAX_MS:
+        floor = "above the clock-drift allowance (1 % + 2 ms), so " if minimum == MIN_TTL_MS else ""
+        raise ValueError(
+            f"{argument} must be a whole number of ms {floor}from {minimum} to {MAX_MS}, got {ttl_ms!r}{_of(name)}"
+        )
+    return ttl
+
+
+def check_ms(value, argument: str, *, name=None, positive: bool = False) -> None:
+    """Refuse ``value`` unless it is a number of ms, finite, at most :data:`MAX_MS`, and above 0
+    (``positive``) or at least 0. NaN passed before, and a wait on it never ended."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value > 0 if positive else value >= 0)
+        or not value <= MAX_MS
+    ):
+        low = "above 0" if positive else "from 0"
+        raise ValueError(f"{argument} must be a number of ms {low} to {MAX_MS}, got {value!r}{_of(name)}")
+
+
+def checked_fence(past, *, name=None) -> int:
+    """``past`` (``advance_fence``'s) as an int, refused unless a whole number from 0 to :data:`MAX_FENCE`."""
+    fence = whole_number(past)
+    if fence is None or not 0 <= fence <= MAX_FENCE:
+        raise ValueError(f"past must be a whole number from 0 to {MAX_FENCE} (2**53 - 1), got {past!r}{_of(name)}")
+    return fence
+
+
+def check_count(value, argument: str, *, name=None) -> None:
+    """Refuse ``value`` unless it is a whole number (an int) of 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{argument} must be a whole number of 0 or more, got {value!r}{_of(name)}")
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is not a non-empty ``str`` (bytes would become their repr in every key)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a lock's name must be a non-empty str, got {name!r}")
+
+
+def check_redis_name(name: str) -> None:
+    """:func:`check_name`, and refuse a name that is another lock's helper key: with ``q:signal``
+    a lock, a release of ``q`` would delete it, and with ``x:fence`` held, ``x`` could not be taken."""
+    check_name(name)
+    for suffix in HELPER_SUFFIXES:
+        if name.endswith(suffix):
+            raise ValueError(
+                f"a Redis lock's name may not end with {', '.join(HELPER_SUFFIXES)}: {name!r} is the helper key "
+                f"{suffix!r} of the lock {name[: -len(suffix)]!r}"
+            )
+
+
+def check_arguments(name: str, ttl_ms: int | None, timeout_ms: int) -> int | None:
+    """Refuse a bad name, TTL or acquire timeout (etcd's and ZooKeeper's locks; ``ttl_ms`` None for
+    ZooKeeper's, whose session is the client's); the TTL as an int."""
+    check_name(name)
+    ttl = None if ttl_ms is None else checked_ttl(ttl_ms, name=name)
+    check_ms(timeout_ms, "timeout_ms", name=name)
+    return ttl
+
+
+def check_redis_arguments(
+    name: str, ttl_ms: int, timeout_ms: int, wait: str, retry_delay_ms: float, max_renewals: int, max_extensions: int
+) -> int:
+    """Every argument of a Redis lock's constructor checked (the slow path: the constructor's own
+    test passes the usual ones); the TTL as an int."""
+    check_redis_name(name)
+    ttl = checked_ttl(ttl_ms, name=name, minimum=MIN_TTL_MS)
+    check_ms(timeout_ms, "timeout_ms", name=name)
+    if wait not in WAITS:
+        raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}{_of(name)}")
+    check_ms(retry_delay_ms, "retry_delay_ms", name=name)
+    check_count(max_renewals, "max_renewals", name=name)
+    check_count(max_extensions, "max_extensions", name=name)
+    return ttl
 
 
 def node_name(client) -> str:
@@ -236,6 +345,27 @@ def node_name(client) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def node_identity(client) -> tuple:
+    """What makes a redis-py client's node one keyspace: its host and port (or unix socket) and database."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return ("unix", kwargs["path"], int(kwargs.get("db") or 0))
+    return (kwargs.get("host", "localhost"), int(kwargs.get("port") or 6379), int(kwargs.get("db") or 0))
+
+
+def check_distinct_nodes(clients: Sequence, name: str) -> None:
+    """Refuse a Redlock given one node twice (one client, or two for the same host, port and
+    database): its copies refuse each other's grant, so no majority ever formed."""
+    seen: dict[tuple, int] = {}
+    for index, client in enumerate(clients):
+        first = seen.setdefault(node_identity(client), index)
+        if first != index:
+            raise ValueError(
+                f"clients: Redlock needs independent nodes, but the node {node_name(client)} (db "
+                f"{node_identity(client)[-1]}) is given more than once (clients {first} and {index}){_of(name)}"
+            )
 
 
 # Redlock's reading of one round's replies (a list with, per node, its reply or its exception).

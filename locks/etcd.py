@@ -90,7 +90,8 @@ class EtcdLock:
 
     ``client_or_endpoints``: an :class:`EtcdClient`, or member endpoints (then the process's
     shared client for them). ``ttl_ms``: the session lease's TTL (whole seconds, at least etcd's
-    minimum); ``timeout_ms``: how long ``acquire()`` may wait for the lock.
+    minimum); ``timeout_ms``: how long ``acquire()`` may wait for the lock. ``name`` may not contain
+    ``/``: the keys are under ``<name>/``, so a lock ``shop/sku`` would block the lock ``shop``.
     """
 
     _lease: Lease | None = None
@@ -107,7 +108,10 @@ class EtcdLock:
         ttl_ms: int = 10_000,
         timeout_ms: int = 5_000,
     ) -> None:
-        check_arguments(name, ttl_ms, timeout_ms)
+        ttl_ms = check_arguments(name, ttl_ms, timeout_ms)
+        if "/" in name:
+            # Its keys are under "<name>/": "shop/sku" held would block an unrelated lock "shop".
+            raise ValueError(f"an etcd lock name may not contain '/' (its keys are under '<name>/'): {name!r}")
         if isinstance(client_or_endpoints, EtcdClient):
             self.client = client_or_endpoints
         else:

@@ -68,7 +68,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import Lease, check_arguments
+from ._core import Lease, check_arguments, checked_ttl
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -93,7 +93,8 @@ class ZooKeeperClient:
     """The process's ZooKeeper session (one kazoo client), shared by its threads.
 
     ``session_ms`` is the session timeout asked of the ensemble (it clamps it to its own minimum
-    and maximum). The client counts session trouble in :attr:`troubles`: every SUSPENDED or LOST
+    and maximum), a whole number of ms from 1 to 2**31 - 1 (the protocol's 32-bit field). The
+    client counts session trouble in :attr:`troubles`: every SUSPENDED or LOST
     state adds one, so a grant taken at count ``n`` is void once the count moved on. A forked
     child starts its own session on first use.
     """
@@ -102,7 +103,7 @@ class ZooKeeperClient:
         if not hosts:
             raise ValueError("a ZooKeeper client needs at least one host")
         self.hosts = list(hosts)
-        self.session_ms = session_ms
+        self.session_ms = checked_ttl(session_ms, argument="session_ms")
         self.troubles = 0
         self._kazoo: KazooClient | None = None
         self._orphans: list[tuple[str, str, float]] = []  # (lock path, znode prefix, sweep until)
@@ -249,9 +250,9 @@ class ZooKeeperLock:
     _started = 0.0
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
-        check_arguments(name, client.session_ms, timeout_ms)
-        if "/" in name:
-            raise ValueError(f"a ZooKeeper lock name is one znode name, without '/': {name!r}")
+        check_arguments(name, None, timeout_ms)  # the session's timeout is the client's, checked there
+        if "/" in name or name in (".", ".."):
+            raise ValueError(f"a ZooKeeper lock name is one znode name, without '/' and not '.' or '..': {name!r}")
         self.client = client
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"

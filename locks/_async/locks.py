@@ -29,6 +29,8 @@ from .._core import (
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
+    check_distinct_nodes,
+    check_ms,
     confirmations,
     default_node_timeout_ms,
     drift_ms,
@@ -193,8 +195,14 @@ class AsyncRedlock(BaseLock):
             raise ValueError("Redlock needs at least one node client")
         self.clients = list(clients)
         self._nodes = [_io.NodeConnections.of(client) for client in self.clients]
+        if len({node.name for node in self._nodes}) < len(self._nodes):
+            check_distinct_nodes(self.clients, name)  # a host:port twice: the same database too?
         self.quorum = len(self._nodes) // 2 + 1
-        self.node_timeout_s = (node_timeout_ms or default_node_timeout_ms(self.ttl_ms)) / 1000.0
+        if node_timeout_ms is None:
+            node_timeout_ms = default_node_timeout_ms(self.ttl_ms)
+        else:
+            check_ms(node_timeout_ms, "node_timeout_ms", name=name, positive=True)
+        self.node_timeout_s = node_timeout_ms / 1000.0
 
     def node_names(self) -> list[str]:
         return [node.name for node in self._nodes]

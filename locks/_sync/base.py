@@ -17,11 +17,17 @@ from typing import Callable
 
 from .._core import (
     AMBIGUOUS,
+    HELPER_SUFFIXES,
+    MAX_MS,
+    MIN_TTL_MS,
     REFUSALS,
     RELEASED,
+    WAITS,
     Lease,
     acquire_keys,
-    check_arguments,
+    check_redis_arguments,
+    checked_fence,
+    checked_ttl,
     drift_ms,
     log_ambiguous_release,
     new_token,
@@ -60,11 +66,26 @@ class BaseLock:
         on_lost: Callable[[Lease, LockLost], None] | None,
         max_extensions: int,
     ) -> None:
-        if not name or ttl_ms <= 0 or timeout_ms < 0 or wait not in ("notify", "poll"):
-            check_arguments(name, ttl_ms, timeout_ms)
-            raise ValueError(f"wait must be 'notify' or 'poll', got {wait!r}")
+        if (
+            type(name) is not str
+            or not name
+            or name.endswith(HELPER_SUFFIXES)
+            or type(ttl_ms) is not int
+            or not MIN_TTL_MS <= ttl_ms <= MAX_MS
+            or type(timeout_ms) is not int
+            or not 0 <= timeout_ms <= MAX_MS
+            or wait not in WAITS
+            or type(retry_delay_ms) not in (float, int)
+            or not 0 <= retry_delay_ms <= MAX_MS
+            or type(max_renewals) is not int
+            or max_renewals < 0
+            or type(max_extensions) is not int
+            or max_extensions < 0
+        ):
+            # The usual arguments pass the test above; anything else is checked, and refused or made an int.
+            ttl_ms = check_redis_arguments(name, ttl_ms, timeout_ms, wait, retry_delay_ms, max_renewals, max_extensions)
         self.name = name
-        self.ttl_ms = int(ttl_ms)
+        self.ttl_ms = ttl_ms
         self.timeout_ms = timeout_ms
         self.wait = wait
         self.retry_delay_ms = retry_delay_ms
@@ -167,7 +188,12 @@ class BaseLock:
             raise self._error(NotOwned, REFUSALS[outcome] + self._refusal_detail)
 
     def extend(self, *, ttl_ms: int | None = None) -> Lease:
-        """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times."""
+        """Reset the lease to ``ttl_ms`` (default: the lock's TTL) from now; at most ``max_extensions`` times.
+
+        ``ttl_ms`` is refused (ValueError) unless a whole number of ms from 3 to 2**31 - 1, as the
+        constructor's: -1 deleted the key, and 0 meant the default."""
+        if ttl_ms is not None:
+            ttl_ms = checked_ttl(ttl_ms, name=self.name, minimum=MIN_TTL_MS)
         if self._extensions >= self.max_extensions:
             raise self._error(LockError, f"extension limit reached ({self.max_extensions})")
         lease = self._renew(ttl_ms)
@@ -196,7 +222,11 @@ class BaseLock:
         The version check refuses that write; so the holder must re-read after a refusal and
         decide again, and then write with the advanced fence. Without persistence the counter
         can still be forgotten again; advancing repeats the recovery with one more round trip.
+
+        ``past`` is refused (ValueError) unless a whole number from 0 to 2**53 - 1: the scripts
+        compute in Lua's doubles, which are exact up to 2**53.
         """
+        past = checked_fence(past, name=self.name)
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "advance_fence of a lock this object does not hold")

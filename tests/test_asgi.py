@@ -21,6 +21,7 @@ from redis import Redis
 
 from inventory.models import Order, Product
 from inventory.strategies import strategy_class
+from inventory.strategies.fenced import FencedLockStrategy
 from tests.helpers import WORKING_STRATEGIES, asgi_pod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,7 @@ def test_a_blocked_event_loop_writes_late_and_the_fence_refuses_it(fenced, use_s
     Unfenced: A's write lands, two orders for one unit (so the test does reach the race)."""
     use_strategy("redis", LOCK_TTL_MS=300, OPTIONS={"FENCED": fenced})
     make_product(SKU, stock=1, limit=1)
-    lock_key = f"flashsale:lock:{SKU}"
+    lock_key = FencedLockStrategy.lock_name(SKU)
     redis = Redis.from_url(settings.INVENTORY["REDIS_URL"])
     env = {"LOCK_TTL_MS": "300", "ACQUIRE_TIMEOUT_MS": "10000", "INVENTORY_FENCED": "1" if fenced else "0"}
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"

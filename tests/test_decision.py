@@ -20,6 +20,7 @@ from inventory.audit import audit
 from inventory.models import Allocation, Order, Product
 from inventory.services import purchase
 from inventory.strategies.contract import Outcome
+from inventory.strategies.fenced import FencedLockStrategy
 from locks import RedisLock
 from tests.helpers import snapshot
 
@@ -30,7 +31,7 @@ def test_the_sale_window_is_checked_inside_the_section(use_strategy, redis_clien
     0.7 s after ``sale_ends_at``)."""
     use_strategy("redis")
     make_product(stock=5, sale_ends_at=timezone.now() + timedelta(milliseconds=300))
-    holder = RedisLock(redis_client, "flashsale:lock:phone-x", ttl_ms=5000, timeout_ms=0)
+    holder = RedisLock(redis_client, FencedLockStrategy.lock_name("phone-x"), ttl_ms=5000, timeout_ms=0)
     holder.acquire()  # someone holds the lock across the end of the sale
     results = {}
 

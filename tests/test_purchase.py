@@ -48,6 +48,16 @@ class TestOutcomes:
         assert purchase(sku="phone-x", customer="carol", quantity=1).outcome is Outcome.SOLD_OUT
         assert snapshot("phone-x")[0] == 0
 
+    @pytest.mark.parametrize("sku", ["fence", "signal", "waiters", "handoff"])
+    def test_a_sku_named_like_a_locks_helper_key_sells(self, strategy, make_product, sku):
+        """Found when the lock library began refusing a name that ends in one of its helper keys'
+        suffixes (another lock's ``name:fence`` …): the shop named its lock ``flashsale:lock:<sku>``,
+        so a product whose sku is ``fence`` could not be bought under a lock strategy."""
+        make_product(sku, stock=2)
+        result = purchase(sku=sku, customer="alice", quantity=1)
+        assert result.outcome is Outcome.CONFIRMED, result
+        assert snapshot(sku)[0] == 1
+
     def test_fence_increases_with_every_grant(self, fenced_strategy, make_product):
         make_product(stock=5)
         fences = [purchase(sku="phone-x", customer=f"c{i}", quantity=1).fence for i in range(5)]

@@ -1,7 +1,7 @@
 """``etcd``: a 3-member etcd cluster; etcd's mutex recipe with the lock key's create revision as fence.
 
 Each process keeps one session lease alive; a purchase puts a key bound to it under
-``flashsale:lock:<sku>/``, owns the lock when its key has the lowest create revision, and
+``flashsale:lock:{<sku>}/``, owns the lock when its key has the lowest create revision, and
 otherwise watches the key just before its own until it is deleted (no polling). Every grant
 is a raft commit on a majority (fsync included), so the lock survives one member of three
 down, and with two down the shopper is told busy within ``ACQUIRE_TIMEOUT_MS``.

@@ -42,6 +42,14 @@ class FencedLockStrategy(Strategy):
         if not self.fenced:
             self.check_label = "none (FENCED=False)"
 
+    @staticmethod
+    def lock_name(sku: str) -> str:
+        """The lock of ``sku``'s sales: ``flashsale:lock:{<sku>}``. The braces keep every name the
+        shop gives apart from the lock library's helper keys (``<name>:fence``, ``:signal``, …),
+        which it refuses as a name: a sku ``fence`` would otherwise name ``flashsale:lock:fence``.
+        In a Redis Cluster they also put the lock's keys in one slot, as its scripts need."""
+        return f"flashsale:lock:{{{sku}}}"
+
     def make_lock(self, name: str):
         raise NotImplementedError("subclasses of FencedLockStrategy must provide make_lock()")
 
@@ -51,7 +59,7 @@ class FencedLockStrategy(Strategy):
 
     @contextmanager
     def guard(self, sku: str) -> Iterator[Grant]:
-        lock = self.make_lock(f"flashsale:lock:{sku}")
+        lock = self.make_lock(self.lock_name(sku))
         try:
             lease = lock.acquire()
         except NotAcquired as exc:
@@ -71,7 +79,7 @@ class FencedLockStrategy(Strategy):
     async def aguard(self, sku: str) -> AsyncIterator[Grant]:
         """``guard`` on the event loop, with the asyncio lock: the section runs on a thread
         meanwhile, and a fence advance it asks for is awaited back here, on the loop."""
-        lock = self.make_async_lock(f"flashsale:lock:{sku}")
+        lock = self.make_async_lock(self.lock_name(sku))
         try:
             lease = await lock.acquire()
         except NotAcquired as exc:

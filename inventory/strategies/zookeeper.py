@@ -1,7 +1,7 @@
 """``zookeeper``: a 3-member ZooKeeper ensemble; ZooKeeper's lock recipe with the znode's sequence as fence.
 
 Each process holds one ZooKeeper session (timeout ``LOCK_TTL_MS``); a purchase creates an
-ephemeral sequential znode under ``/flashsale/locks/flashsale:lock:<sku>``, owns the lock when
+ephemeral sequential znode under ``/flashsale/locks/flashsale:lock:{<sku>}``, owns the lock when
 its sequence is the lowest, and otherwise watches the znode just before its own. Every grant is
 a ZooKeeper write committed on a majority (fsynced), so the lock survives one member of three
 down, and with two down the shopper is told busy within ``ACQUIRE_TIMEOUT_MS``.

@@ -7,16 +7,19 @@ node of :class:`RedisLock` where a test must freeze, restart or count commands o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import statistics
 import threading
 import time
 
 import pytest
+import redis.asyncio as aioredis
 
-from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import AsyncRedisLock, AsyncRedlock, NotAcquired, NotOwned, QuorumUnavailable
 from processes.relay import Relay
 
+from .conftest import run
 from .netfaults import Proxy, Unreachable
 from .twins import Twin
 
@@ -323,3 +326,93 @@ def test_a_waiter_that_gives_up_leaves_the_count_within_timeout_plus_one_node_ti
     sync_clients[0].config_resetstat()
     twin(holder.release())
     assert stat_calls(sync_clients[0], "rpush") == 0, "a release with nobody waiting signals nobody"
+
+
+def key_left(sync_clients, name: str) -> list[int]:
+    """The lock key's PTTL on each node: -2 where no key is left."""
+    return [client.pttl(name) for client in sync_clients]
+
+
+def test_an_acquire_whose_reply_times_out_does_not_leave_the_key_for_a_ttl(twin, cluster, name):
+    """Before: the client gave up on the reply (QuorumUnavailable, "the node did not answer"), but
+    the node had run SET NX: the key stayed its whole TTL (about 9.5 s of 10), held by nobody."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+    try:
+        client = twin.client(proxy.port, socket_timeout=0.1)
+        warm = twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=0)
+        twin(warm.acquire())  # the connection is up before the link slows (its handshake would time out)
+        twin(warm.release())
+        proxy.reply_delay_s = 0.3
+        with pytest.raises(QuorumUnavailable):
+            twin(twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=0).acquire())
+        time.sleep(0.5)  # the delayed replies drain
+        assert key_left(sync_clients[:1], name) == [-2]
+    finally:
+        proxy.close()
+
+
+async def _cancelled_mid_acquire(lock, after_s: float) -> float:
+    """Cancel ``lock.acquire()`` after ``after_s``; how long the cancellation took to come through."""
+    task = asyncio.ensure_future(lock.acquire())
+    await asyncio.sleep(after_s)
+    task.cancel()
+    cancelled = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return time.monotonic() - cancelled
+
+
+def test_an_asyncio_acquire_cancelled_mid_round_trip_does_not_leave_the_key(cluster, name):
+    """Before: a purchase cancelled while its acquire's reply was on its way (a client gone, an
+    ASGI request cancelled) left the key on the node for the whole TTL."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+
+    async def scenario():
+        client = aioredis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=1.0)
+        try:
+            async with AsyncRedisLock(client, name, ttl_ms=10_000, timeout_ms=0):
+                pass  # a warm connection: the cancellation below comes during the script's round trip
+            proxy.reply_delay_s = 0.3
+            took = await _cancelled_mid_acquire(AsyncRedisLock(client, name, ttl_ms=10_000, timeout_ms=0), 0.1)
+            assert took < 0.1, "the cancellation came through at once, the clean-up runs beside it"
+            await asyncio.sleep(0.8)  # the clean-up's own reply comes through the slow link
+        finally:
+            await client.aclose()
+
+    try:
+        run(scenario())
+        assert key_left(sync_clients[:1], name) == [-2]
+    finally:
+        proxy.close()
+
+
+def test_an_asyncio_redlock_acquire_cancelled_while_one_node_is_slow_does_not_leave_the_key(cluster, name):
+    """Before: four nodes had answered with a grant, the fifth's reply was late, the task was
+    cancelled: the key stayed on all four answering nodes for the TTL."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+
+    async def scenario():
+        clients = [
+            aioredis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0)
+            for port in [proxy.port, *(node.port for node in list(nodes)[1:])]
+        ]
+        try:
+            async with AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=1_000):
+                pass
+            proxy.reply_delay_s = 0.3
+            lock = AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=1_000)
+            took = await _cancelled_mid_acquire(lock, 0.15)
+            assert took < 0.1
+            await asyncio.sleep(0.8)
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    try:
+        run(scenario())
+        assert key_left(sync_clients, name) == [-2] * 5
+    finally:
+        proxy.close()

@@ -269,17 +269,19 @@ class Redlock(BaseLock):
             index, conn = held.pop()
             self._hold(self._nodes[index], conn)
         answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
+        # The acquire's first round, with time left: one round a majority missed is not a dead
+        # majority (a worker's first round connects to every node, and on a loaded machine that
+        # can outlast the node timeout). Tried once more after a short pause; dead nodes refuse
+        # at once, so that costs them nothing, frozen ones a node timeout.
+        again = register and not waiter_id
         if granted or len(answered) < len(self._nodes):
-            # Undo a partial grant, and any grant a node that did not answer may still make.
+            # Undo a partial grant, and any grant a node that did not answer may still make; a
+            # waiter that gives up here (no majority) leaves the waiter sets in the same round.
             # When every node answered no, the token is on none of them: no round trip needed.
-            self._unlock_all(token)
+            self._unlock_all(token, (waiter_id,) if unavailable and waiter_id else ())
         if unavailable:
             self._give_back_held()
-            if register and not waiter_id:
-                # The acquire's first round, with time left: one round a majority missed is not a
-                # dead majority (a worker's first round connects to every node, and on a loaded
-                # machine that can outlast the node timeout). Tried once more after a short pause;
-                # dead nodes refuse at once, so that costs them nothing, frozen ones a node timeout.
+            if again:
                 return Attempt(None, 0, split=True)
             raise self._error(QuorumUnavailable, unavailable)
         return Attempt(None, hint_ms, split=bool(granted))

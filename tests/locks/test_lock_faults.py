@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from locks import AsyncRedisLock, AsyncRedlock, NotAcquired, NotOwned, QuorumUnavailable
 from processes.relay import Relay
 
-from .conftest import run
+from .conftest import async_clients, run
 from .netfaults import Proxy, Unreachable
 from .twins import Twin
 
@@ -416,3 +416,82 @@ def test_an_asyncio_redlock_acquire_cancelled_while_one_node_is_slow_does_not_le
         assert key_left(sync_clients, name) == [-2] * 5
     finally:
         proxy.close()
+
+
+def waiters_left(sync_clients, name: str) -> list[set]:
+    return [client.smembers(f"{name}:waiters") for client in sync_clients]
+
+
+@pytest.mark.parametrize("kind", ["single", "redlock"])
+def test_an_asyncio_waiter_cancelled_while_waiting_unregisters(cluster, name, kind):
+    """Before (single node): the cancelled waiter stayed in `name:waiters` (~11 s), so the
+    holder's release opened the 20 ms hand-off window for nobody and a try-lock of the free lock
+    was refused."""
+    nodes, sync_clients = cluster
+    counted = sync_clients[:1] if kind == "single" else sync_clients
+
+    async def scenario():
+        clients = async_clients(nodes if kind == "redlock" else list(nodes)[:1])
+
+        def make(timeout_ms):
+            if kind == "single":
+                return AsyncRedisLock(clients[0], name, ttl_ms=10_000, timeout_ms=timeout_ms)
+            return AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=timeout_ms, node_timeout_ms=NODE_TIMEOUT_MS)
+
+        try:
+            holder = make(0)
+            await holder.acquire()
+            waiter = asyncio.ensure_future(make(5_000).acquire())
+            await asyncio.sleep(0.3)
+            assert any(waiters_left(counted, name)), "the waiter registered"
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await asyncio.sleep(0.2)  # the clean-up's task
+            assert waiters_left(counted, name) == [set()] * len(counted)
+            await holder.release()
+            async with make(0):  # no hand-off window opened for a waiter that left
+                pass
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    run(scenario())
+
+
+def test_a_redlock_waiter_that_gives_up_on_a_lost_majority_unregisters(twin, cluster, name):
+    """Before: a waiter whose next round reached only a minority raised QuorumUnavailable and
+    stayed registered on the nodes that answered (the round's clean-up released its token only)."""
+    nodes, sync_clients = cluster
+    clients = twin.clients([node.port for node in nodes])
+    holder = twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    twin(holder.acquire())
+    raised = []
+
+    def wait(other: Twin) -> None:
+        lock = other.Redlock(
+            other.clients([node.port for node in nodes]),
+            name,
+            ttl_ms=10_000,
+            timeout_ms=3_000,
+            node_timeout_ms=NODE_TIMEOUT_MS,
+            wait="poll",
+            retry_delay_ms=200,
+        )
+        try:
+            other(lock.acquire())
+        except QuorumUnavailable as error:
+            raised.append(error)
+
+    waiter = twin.spawn(wait)
+    time.sleep(0.3)
+    assert all(waiters_left(sync_clients, name)), "the waiter registered on every node"
+    for node in list(nodes)[:3]:
+        node.pause()
+    try:
+        waiter.join(5)
+        assert raised, "the waiter gave up: a majority did not answer"
+        assert waiters_left(sync_clients[3:], name) == [set(), set()]
+    finally:
+        for node in nodes:
+            node.resume()

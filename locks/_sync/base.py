@@ -30,6 +30,7 @@ from .._core import (
     checked_ttl,
     drift_ms,
     log_ambiguous_release,
+    logger,
     new_token,
     release_keys,
 )
@@ -283,7 +284,10 @@ class BaseLock:
         lost.__cause__ = cause
         self._lost = lost
         if self.on_lost is not None and self._lease is not None:
-            _io.call(self.on_lost, self._lease, lost)
+            try:
+                _io.call(self.on_lost, self._lease, lost)
+            except Exception:  # noqa: BLE001 - the lock is lost all the same: the block still releases
+                logger.exception("on_lost of %s raised; the lock is lost all the same", self.name)
 
     def _stop_watchdog(self) -> None:
         watchdog, self._watchdog = self._watchdog, None

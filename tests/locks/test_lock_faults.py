@@ -16,7 +16,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from locks import AsyncRedisLock, AsyncRedlock, NotAcquired, NotOwned, QuorumUnavailable
+from locks import AsyncRedisLock, AsyncRedlock, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from processes.relay import Relay
 
 from .conftest import async_clients, run
@@ -495,3 +495,34 @@ def test_a_redlock_waiter_that_gives_up_on_a_lost_majority_unregisters(twin, clu
     finally:
         for node in nodes:
             node.resume()
+
+
+def test_an_on_lost_that_raises_still_releases_and_raises_lock_lost(twin, cluster, name, caplog):
+    """Before (asyncio twin): the `async with` ended with the callback's RuntimeError and the key
+    still held after the block (the watchdog task's exception came out of its stop, before the
+    release); the blocking twin released and raised LockLost, the callback's traceback printed by
+    the watchdog thread, not logged."""
+    nodes, sync_clients = cluster
+    client = twin.client(nodes[0].port, socket_timeout=0.2)
+
+    def on_lost(lease, error):
+        raise RuntimeError("the callback failed")
+
+    def sleep(seconds: float) -> None:
+        twin(asyncio.sleep(seconds)) if twin.is_async else time.sleep(seconds)
+
+    lock = twin.RedisLock(client, name, ttl_ms=1_500, timeout_ms=0, watchdog=True, on_lost=on_lost)
+    twin(lock.acquire())
+    nodes[0].pause()  # the renewal at ttl/3 times out (0.2 s): the lock is lost
+    try:
+        deadline = time.monotonic() + 3
+        while lock.lost is None and time.monotonic() < deadline:
+            sleep(0.05)
+    finally:
+        nodes[0].resume()
+    assert lock.lost is not None
+    leave = lock.__aexit__ if twin.is_async else lock.__exit__
+    with pytest.raises(LockLost):
+        twin(leave(None, None, None))
+    assert key_left(sync_clients[:1], name) == [-2]
+    assert "the callback failed" in caplog.text

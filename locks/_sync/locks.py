@@ -200,6 +200,10 @@ class Redlock(BaseLock):
             ...  # a write fenced by lease.fence, as for RedisLock
     """
 
+    # The waiter id a grant left registered on the nodes that did not grant it (per acquisition,
+    # a class default as in BaseLock): the release takes it off there.
+    _stray_waiter: tuple = ()
+
     def __init__(
         self,
         clients: Sequence[_io.Client],
@@ -260,6 +264,10 @@ class Redlock(BaseLock):
             validity = validity_ms(self.ttl_ms, start, self._drift_ms)
             if confirmed >= self.quorum and validity > 0:
                 self._give_back(held)
+                if len(granted) < len(self._nodes) and (register or waiter_id):
+                    # Nodes that did not grant may count this caller as a waiter (registered now,
+                    # or in an earlier round): its release unregisters it there (ABANDON).
+                    self._stray_waiter = (waiter_id or token,)
                 # Valid for what is left of the validity from now, so until start + ttl - drift: every
                 # granting node set its key after start, and keeps it a TTL by its own clock.
                 valid_until = start + (self.ttl_ms - self._drift_ms) / 1000.0
@@ -308,7 +316,8 @@ class Redlock(BaseLock):
         """Release on every node; nodes that failed for a transport reason are tried once more on
         fresh connections, within one node timeout. Each node that still failed is logged: its
         key stays until its TTL ends."""
-        replies = self._unlock_all(token)
+        waiter_ids, self._stray_waiter = self._stray_waiter, ()
+        replies = self._unlock_all(token, waiter_ids)
         if replies.count(1) == len(replies):
             return RELEASED  # every node released it, the usual case: no outcome to weigh
         again = [index for index, reply in enumerate(replies) if transport_error(reply)]

@@ -103,6 +103,16 @@ class BaseLock:
     # _advance_nodes(lease, past) -> int, node_names().
 
     @property
+    def on_lost(self) -> Callable[[Lease, LockLost], None] | None:
+        return self._on_lost
+
+    @on_lost.setter
+    def on_lost(self, on_lost: Callable[[Lease, LockLost], None] | None) -> None:
+        if on_lost is not None:
+            _io.check_on_lost(on_lost)  # the blocking twin cannot await a coroutine function
+        self._on_lost = on_lost
+
+    @property
     def lease(self) -> Lease | None:
         return self._lease
 

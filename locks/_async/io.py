@@ -385,6 +385,11 @@ async def _quietly(function: Callable, *args) -> None:
         await function(*args)
 
 
+def check_on_lost(on_lost: Callable) -> None:
+    """Any callable will do: :func:`call` awaits what it returns (``_sync/io.py`` refuses a
+    coroutine function)."""
+
+
 async def call(function: Callable, *args) -> None:
     result = function(*args)
     if inspect.isawaitable(result):

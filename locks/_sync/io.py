@@ -18,6 +18,7 @@ Everything that waits lives here, and every wait has a deadline:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import select
 import socket
 import threading
@@ -330,6 +331,16 @@ def clean_up(error: BaseException, function: Callable, *args) -> None:
 def _quietly(function: Callable, *args) -> None:
     with contextlib.suppress(Exception):  # best effort: what it could not undo expires by its TTL
         function(*args)
+
+
+def check_on_lost(on_lost: Callable) -> None:
+    """Refuse a coroutine function: the blocking lock calls ``on_lost`` from its watchdog thread,
+    where nothing could await it (the loss would never be reported)."""
+    if inspect.iscoroutinefunction(on_lost) or inspect.iscoroutinefunction(type(on_lost).__call__):
+        raise ValueError(
+            "on_lost is a coroutine function: the blocking lock calls it from its watchdog thread and "
+            "cannot await it; pass a plain function, or use the asyncio twin (AsyncRedisLock, AsyncRedlock)"
+        )
 
 
 def call(function: Callable, *args) -> None:

@@ -134,14 +134,17 @@ async def _read(conn, script: Script, keys: Sequence[str], argv: Sequence, deadl
             return await conn.read_response()
 
 
-async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
+async def eval_one(
+    node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence, *, text: bool = False
+):
     """Run a script on one node over ``conn``; connect, send and reply within ``node.timeout_s``."""
     deadline = asyncio.get_running_loop().time() + node.timeout_s
     try:
         if not conn.is_connected:
             async with asyncio.timeout_at(deadline):
                 await connect_quietly_async(conn)
-        await conn.send_packed_command(pack_evalsha(script, keys, argv), check_health=False)
+        packed = pack_eval(script, keys, argv) if text else pack_evalsha(script, keys, argv)
+        await conn.send_packed_command(packed, check_health=False)
         return await _read(conn, script, keys, argv, deadline)
     except ResponseError:
         raise
@@ -157,11 +160,20 @@ async def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[s
         raise
 
 
-async def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence, *, fresh: bool = False):
-    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one."""
+async def call_one(
+    node: NodeConnections,
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    *,
+    fresh: bool = False,
+    text: bool = False,
+):
+    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one. With ``text`` the
+    script goes as EVAL, not EVALSHA: a clean-up on a slow link gets no NOSCRIPT it cannot wait for."""
     conn = node.fresh() if fresh else await node.take()
     try:
-        return await eval_one(node, conn, script, keys, argv)
+        return await eval_one(node, conn, script, keys, argv, text=text)
     finally:
         node.give(conn)
 
@@ -201,17 +213,24 @@ async def eval_all(
     timeout_s: float,
     held: list | None = None,
     fresh: bool = False,
+    text: bool = False,
 ) -> list:
     """Write the script call to every node, then read every reply against one deadline (same
     contract as ``_sync/io.py``'s ``eval_all``, pending connects included). Nodes without a connection
     connect concurrently, inside the same deadline."""
     round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
-    await round_.take_all()
-    for index, conn in enumerate(round_.conns):
-        if conn is not None:
-            await round_.send(index, conn)
-    await round_.finish_connects()
-    await round_.read_all()
+    if text:  # EVAL, as for call_one
+        round_.packed = pack_eval(script, keys, argv)
+    try:
+        await round_.take_all()
+        for index, conn in enumerate(round_.conns):
+            if conn is not None:
+                await round_.send(index, conn)
+        await round_.finish_connects()
+        await round_.read_all()
+    except BaseException:
+        round_.round_open[0] = False  # cancelled: a connect that completes later sends nothing
+        raise
     round_.give_back(held)
     return round_.replies
 
@@ -344,6 +363,31 @@ async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float)
 
 
 sleep = asyncio.sleep
+
+#: Clean-ups running after a cancellation: the loop keeps only a weak reference to a task.
+_cleanups: set = set()
+
+
+async def clean_up(error: BaseException, function: Callable, *args) -> None:
+    """Undo what a failed acquire may have left, best effort: ``await function(*args)``, its
+    failures let go. After a cancellation (``error``) it runs as a task of its own instead, so the
+    cancellation comes through at once (``_sync/io.py``: inline)."""
+    if isinstance(error, asyncio.CancelledError):
+        task = asyncio.get_running_loop().create_task(_quietly(function, *args))
+        _cleanups.add(task)
+        task.add_done_callback(_cleanups.discard)
+    else:
+        await _quietly(function, *args)
+
+
+async def _quietly(function: Callable, *args) -> None:
+    with contextlib.suppress(Exception):  # best effort: what it could not undo expires by its TTL
+        await function(*args)
+
+
+def check_on_lost(on_lost: Callable) -> None:
+    """Any callable will do: :func:`call` awaits what it returns (``_sync/io.py`` refuses a
+    coroutine function)."""
 
 
 async def call(function: Callable, *args) -> None:

@@ -12,6 +12,7 @@ the locks guarantee.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Sequence
 
@@ -29,6 +30,7 @@ from .._core import (
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
+    Script,
     check_distinct_nodes,
     check_ms,
     confirmations,
@@ -48,6 +50,27 @@ from . import io as _io
 from .base import BaseLock
 
 __all__ = ["AsyncRedisLock", "AsyncRedlock"]
+
+# RELEASE, after first taking this caller's waiter ids off the waiter set: the undo of an acquire
+# that gave up (cancelled, its reply lost, a round that could not reach a majority) and the release
+# of a Redlock grant that left the caller registered on the nodes that refused it.
+# KEYS as RELEASE.  ARGV[1..3] as RELEASE; ARGV[4..] the ids to unregister.  Returns as RELEASE.
+ABANDON = Script("""
+redis.call('srem', KEYS[3], unpack(ARGV, 4))
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('del', KEYS[1])
+  if redis.call('scard', KEYS[3]) > 0 then
+    redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
+    redis.call('del', KEYS[2])
+    redis.call('rpush', KEYS[2], 1)
+    redis.call('pexpire', KEYS[2], ARGV[2])
+  end
+  return 1
+end
+if holder then return -1 end
+return 0
+""")
 
 
 class AsyncRedisLock(BaseLock):
@@ -107,6 +130,9 @@ class AsyncRedisLock(BaseLock):
             )
         except redis.RedisError as error:
             node.give(conn)
+            if transport_error(error):
+                # The node may have run the script and only its reply been lost or late.
+                await self._abandon(token, waiter_id)
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
             node.give(conn)
@@ -134,6 +160,13 @@ class AsyncRedisLock(BaseLock):
                 LockError, f"release could not reach the node ({first}; retried: {error}); the key expires by its TTL"
             ) from error
         return release_outcome(first, retried)
+
+    async def _abandon(self, token: str, waiter_id: str) -> None:
+        """Release ``token`` if the node holds it and unregister the waiter, within the node
+        timeout; a failure is let go (the key expires by its TTL, the waiter set a second after)."""
+        argv = (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS, token, waiter_id)
+        with contextlib.suppress(redis.RedisError, OSError):
+            await _io.call_one(self._node, ABANDON, self._release_keys, argv, text=True)
 
     async def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()
@@ -164,6 +197,10 @@ class AsyncRedlock(BaseLock):
         with Redlock([c1, c2, c3, c4, c5], "flashsale:lock:SKU1", ttl_ms=10_000, timeout_ms=5_000) as lease:
             ...  # a write fenced by lease.fence, as for RedisLock
     """
+
+    # The waiter id a grant left registered on the nodes that did not grant it (per acquisition,
+    # a class default as in BaseLock): the release takes it off there.
+    _stray_waiter: tuple = ()
 
     def __init__(
         self,
@@ -225,6 +262,10 @@ class AsyncRedlock(BaseLock):
             validity = validity_ms(self.ttl_ms, start, self._drift_ms)
             if confirmed >= self.quorum and validity > 0:
                 self._give_back(held)
+                if len(granted) < len(self._nodes) and (register or waiter_id):
+                    # Nodes that did not grant may count this caller as a waiter (registered now,
+                    # or in an earlier round): its release unregisters it there (ABANDON).
+                    self._stray_waiter = (waiter_id or token,)
                 # Valid for what is left of the validity from now, so until start + ttl - drift: every
                 # granting node set its key after start, and keeps it a TTL by its own clock.
                 valid_until = start + (self.ttl_ms - self._drift_ms) / 1000.0
@@ -234,17 +275,19 @@ class AsyncRedlock(BaseLock):
             index, conn = held.pop()
             self._hold(self._nodes[index], conn)
         answered, hint_ms, unavailable = refused_round(replies, self.quorum, self.node_names())
+        # The acquire's first round, with time left: one round a majority missed is not a dead
+        # majority (a worker's first round connects to every node, and on a loaded machine that
+        # can outlast the node timeout). Tried once more after a short pause; dead nodes refuse
+        # at once, so that costs them nothing, frozen ones a node timeout.
+        again = register and not waiter_id
         if granted or len(answered) < len(self._nodes):
-            # Undo a partial grant, and any grant a node that did not answer may still make.
+            # Undo a partial grant, and any grant a node that did not answer may still make; a
+            # waiter that gives up here (no majority) leaves the waiter sets in the same round.
             # When every node answered no, the token is on none of them: no round trip needed.
-            await self._unlock_all(token)
+            await self._unlock_all(token, (waiter_id,) if unavailable and waiter_id else ())
         if unavailable:
             self._give_back_held()
-            if register and not waiter_id:
-                # The acquire's first round, with time left: one round a majority missed is not a
-                # dead majority (a worker's first round connects to every node, and on a loaded
-                # machine that can outlast the node timeout). Tried once more after a short pause;
-                # dead nodes refuse at once, so that costs them nothing, frozen ones a node timeout.
+            if again:
                 return Attempt(None, 0, split=True)
             raise self._error(QuorumUnavailable, unavailable)
         return Attempt(None, hint_ms, split=bool(granted))
@@ -253,20 +296,26 @@ class AsyncRedlock(BaseLock):
         for index, conn in held or ():
             self._nodes[index].give(conn)
 
-    async def _unlock_all(self, token: str) -> list:
-        return await _io.eval_all(
-            self._nodes,
-            RELEASE,
-            self._release_keys,
-            (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS),
-            self.node_timeout_s,
-        )
+    async def _unlock_all(self, token: str, waiter_ids: tuple = ()) -> list:
+        """RELEASE on every node; with ``waiter_ids``, ABANDON (sent as text, on a path too rare to
+        have it cached): those ids leave the waiter sets too."""
+        argv = (token, SIGNAL_LIFETIME_MS, HANDOFF_WINDOW_MS)
+        if waiter_ids:
+            return await _io.eval_all(
+                self._nodes, ABANDON, self._release_keys, (*argv, *waiter_ids), self.node_timeout_s, text=True
+            )
+        return await _io.eval_all(self._nodes, RELEASE, self._release_keys, argv, self.node_timeout_s)
+
+    async def _abandon(self, token: str, waiter_id: str) -> None:
+        """Release ``token`` wherever it is set and unregister the waiter, within one node timeout."""
+        await self._unlock_all(token, (token, waiter_id))
 
     async def _unlock(self, token: str) -> str:
         """Release on every node; nodes that failed for a transport reason are tried once more on
         fresh connections, within one node timeout. Each node that still failed is logged: its
         key stays until its TTL ends."""
-        replies = await self._unlock_all(token)
+        waiter_ids, self._stray_waiter = self._stray_waiter, ()
+        replies = await self._unlock_all(token, waiter_ids)
         if replies.count(1) == len(replies):
             return RELEASED  # every node released it, the usual case: no outcome to weigh
         again = [index for index, reply in enumerate(replies) if transport_error(reply)]

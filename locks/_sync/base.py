@@ -30,6 +30,7 @@ from .._core import (
     checked_ttl,
     drift_ms,
     log_ambiguous_release,
+    logger,
     new_token,
     release_keys,
 )
@@ -99,8 +100,19 @@ class BaseLock:
         self._refusal_detail = ""  # a refused release's per-node outcomes (Redlock), for its message
 
     # Subclasses provide: _attempt(token, waiter_id, register) -> Attempt,
-    # _unlock(token) -> a _core.release_outcome, _extend_nodes(lease, ttl_ms) -> Lease,
+    # _unlock(token) -> a _core.release_outcome, _abandon(token, waiter_id) (best effort: release
+    # the token and unregister the waiter), _extend_nodes(lease, ttl_ms) -> Lease,
     # _advance_nodes(lease, past) -> int, node_names().
+
+    @property
+    def on_lost(self) -> Callable[[Lease, LockLost], None] | None:
+        return self._on_lost
+
+    @on_lost.setter
+    def on_lost(self, on_lost: Callable[[Lease, LockLost], None] | None) -> None:
+        if on_lost is not None:
+            _io.check_on_lost(on_lost)  # the blocking twin cannot await a coroutine function
+        self._on_lost = on_lost
 
     @property
     def lease(self) -> Lease | None:
@@ -122,37 +134,52 @@ class BaseLock:
         for :class:`Redlock` one round (``node_timeout_ms``), plus one more to undo a partial
         grant or a node that did not answer. With ``timeout_ms=0`` the first attempt is the
         last, and a refused try-lock never counts as a waiter.
+
+        An acquire that fails in transport (the reply lost or late: the node may have run it) or
+        is cancelled or interrupted releases its token and unregisters its waiter id, best effort,
+        in one more round bounded by the node timeout; in asyncio that round runs as a task of its
+        own after a cancellation, so the cancellation is not held up.
         """
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         deadline = time.monotonic() + self.timeout_ms / 1000.0
-        waiter_id = ""
-        while True:
-            token = new_token()
-            last = time.monotonic() >= deadline
-            try:
+        waiter_id = token = ""
+        try:
+            while True:
+                token = new_token()
+                last = time.monotonic() >= deadline
                 lease, hint_ms, split = self._attempt(token, waiter_id, not last)
-            except BaseException:
-                self._give_back_held()
-                raise
-            if lease is not None:
-                self._lease, self._lost, self._extensions = lease, None, 0
-                if self.watchdog:
-                    self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", self._watch)
-                return lease
-            if last:
-                raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
-            waiter_id = waiter_id or token
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._give_back_held()
-            elif self._held is None or split:
-                # A split vote means every contender failed at once: a random pause desynchronizes them.
-                self._give_back_held()
-                _io.sleep(min(remaining, random.uniform(0.5, 1.0) * self.retry_delay_ms / 1000.0))
-            else:
-                # Wake on the holder's release, or when it would have expired if it crashed.
-                self._wait_for_release(min(remaining, (hint_ms + 1) / 1000.0 if hint_ms > 0 else 0.01))
+                if lease is not None:
+                    self._lease, self._lost, self._extensions = lease, None, 0
+                    if self.watchdog:
+                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", self._watch)
+                    return lease
+                if last:
+                    raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
+                waiter_id = waiter_id or token
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._give_back_held()
+                elif self._held is None or split:
+                    # A split vote means every contender failed at once: a random pause desynchronizes them.
+                    self._give_back_held()
+                    _io.sleep(min(remaining, random.uniform(0.5, 1.0) * self.retry_delay_ms / 1000.0))
+                else:
+                    # Wake on the holder's release, or when it would have expired if it crashed.
+                    self._wait_for_release(min(remaining, (hint_ms + 1) / 1000.0 if hint_ms > 0 else 0.01))
+        except LockError:
+            # The lock's own refusals: each attempt cleaned up after itself (_attempt).
+            self._give_back_held()
+            raise
+        except BaseException as error:
+            # Cancelled (asyncio) or interrupted mid-round trip or mid-wait: a node may have run the
+            # acquire whose reply never came (its key would block everyone for a TTL), and this
+            # caller may still count as a waiter (every release would open a hand-off window for
+            # nobody). Undone best effort; after a cancellation in a task of its own, so the
+            # cancellation still comes through at once.
+            self._give_back_held()
+            _io.clean_up(error, self._abandon, token, waiter_id)
+            raise
 
     def _hold(self, node, conn) -> None:
         """Keep ``conn`` (a refused attempt's) for the wait that follows, in notify mode."""
@@ -267,7 +294,10 @@ class BaseLock:
         lost.__cause__ = cause
         self._lost = lost
         if self.on_lost is not None and self._lease is not None:
-            _io.call(self.on_lost, self._lease, lost)
+            try:
+                _io.call(self.on_lost, self._lease, lost)
+            except Exception:  # noqa: BLE001 - the lock is lost all the same: the block still releases
+                logger.exception("on_lost of %s raised; the lock is lost all the same", self.name)
 
     def _stop_watchdog(self) -> None:
         watchdog, self._watchdog = self._watchdog, None

@@ -17,6 +17,8 @@ Everything that waits lives here, and every wait has a deadline:
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import select
 import socket
 import threading
@@ -61,7 +63,7 @@ def _read(conn):
         raise RedisConnectionError(f"error reading from the node: {error}") from error
 
 
-def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence):
+def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence, *, text: bool = False):
     """Run a script on one node over ``conn`` and return its reply; exceptions propagate, and a
     connection that failed is closed. Every read waits at most ``node.timeout_s``, the NOSCRIPT
     fallback included (its read gets what is left of that time)."""
@@ -74,7 +76,7 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
                     raise RedisTimeoutError(f"{node.name}: connect timed out")
                 finish_connect(node, conn, sock, node.timeout_s)
         started = time.monotonic()
-        _send(conn, pack_evalsha(script, keys, argv))
+        _send(conn, pack_eval(script, keys, argv) if text else pack_evalsha(script, keys, argv))
         try:
             return _read(conn)
         except NoScriptError:
@@ -96,11 +98,20 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
         raise
 
 
-def call_one(node: NodeConnections, script: Script, keys: Sequence[str], argv: Sequence, *, fresh: bool = False):
-    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one."""
+def call_one(
+    node: NodeConnections,
+    script: Script,
+    keys: Sequence[str],
+    argv: Sequence,
+    *,
+    fresh: bool = False,
+    text: bool = False,
+):
+    """:func:`eval_one` on an idle connection, or with ``fresh`` on a new one. With ``text`` the
+    script goes as EVAL, not EVALSHA: a clean-up on a slow link gets no NOSCRIPT it cannot wait for."""
     conn = node.fresh() if fresh else node.take()
     try:
-        return eval_one(node, conn, script, keys, argv)
+        return eval_one(node, conn, script, keys, argv, text=text)
     finally:
         node.give(conn)
 
@@ -113,6 +124,7 @@ def eval_all(
     timeout_s: float,
     held: list | None = None,
     fresh: bool = False,
+    text: bool = False,
 ) -> list:
     """Run a script on every node at once: write to all, then read all against one deadline.
 
@@ -130,6 +142,8 @@ def eval_all(
     With ``fresh``, every node gets a new connection (a retry that must not meet an old one).
     """
     round_ = _Round(nodes, script, keys, argv, timeout_s, fresh)
+    if text:  # EVAL, as for call_one
+        round_.packed = pack_eval(script, keys, argv)
     round_.take_all()
     for index, conn in enumerate(round_.conns):
         if conn is not None:
@@ -306,6 +320,27 @@ def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> No
 
 
 sleep = time.sleep
+
+
+def clean_up(error: BaseException, function: Callable, *args) -> None:
+    """Undo what a failed acquire may have left, best effort: ``function(*args)``, its failures
+    let go (``_async/io.py`` runs it as a task of its own after a cancellation)."""
+    _quietly(function, *args)
+
+
+def _quietly(function: Callable, *args) -> None:
+    with contextlib.suppress(Exception):  # best effort: what it could not undo expires by its TTL
+        function(*args)
+
+
+def check_on_lost(on_lost: Callable) -> None:
+    """Refuse a coroutine function: the blocking lock calls ``on_lost`` from its watchdog thread,
+    where nothing could await it (the loss would never be reported)."""
+    if inspect.iscoroutinefunction(on_lost) or inspect.iscoroutinefunction(type(on_lost).__call__):
+        raise ValueError(
+            "on_lost is a coroutine function: the blocking lock calls it from its watchdog thread and "
+            "cannot await it; pass a plain function, or use the asyncio twin (AsyncRedisLock, AsyncRedlock)"
+        )
 
 
 def call(function: Callable, *args) -> None:

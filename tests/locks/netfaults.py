@@ -11,7 +11,9 @@
   answers on that connection reaches the client (once; later connections pass): a command that
   ran while its reply was lost or came too late. With ``split_on``, the reply to the first request
 that contains it reaches the client in two parts, its first byte at once and the rest
-``split_delay_s`` later: a reply whose segments arrive apart.
+``split_delay_s`` later: a reply whose segments arrive apart. With ``reply_delay_s`` (settable at any
+time), every reply reaches the client that much later while requests pass at once: a slow link
+on which the server has run a command whose answer is still on its way.
 
 A node that stops answering at the first ``EVAL`` is :class:`processes.relay.Relay` with ``stall_on``.
 """
@@ -65,8 +67,10 @@ class Proxy:
         mute_on: bytes | None = None,
         split_on: bytes | None = None,
         split_delay_s: float = 2.0,
+        reply_delay_s: float = 0.0,
     ) -> None:
         self.target_port = target_port
+        self.reply_delay_s = reply_delay_s
         self.split_on, self.split_delay_s = split_on, split_delay_s
         self.split = threading.Event()
         self.stall_on = stall_on
@@ -130,6 +134,8 @@ class Proxy:
                             split.set()
                 if not from_client and mute.is_set():
                     continue
+                if not from_client and self.reply_delay_s:
+                    time.sleep(self.reply_delay_s)
                 if not from_client and split.is_set():
                     split.clear()
                     sink.sendall(data[:1])

@@ -7,16 +7,19 @@ node of :class:`RedisLock` where a test must freeze, restart or count commands o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import statistics
 import threading
 import time
 
 import pytest
+import redis.asyncio as aioredis
 
-from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import AsyncRedisLock, AsyncRedlock, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from processes.relay import Relay
 
+from .conftest import async_clients, run
 from .netfaults import Proxy, Unreachable
 from .twins import Twin
 
@@ -323,3 +326,203 @@ def test_a_waiter_that_gives_up_leaves_the_count_within_timeout_plus_one_node_ti
     sync_clients[0].config_resetstat()
     twin(holder.release())
     assert stat_calls(sync_clients[0], "rpush") == 0, "a release with nobody waiting signals nobody"
+
+
+def key_left(sync_clients, name: str) -> list[int]:
+    """The lock key's PTTL on each node: -2 where no key is left."""
+    return [client.pttl(name) for client in sync_clients]
+
+
+def test_an_acquire_whose_reply_times_out_does_not_leave_the_key_for_a_ttl(twin, cluster, name):
+    """Before: the client gave up on the reply (QuorumUnavailable, "the node did not answer"), but
+    the node had run SET NX: the key stayed its whole TTL (about 9.5 s of 10), held by nobody."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+    try:
+        client = twin.client(proxy.port, socket_timeout=0.1)
+        warm = twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=0)
+        twin(warm.acquire())  # the connection is up before the link slows (its handshake would time out)
+        twin(warm.release())
+        proxy.reply_delay_s = 0.3
+        with pytest.raises(QuorumUnavailable):
+            twin(twin.RedisLock(client, name, ttl_ms=10_000, timeout_ms=0).acquire())
+        time.sleep(0.5)  # the delayed replies drain
+        assert key_left(sync_clients[:1], name) == [-2]
+    finally:
+        proxy.close()
+
+
+async def _cancelled_mid_acquire(lock, after_s: float) -> float:
+    """Cancel ``lock.acquire()`` after ``after_s``; how long the cancellation took to come through."""
+    task = asyncio.ensure_future(lock.acquire())
+    await asyncio.sleep(after_s)
+    task.cancel()
+    cancelled = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return time.monotonic() - cancelled
+
+
+def test_an_asyncio_acquire_cancelled_mid_round_trip_does_not_leave_the_key(cluster, name):
+    """Before: a purchase cancelled while its acquire's reply was on its way (a client gone, an
+    ASGI request cancelled) left the key on the node for the whole TTL."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+
+    async def scenario():
+        client = aioredis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=1.0)
+        try:
+            async with AsyncRedisLock(client, name, ttl_ms=10_000, timeout_ms=0):
+                pass  # a warm connection: the cancellation below comes during the script's round trip
+            proxy.reply_delay_s = 0.3
+            took = await _cancelled_mid_acquire(AsyncRedisLock(client, name, ttl_ms=10_000, timeout_ms=0), 0.1)
+            assert took < 0.1, "the cancellation came through at once, the clean-up runs beside it"
+            await asyncio.sleep(0.8)  # the clean-up's own reply comes through the slow link
+        finally:
+            await client.aclose()
+
+    try:
+        run(scenario())
+        assert key_left(sync_clients[:1], name) == [-2]
+    finally:
+        proxy.close()
+
+
+def test_an_asyncio_redlock_acquire_cancelled_while_one_node_is_slow_does_not_leave_the_key(cluster, name):
+    """Before: four nodes had answered with a grant, the fifth's reply was late, the task was
+    cancelled: the key stayed on all four answering nodes for the TTL."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+
+    async def scenario():
+        clients = [
+            aioredis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0)
+            for port in [proxy.port, *(node.port for node in list(nodes)[1:])]
+        ]
+        try:
+            async with AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=1_000):
+                pass
+            proxy.reply_delay_s = 0.3
+            lock = AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=1_000)
+            took = await _cancelled_mid_acquire(lock, 0.15)
+            assert took < 0.1
+            await asyncio.sleep(0.8)
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    try:
+        run(scenario())
+        assert key_left(sync_clients, name) == [-2] * 5
+    finally:
+        proxy.close()
+
+
+def waiters_left(sync_clients, name: str) -> list[set]:
+    return [client.smembers(f"{name}:waiters") for client in sync_clients]
+
+
+@pytest.mark.parametrize("kind", ["single", "redlock"])
+def test_an_asyncio_waiter_cancelled_while_waiting_unregisters(cluster, name, kind):
+    """Before (single node): the cancelled waiter stayed in `name:waiters` (~11 s), so the
+    holder's release opened the 20 ms hand-off window for nobody and a try-lock of the free lock
+    was refused."""
+    nodes, sync_clients = cluster
+    counted = sync_clients[:1] if kind == "single" else sync_clients
+
+    async def scenario():
+        clients = async_clients(nodes if kind == "redlock" else list(nodes)[:1])
+
+        def make(timeout_ms):
+            if kind == "single":
+                return AsyncRedisLock(clients[0], name, ttl_ms=10_000, timeout_ms=timeout_ms)
+            return AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=timeout_ms, node_timeout_ms=NODE_TIMEOUT_MS)
+
+        try:
+            holder = make(0)
+            await holder.acquire()
+            waiter = asyncio.ensure_future(make(5_000).acquire())
+            await asyncio.sleep(0.3)
+            assert any(waiters_left(counted, name)), "the waiter registered"
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await asyncio.sleep(0.2)  # the clean-up's task
+            assert waiters_left(counted, name) == [set()] * len(counted)
+            await holder.release()
+            async with make(0):  # no hand-off window opened for a waiter that left
+                pass
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    run(scenario())
+
+
+def test_a_redlock_waiter_that_gives_up_on_a_lost_majority_unregisters(twin, cluster, name):
+    """Before: a waiter whose next round reached only a minority raised QuorumUnavailable and
+    stayed registered on the nodes that answered (the round's clean-up released its token only)."""
+    nodes, sync_clients = cluster
+    clients = twin.clients([node.port for node in nodes])
+    holder = twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    twin(holder.acquire())
+    raised = []
+
+    def wait(other: Twin) -> None:
+        lock = other.Redlock(
+            other.clients([node.port for node in nodes]),
+            name,
+            ttl_ms=10_000,
+            timeout_ms=3_000,
+            node_timeout_ms=NODE_TIMEOUT_MS,
+            wait="poll",
+            retry_delay_ms=200,
+        )
+        try:
+            other(lock.acquire())
+        except QuorumUnavailable as error:
+            raised.append(error)
+
+    waiter = twin.spawn(wait)
+    time.sleep(0.3)
+    assert all(waiters_left(sync_clients, name)), "the waiter registered on every node"
+    for node in list(nodes)[:3]:
+        node.pause()
+    try:
+        waiter.join(5)
+        assert raised, "the waiter gave up: a majority did not answer"
+        assert waiters_left(sync_clients[3:], name) == [set(), set()]
+    finally:
+        for node in nodes:
+            node.resume()
+
+
+def test_an_on_lost_that_raises_still_releases_and_raises_lock_lost(twin, cluster, name, caplog):
+    """Before (asyncio twin): the `async with` ended with the callback's RuntimeError and the key
+    still held after the block (the watchdog task's exception came out of its stop, before the
+    release); the blocking twin released and raised LockLost, the callback's traceback printed by
+    the watchdog thread, not logged."""
+    nodes, sync_clients = cluster
+    client = twin.client(nodes[0].port, socket_timeout=0.2)
+
+    def on_lost(lease, error):
+        raise RuntimeError("the callback failed")
+
+    def sleep(seconds: float) -> None:
+        twin(asyncio.sleep(seconds)) if twin.is_async else time.sleep(seconds)
+
+    lock = twin.RedisLock(client, name, ttl_ms=1_500, timeout_ms=0, watchdog=True, on_lost=on_lost)
+    twin(lock.acquire())
+    nodes[0].pause()  # the renewal at ttl/3 times out (0.2 s): the lock is lost
+    try:
+        deadline = time.monotonic() + 3
+        while lock.lost is None and time.monotonic() < deadline:
+            sleep(0.05)
+    finally:
+        nodes[0].resume()
+    assert lock.lost is not None
+    leave = lock.__aexit__ if twin.is_async else lock.__exit__
+    with pytest.raises(LockLost):
+        twin(leave(None, None, None))
+    assert key_left(sync_clients[:1], name) == [-2]
+    assert "the callback failed" in caplog.text

@@ -7,8 +7,10 @@ import threading
 import time
 
 import pytest
+import redis
+import redis.asyncio as aioredis
 
-from locks import Lease, LockError, LockLost, NotAcquired, NotOwned, RedisLock
+from locks import AsyncRedisLock, AsyncRedlock, Lease, LockError, LockLost, NotAcquired, NotOwned, RedisLock, Redlock
 
 from .conftest import SINGLE_URL
 from .workers import increment_under_lock
@@ -235,3 +237,21 @@ def test_a_process_with_descriptors_above_1024_can_still_connect(name):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_blocking_locks_refuse_a_coroutine_function_as_on_lost(name):
+    """Before: accepted, then called from the watchdog thread and never awaited ("RuntimeWarning:
+    coroutine ... was never awaited"): the loss was never reported. The asyncio twins await it."""
+
+    async def on_lost(lease, error):
+        pass
+
+    client = redis.Redis(host="127.0.0.1", port=1)  # never connected: the refusal comes first
+    with pytest.raises(ValueError, match="coroutine function"):
+        RedisLock(client, name, watchdog=True, on_lost=on_lost)
+    with pytest.raises(ValueError, match="coroutine function"):
+        Redlock([client], name, watchdog=True, on_lost=on_lost)
+    assert RedisLock(client, name, on_lost=lambda lease, error: None).on_lost is not None
+    async_client = aioredis.Redis(host="127.0.0.1", port=1)
+    assert AsyncRedisLock(async_client, name, on_lost=on_lost).on_lost is on_lost
+    assert AsyncRedlock([async_client], name, on_lost=on_lost).on_lost is on_lost

@@ -412,3 +412,23 @@ def test_nodes_that_forgot_the_scripts_are_sent_them_again(twin, cluster, name):
     assert all(client.get(name) == lease.token.encode() for client in clients)
     twin(lock.release())
     assert all(client.get(name) is None for client in clients)
+
+
+def test_a_grant_leaves_no_waiter_registration_on_the_nodes_that_refused(twin, cluster, name):
+    """Before: with a stale key on 2 of 5 nodes, the acquire registered as a waiter on all five,
+    was granted by three, released; nodes 3 and 4 kept the holder's token in `name:waiters` (~6 s),
+    so every release there opened a hand-off window for nobody."""
+    nodes, sync_clients = cluster
+    for client in sync_clients[3:]:
+        client.set(name, "stale", px=6_000)
+    lock = twin.Redlock(
+        twin.clients([node.port for node in nodes]),
+        name,
+        ttl_ms=10_000,
+        timeout_ms=1_000,
+        node_timeout_ms=NODE_TIMEOUT_MS,
+    )
+    twin(lock.acquire())
+    twin(lock.release())
+    assert [client.smembers(f"{name}:waiters") for client in sync_clients] == [set()] * 5
+    assert [client.get(name) for client in sync_clients] == [None] * 3 + [b"stale"] * 2

@@ -83,6 +83,16 @@ class TestFooter:
             assert "oversold" not in html
             assert f"This sale runs the control strategy <code>{name}</code>: it oversells by design." in html
 
+    def test_a_lock_strategy_without_its_storage_check_makes_no_claim(self, client, make_product, use_strategy):
+        """Noticed beside the fix above: with ``FENCED`` off a lock strategy is correct only while
+        its lock holds (a paused holder or a failover oversells, docs/faults.md), and the footer
+        still said nothing is ever oversold."""
+        use_strategy("redis", OPTIONS={"FENCED": False})
+        make_product()
+        for html in self.pages(client):
+            assert "oversold" not in html
+            assert "runs <code>redis</code> without its storage check: it is right only while the lock holds" in html
+
     def test_a_strategy_that_cannot_be_named_makes_no_claim(self, client, make_product, settings):
         """The pages still open (the system check reports the setting); they claim nothing."""
         settings.INVENTORY = {**settings.INVENTORY, "STRATEGY": "no-such-strategy"}

@@ -117,6 +117,12 @@ if holder then return -1 end
 return 0
 """)
 
+# RELEASE, after first taking this caller's waiter ids off the waiter set: the undo of an acquire
+# that gave up (cancelled, its reply lost, a round that could not reach a majority) and the release
+# of a Redlock grant that left the caller registered on the nodes that refused it.
+# KEYS as RELEASE.  ARGV[1..3] as RELEASE; ARGV[4..] the ids to unregister.  Returns as RELEASE.
+ABANDON = Script("redis.call('srem', KEYS[3], unpack(ARGV, 4))" + RELEASE.text)
+
 # Reset the lock's lifetime if this token still holds it.
 # KEYS[1] lock key.  ARGV[1] token; ARGV[2] new ttl in ms.  Returns 1 when extended, else 0.
 EXTEND = Script("""

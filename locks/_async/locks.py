@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import redis
 
 from .._core import (
+    ABANDON,
     ACQUIRE,
     ADVANCE_FENCE,
     EXTEND,
@@ -30,7 +31,6 @@ from .._core import (
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
-    Script,
     check_distinct_nodes,
     check_ms,
     confirmations,
@@ -50,27 +50,6 @@ from . import io as _io
 from .base import BaseLock
 
 __all__ = ["AsyncRedisLock", "AsyncRedlock"]
-
-# RELEASE, after first taking this caller's waiter ids off the waiter set: the undo of an acquire
-# that gave up (cancelled, its reply lost, a round that could not reach a majority) and the release
-# of a Redlock grant that left the caller registered on the nodes that refused it.
-# KEYS as RELEASE.  ARGV[1..3] as RELEASE; ARGV[4..] the ids to unregister.  Returns as RELEASE.
-ABANDON = Script("""
-redis.call('srem', KEYS[3], unpack(ARGV, 4))
-local holder = redis.call('get', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('del', KEYS[1])
-  if redis.call('scard', KEYS[3]) > 0 then
-    redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
-    redis.call('del', KEYS[2])
-    redis.call('rpush', KEYS[2], 1)
-    redis.call('pexpire', KEYS[2], ARGV[2])
-  end
-  return 1
-end
-if holder then return -1 end
-return 0
-""")
 
 
 class AsyncRedisLock(BaseLock):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+from io import StringIO
 from pathlib import Path
 
+import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
-from inventory.models import Order, Product
+from inventory.models import BurstRun, Order, Product
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import BurstPlan
@@ -137,3 +140,16 @@ def waiting_for_a_row_lock_is(count: int) -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
         )
         return cursor.fetchone()[0] == count
+
+
+def flashsale_refused(options: dict, *, output: Path, sku: str = "flash-burst") -> str:
+    """``manage.py flashsale`` with ``options`` that must be refused before the run: its one-line
+    message, once checked that nothing ran (no ``output`` written, no burst product, no run kept)."""
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", stdout=StringIO(), stderr=StringIO(), **options)
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    assert not output.exists()
+    assert not Product.objects.filter(sku=sku).exists()
+    assert not BurstRun.objects.exists()
+    return message

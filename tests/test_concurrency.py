@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 
 from inventory.audit import audit
-from inventory.services import purchase
+from inventory.services import purchase, restock
 from inventory.strategies import reset_strategy
 from tests.helpers import run_threads
 
@@ -122,3 +122,54 @@ def test_local_is_safe_within_one_process(use_strategy, make_product):
     assert outcomes["confirmed"] == STOCK
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
     assert report.ok and report.stock == 0 and report.oversold == 0
+
+
+RESTOCKS = 3
+RESTOCK_UNITS = 5
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_restocks_racing_the_purchases_keep_every_unit_accounted_for(strategy, make_product):
+    """Staff restock while shoppers buy: each restock raises the row's version, so a purchase whose
+    section read the row before it is refused by the storage check and reads again (or, for the
+    strategies without one, waits for the row); ``redis-stock`` drops its counter and reloads it.
+    Whatever the interleaving, the database afterwards holds every unit: orders equal what left the
+    shelf, the shelf never went below zero, and each confirmed answer is one order."""
+    make_product("hot", stock=10)
+    outcomes: Counter[str] = Counter()
+    guard = threading.Lock()
+    start = threading.Barrier(THREADS * 2 + 1)
+
+    def shopper(thread_index: int) -> None:
+        start.wait()
+        try:
+            for k in range(CUSTOMERS_PER_THREAD):
+                try:
+                    answer = purchase(sku="hot", customer=f"t{thread_index}-c{k}", quantity=1).outcome.value
+                except Exception as exc:  # noqa: BLE001 - a shopper's 500, counted and shown
+                    answer = f"raised {exc!r}"
+                with guard:
+                    outcomes[answer] += 1
+        finally:
+            connections.close_all()
+
+    def staff() -> None:
+        start.wait()
+        try:
+            for _ in range(RESTOCKS):
+                restock(sku="hot", quantity=RESTOCK_UNITS)
+        finally:
+            connections.close_all()
+
+    restocking = threading.Thread(target=staff)
+    restocking.start()
+    run_threads(THREADS * 2, shopper, timeout_s=120)
+    restocking.join(30)
+    assert not restocking.is_alive()
+    assert set(outcomes) <= OUTCOMES, outcomes
+    assert sum(outcomes.values()) == THREADS * 2 * CUSTOMERS_PER_THREAD, outcomes
+    report = audit(sku="hot")
+    assert report.initial == 10 + RESTOCKS * RESTOCK_UNITS
+    assert report.stock >= 0
+    assert outcomes["confirmed"] == report.orders == report.ordered == report.initial - report.stock, (outcomes, report)

@@ -91,6 +91,11 @@ return 1
 """
 
 
+#: How many times a purchase loads the sale's counter when its script finds it missing (a restock or
+#: a reset drops it as it commits: each load races the next one) before it answers busy.
+LOAD_TRIES = 3
+
+
 def sale_key(sku: str) -> str:
     return f"flashsale:stock:{{{sku}}}:sale"
 
@@ -149,13 +154,12 @@ class RedisStockStrategy(Strategy):
         keys = [sale_key(product.sku), units_key(product.sku)]
         now_ms = _epoch_ms(timezone.now())
         try:
-            code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
-            if code == -1:
-                load_sale(self.client, product)
-                code, stock = self.take(keys=keys, args=[customer, quantity, now_ms])
+            code, stock = self._loaded(product, lambda: self.take(keys=keys, args=[customer, quantity, now_ms]))
         except redis.RedisError as exc:
             logger.warning("redis-stock: Redis unavailable (%s)", exc)
             return SectionResult(refusal=Refusal(Outcome.BUSY))
+        if code == -1:
+            return SectionResult(refusal=Refusal(Outcome.BUSY))  # restocks kept dropping the counter
         if code != 3:
             return SectionResult(
                 refusal={
@@ -229,11 +233,24 @@ class RedisStockStrategy(Strategy):
         args = [_epoch_ms(timezone.now())]
         for ask in asks:
             args += [ask.customer, ask.quantity, f"{ask.customer}:{ask.key}" if ask.key else ""]
-        found = self.take_many(keys=keys, args=args)
+        found = self._loaded(product, lambda: self.take_many(keys=keys, args=args))
         if found[0] == -1:
-            load_sale(self.client, product)
-            found = self.take_many(keys=keys, args=args)
+            return [(-1, 0)] * len(asks)  # restocks kept dropping the counter: each answered busy
         return [(int(found[i]), int(found[i + 1])) for i in range(0, len(found), 2)]
+
+    def _loaded(self, product: Product, take: Callable[[], list]) -> list:
+        """``take()``'s answer once the sale's counter is there: when a script finds it not loaded,
+        the sale is loaded and the script run again, up to :data:`LOAD_TRIES` times; each load after
+        the first from the row read anew (a restock committed since this section read it dropped
+        the counter: loading the section's older row would put back a stock without its units).
+        Still not loaded after that (restocks dropping it each time): the ``-1`` answer itself."""
+        found = take()
+        for tries in range(LOAD_TRIES):
+            if found[0] != -1:
+                break
+            load_sale(self.client, product if tries == 0 else Product.objects.get(pk=product.pk))
+            found = take()
+        return found
 
     @staticmethod
     def _answer(code: int, stock: int) -> SectionResult | None:

@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 
 from inventory.audit import audit
-from inventory.services import purchase, restock
+from inventory.services import purchase, reset_sale, restock
 from inventory.strategies import reset_strategy
 from tests.helpers import run_threads
 
@@ -173,3 +173,45 @@ def test_restocks_racing_the_purchases_keep_every_unit_accounted_for(strategy, m
     assert report.initial == 10 + RESTOCKS * RESTOCK_UNITS
     assert report.stock >= 0
     assert outcomes["confirmed"] == report.orders == report.ordered == report.initial - report.stock, (outcomes, report)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_resets_racing_the_purchases_leave_a_sale_that_adds_up(strategy, make_product):
+    """Staff start the sale over (``reset_sale``: its orders deleted, the stock set) while shoppers
+    buy. A purchase whose section read the row before a reset must not land on the new sale: the
+    reset raises the version, as a restock does. Afterwards the sale adds up: its orders are exactly
+    the units that left the shelf since the last reset, and nobody holds more than the limit."""
+    make_product("hot", stock=10)
+    raised: list[str] = []
+    start = threading.Barrier(THREADS * 2 + 1)
+
+    def shopper(thread_index: int) -> None:
+        start.wait()
+        try:
+            for k in range(CUSTOMERS_PER_THREAD):
+                try:
+                    purchase(sku="hot", customer=f"t{thread_index}-c{k}", quantity=1)
+                except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown below
+                    raised.append(repr(exc))
+        finally:
+            connections.close_all()
+
+    def staff() -> None:
+        start.wait()
+        try:
+            for _ in range(RESTOCKS):
+                reset_sale(sku="hot", stock=10)
+        finally:
+            connections.close_all()
+
+    resetting = threading.Thread(target=staff)
+    resetting.start()
+    run_threads(THREADS * 2, shopper, timeout_s=120)
+    resetting.join(30)
+    assert not resetting.is_alive()
+    assert raised == []
+    report = audit(sku="hot")
+    assert report.initial == 10 and report.stock >= 0
+    assert report.orders == report.ordered == report.initial - report.stock, report
+    assert report.over_limit_customers == 0 and report.oversold == 0, report

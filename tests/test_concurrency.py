@@ -128,15 +128,10 @@ RESTOCKS = 3
 RESTOCK_UNITS = 5
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_restocks_racing_the_purchases_keep_every_unit_accounted_for(strategy, make_product):
-    """Staff restock while shoppers buy: each restock raises the row's version, so a purchase whose
-    section read the row before it is refused by the storage check and reads again (or, for the
-    strategies without one, waits for the row); ``redis-stock`` drops its counter and reloads it.
-    Whatever the interleaving, the database afterwards holds every unit: orders equal what left the
-    shelf, the shelf never went below zero, and each confirmed answer is one order."""
-    make_product("hot", stock=10)
+def buy_while(change_sale) -> Counter[str]:
+    """THREADS * 2 threads buy one unit for each of their customers while a staff thread calls
+    ``change_sale()`` RESTOCKS times, all released at once; every answer's outcome, counted (a
+    purchase that raised, a shopper's 500, as ``raised <exception>``)."""
     outcomes: Counter[str] = Counter()
     guard = threading.Lock()
     start = threading.Barrier(THREADS * 2 + 1)
@@ -158,15 +153,28 @@ def test_restocks_racing_the_purchases_keep_every_unit_accounted_for(strategy, m
         start.wait()
         try:
             for _ in range(RESTOCKS):
-                restock(sku="hot", quantity=RESTOCK_UNITS)
+                change_sale()
         finally:
             connections.close_all()
 
-    restocking = threading.Thread(target=staff)
-    restocking.start()
+    changing = threading.Thread(target=staff)
+    changing.start()
     run_threads(THREADS * 2, shopper, timeout_s=120)
-    restocking.join(30)
-    assert not restocking.is_alive()
+    changing.join(30)
+    assert not changing.is_alive()
+    return outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_restocks_racing_the_purchases_keep_every_unit_accounted_for(strategy, make_product):
+    """Staff restock while shoppers buy: each restock raises the row's version, so a purchase whose
+    section read the row before it is refused by the storage check and reads again (or, for the
+    strategies without one, waits for the row); ``redis-stock`` drops its counter and reloads it.
+    Whatever the interleaving, the database afterwards holds every unit: orders equal what left the
+    shelf, the shelf never went below zero, and each confirmed answer is one order."""
+    make_product("hot", stock=10)
+    outcomes = buy_while(lambda: restock(sku="hot", quantity=RESTOCK_UNITS))
     assert set(outcomes) <= OUTCOMES, outcomes
     assert sum(outcomes.values()) == THREADS * 2 * CUSTOMERS_PER_THREAD, outcomes
     report = audit(sku="hot")
@@ -183,34 +191,8 @@ def test_resets_racing_the_purchases_leave_a_sale_that_adds_up(strategy, make_pr
     reset raises the version, as a restock does. Afterwards the sale adds up: its orders are exactly
     the units that left the shelf since the last reset, and nobody holds more than the limit."""
     make_product("hot", stock=10)
-    raised: list[str] = []
-    start = threading.Barrier(THREADS * 2 + 1)
-
-    def shopper(thread_index: int) -> None:
-        start.wait()
-        try:
-            for k in range(CUSTOMERS_PER_THREAD):
-                try:
-                    purchase(sku="hot", customer=f"t{thread_index}-c{k}", quantity=1)
-                except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown below
-                    raised.append(repr(exc))
-        finally:
-            connections.close_all()
-
-    def staff() -> None:
-        start.wait()
-        try:
-            for _ in range(RESTOCKS):
-                reset_sale(sku="hot", stock=10)
-        finally:
-            connections.close_all()
-
-    resetting = threading.Thread(target=staff)
-    resetting.start()
-    run_threads(THREADS * 2, shopper, timeout_s=120)
-    resetting.join(30)
-    assert not resetting.is_alive()
-    assert raised == []
+    outcomes = buy_while(lambda: reset_sale(sku="hot", stock=10))
+    assert [answer for answer in outcomes if answer.startswith("raised")] == []
     report = audit(sku="hot")
     assert report.initial == 10 and report.stock >= 0
     assert report.orders == report.ordered == report.initial - report.stock, report

@@ -189,6 +189,9 @@ def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_p
 @pytest.mark.xdist_group("burst")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("server", ["wsgi", "asgi"])
+# Seen once in a fresh clone's full run (2026-12-05, asgi): the fault's search found no worker
+# inside its section in its window and froze one that was not (the row says so); 4 of 4 alone passed.
+@pytest.mark.flaky(reruns=2)
 def test_pause_worker_freezes_a_holder_past_its_lease_on_either_server(server, tmp_path):
     # The article's pause in a real server: a worker stopped inside its section (on ASGI: its
     # whole event loop, every purchase in flight on it) past the lease; the rest sell on, and its

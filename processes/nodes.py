@@ -169,8 +169,20 @@ class RedisNodes:
         return all(node.running() for node in self.nodes)
 
     def start(self) -> None:
-        for node in self.nodes:
-            node.start()
+        """Start every node; if one cannot start (its port taken, the binary missing), the nodes this
+        call started are stopped again before the error is raised: none is left running unowned."""
+        started = []
+        try:
+            for node in self.nodes:
+                if node.ping() and node.pid() is not None:
+                    continue  # already running, started by this run: left as it is, whatever happens
+                started.append(node)  # the one that fails too: it may have started and not answered
+                node.start()
+        except BaseException:
+            # stop() acts through this run's pidfile only: a foreign server on a taken port is left alone.
+            for node in started:
+                node.stop()
+            raise
 
     def stop(self) -> None:
         for node in self.nodes:

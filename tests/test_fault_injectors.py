@@ -18,7 +18,7 @@ from inventory.services import purchase
 from inventory.strategies import load_strategy
 from inventory.strategies.contract import Outcome
 from locks import QuorumUnavailable, Redlock
-from processes.nodes import RedisNodes
+from processes.nodes import NodeError, RedisNodes
 from processes.pidfile import child_pids, process_state
 from processes.replication import ReplicatedPair
 from tests import slots
@@ -261,3 +261,28 @@ def test_calls_out_of_order_are_refused(nodes):
     fault.recover()
     with pytest.raises(FaultError, match="already recovered"):
         fault.recover()
+
+
+def test_nodes_that_cannot_all_start_leave_none_of_theirs_running(tmp_path):
+    # A port of the five taken by a server this run did not start: the start is refused, and the nodes it
+    # had started before reaching that port are stopped again (they were left running, ownerless, and
+    # made the next run on those ports refuse them as "taken by a redis-server this run did not start").
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    busy = BASE_PORT + 3
+    subprocess.run(
+        ["redis-server", "--port", str(busy), "--bind", "127.0.0.1", "--save", "", "--daemonize", "yes",
+         "--pidfile", str(foreign / "redis.pid"), "--dir", str(foreign)],
+        check=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 5
+        while subprocess.run(["redis-cli", "-p", str(busy), "ping"], capture_output=True).stdout.strip() != b"PONG":
+            assert time.monotonic() < deadline, "the foreign redis-server did not answer"
+            time.sleep(0.05)
+        nodes = RedisNodes(base_port=BASE_PORT, count=5, run_dir=tmp_path / "nodes")
+        with pytest.raises(NodeError, match=f"port {busy} is taken"):
+            nodes.start()
+        assert [node.port for node in nodes if node.ping()] == [busy]
+    finally:
+        subprocess.run(["redis-cli", "-p", str(busy), "shutdown", "nosave"], capture_output=True)

@@ -175,11 +175,27 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
 
     def _none_left(self, request, queryset) -> bool:
         """Every product selected was deleted since the list was shown (or its id never was one): the
-        action has nothing to change. Said as Django's admin says it of an action with no row selected."""
-        if queryset.exists():
-            return False
-        self.message_user(request, "The products selected no longer exist: nothing was changed.", messages.WARNING)
-        return True
+        action has nothing to change. Said as Django's admin says it of an action with no row selected.
+        Some of them only: the action goes on with the rest, and the user is told which ids it left out
+        (they were acted on silently: "Restocked kept", nothing of the one gone)."""
+        left = {str(pk) for pk in queryset.values_list("pk", flat=True)}
+        if not left:
+            self.message_user(request, "The products selected no longer exist: nothing was changed.", messages.WARNING)
+            return True
+        if request.POST.get("select_across") == "1":
+            return False  # every product the list's filters match, not ids: none can be gone
+        selected = set(request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME))
+        gone = sorted(selected - left, key=int)
+        if gone:
+            ids = ", ".join(gone)
+            self.message_user(
+                request,
+                f"{len(gone)} of the {counted(len(selected), 'product')} selected "
+                f"{'no longer exists' if len(gone) == 1 else 'no longer exist'} (id{'s' if len(gone) > 1 else ''} "
+                f"{ids}): left out, nothing done to {'it' if len(gone) == 1 else 'them'}.",
+                messages.WARNING,
+            )
+        return False
 
     @admin.action(description="Restock selected products…", permissions=["change"])
     def restock_selected(self, request, queryset):

@@ -24,6 +24,7 @@ from . import soldout
 from .audit import AuditReport, audit
 from .batched import purchase_in_batch
 from .errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
+from .limits import MAX_QUANTITY
 from .models import Allocation, Order, Product
 from .results import PurchaseResult, Timings, constraint_hit, result_of
 from .strategies import get_strategy
@@ -36,8 +37,6 @@ from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
 
-#: The largest quantity any request may name; per-product limits are usually lower.
-MAX_QUANTITY = 100
 #: The most units a product's stock columns hold (PostgreSQL's integer): a restock or reset past
 #: it is refused with the most it can take, not written into an "integer out of range".
 MAX_STOCK = 2**31 - 1

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 
 from .soldout_local import CHANNEL, MARK_TTL_S, MARKED_CHANNEL, MARKS, Clear, Entry
+from .strategies.contract import generation_key
 
 if TYPE_CHECKING:
     from .strategies.contract import Shelf
@@ -67,10 +68,6 @@ def _forget_client(*, setting: str, **kwargs) -> None:
 
 
 setting_changed.connect(_forget_client)
-
-
-def generation_key(sku: str) -> str:
-    return f"flashsale:generation:{{{sku}}}"
 
 
 def _keys(sku: str) -> tuple[str, str]:

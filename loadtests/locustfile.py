@@ -52,6 +52,7 @@ from locust.runners import MasterRunner, WorkerRunner
 # `loadtests.*` imports without editing sys.path: Locust puts the working directory first on it
 # before loading a locustfile, and the locustfile runs from the project root (by hand, as in
 # docs/distributed.md), or with PYTHONPATH set to it (loadtests/pods.py, the tests).
+from inventory.limits import MAX_QUANTITY
 from loadtests import messages
 from loadtests.balancer import ANSWERED_BY
 from loadtests.conductor import Conductor
@@ -123,7 +124,7 @@ def round_paths(options) -> list[str]:
 
 def check_options(options) -> None:
     """Master: refuse a count, quantity, resend bound or countdown below its least (or nan or infinite),
-    and a --path naming no endpoint, in one line."""
+    a quantity past the shop's MAX_QUANTITY, and a --path naming no endpoint, in one line."""
     numbers = (
         ("--purchases", options.purchases, 0),
         ("--quantity", options.quantity, 1),
@@ -135,6 +136,8 @@ def check_options(options) -> None:
             raise SystemExit(f"{flag} must be a finite number, {least} or more, not {value:g}")
         if value < least:
             raise SystemExit(f"{flag} must be {least} or more, not {value:g}")
+    if options.quantity > MAX_QUANTITY:  # the shop would answer every purchase 400
+        raise SystemExit(f"--quantity must be at most {MAX_QUANTITY} (the shop's MAX_QUANTITY), not {options.quantity}")
     if not round_paths(options):
         raise SystemExit("--path must name at least one endpoint")
 

@@ -10,6 +10,7 @@ No Django import: the lock library's tests and benchmarks use this module on its
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -129,6 +130,20 @@ class RedisNode(PidfileProcess):
 
     def running(self) -> bool:
         return self.ping()
+
+    def taken_by_another(self) -> bool:
+        """Whether another program holds this node's port: anything but this node, started earlier
+        and still answering. redis-server would start there only to fail to bind, daemonized, and
+        :meth:`start` wait for it in vain."""
+        if self.pid() is not None and self.ping():
+            return False
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as redis-server binds
+            try:
+                sock.bind((self.host, self.port))
+            except OSError:
+                return True
+        return False
 
     def not_running(self) -> NodeError:
         return NodeError(f"redis-server on port {self.port} is not running")

@@ -10,15 +10,19 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django.setup(set_prefix=False)
 
+from shop.body_limit import BodyLimit  # noqa: E402
 from shop.static_lock import static_files  # noqa: E402
 
 with static_files(writing=False):  # ServeStatic scans STATIC_ROOT here: not while a collect rewrites it
-    application = get_asgi_application()
+    django_application = get_asgi_application()
 
 # As in shop/wsgi.py: the configured strategy's module is imported before the first purchase; and a
 # strategy whose guard would block the event loop stops the pod at start, saying why.
 from django.conf import settings  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+
+# A body past the cap is refused before Django's handler reads it all (shop/body_limit.py).
+application = BodyLimit(django_application, max_bytes=settings.REQUEST_BODY_MAX_BYTES)
 
 from inventory.async_purchase import loop_refusal  # noqa: E402
 from inventory.strategies import configured_name, strategy_class  # noqa: E402

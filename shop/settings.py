@@ -115,6 +115,9 @@ if SHOP_SERVER == "asgi":
 ROOT_URLCONF = "shop.urls"
 WSGI_APPLICATION = "shop.wsgi.application"
 ASGI_APPLICATION = "shop.asgi.application"
+# The most body a request may send under ASGI (shop/body_limit.py): past it, 413 before the rest is
+# read. Django's ASGI handler would otherwise read any body whole before a view could refuse it.
+REQUEST_BODY_MAX_BYTES = env_int("REQUEST_BODY_MAX_BYTES", 1 << 20, least=1024)
 
 TEMPLATES = [
     {

@@ -33,6 +33,7 @@ SIMULATE_FAILOVER_BASE_PORT = PORT_BASE + 300  # tests/test_simulate_failover.py
 SIMULATE_CLOCK_JUMP_BASE_PORT = PORT_BASE + 310  # tests/test_simulate_clock_jump.py: five nodes
 FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_fault_injectors.py: five nodes, then a master + replica
 REPLICATION_BASE_PORT = PORT_BASE + 330  # tests/test_replication.py: a master + replica, then a foreign node
+SIMULATE_PAUSE_BASE_PORT = PORT_BASE + 334  # tests/test_simulate_pause.py: five ports, one held busy
 LOCUST_MASTER_PORT = PORT_BASE + 340  # the burst tests' Locust master
 LOCUST_WEB_PORT = PORT_BASE + 341  # tests/browser/test_locust_ui.py: the master's web UI
 

@@ -205,6 +205,34 @@ class TestActions:
         assert Product.objects.values_list("sku", "stock", "initial_stock").get() == ("kept", 5, 5)
         assert not LogEntry.objects.exists()
 
+    @pytest.mark.parametrize(
+        "fields, stock",
+        [
+            ({"action": "restock_selected", "index": "0"}, 5),
+            ({"action": "restock_selected", "post": "yes", "quantity": "7"}, 12),
+            ({"action": "reset_sale_selected", "index": "0"}, 5),
+            ({"action": "reset_sale_selected", "post": "yes", "stock": "40"}, 40),
+        ],
+    )
+    def test_an_action_on_a_selection_partly_deleted_meanwhile_names_the_ones_gone(
+        self, staff, make_product, fields, stock
+    ):
+        """Seen: with one of two products deleted between the confirmation page and its POST, the
+        action restocked the other and said nothing of the one it could not."""
+        gone = make_product("gone", stock=5).pk
+        Product.objects.filter(pk=gone).delete()
+        kept = make_product("kept", stock=5)
+        response = staff.post(CHANGELIST, {**fields, "_selected_action": [kept.pk, gone]}, follow=True)
+        assert response.status_code == 200
+        shown = [str(message) for message in response.context["messages"]]
+        assert f"1 of the 2 products selected no longer exists (id {gone}): left out, nothing done to it." in shown
+        assert Product.objects.values_list("sku", "stock").get() == ("kept", stock)
+        if "post" in fields:
+            assert any(message.startswith(("Restocked kept", "Reset kept")) for message in shown), shown
+            assert LogEntry.objects.get().object_id == str(kept.pk)
+        else:
+            assert "these 1 product?" in response.content.decode()
+
 
 class TestOrders:
     @pytest.fixture

@@ -62,6 +62,8 @@ def test_a_negative_purchase_count_is_refused_in_one_line(tmp_path):
         ("--max-retries", "-1", "--max-retries must be 0 or more, not -1"),
         ("--quantity", "0", "--quantity must be 1 or more, not 0"),
         ("--quantity", "-2", "--quantity must be 1 or more, not -2"),
+        # Past the shop's MAX_QUANTITY (100): every purchase of the run was answered 400, nothing sold.
+        ("--quantity", "101", "--quantity must be at most 100 (the shop's MAX_QUANTITY), not 101"),
     ],
 )
 def test_a_bad_number_is_refused_at_start_in_one_line(tmp_path, flag, value, said):

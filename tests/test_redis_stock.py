@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
-from inventory.strategies import section
+from inventory.strategies import redis_stock, section
 from inventory.strategies.contract import Outcome
 from inventory.strategies.redis_stock import sale_key, units_key
 from tests.helpers import snapshot
@@ -79,6 +81,46 @@ class TestRedisStock:
         reset_sale(sku="phone-x", stock=4)
         assert counter(redis_client) is None and not redis_client.exists(units_key("phone-x"))
         assert purchase(sku="phone-x", customer="a", quantity=1).confirmed and counter(redis_client) == 3
+
+    @pytest.mark.parametrize("change", ["restock", "reset"])
+    def test_a_restock_committing_between_the_row_read_and_the_load_is_not_undone(
+        self, use_strategy, redis_client, make_product, monkeypatch, change
+    ):
+        """Read the row, a restock (or reset) commits in another connection and drops the counter,
+        then the load: it must not put back the stock from before the restock."""
+        use_strategy("redis-stock")
+        make_product(stock=2)  # not sold out after the first purchase: no sold-out mark answers the second
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed  # Redis and the database: 1 left
+        redis_client.delete(sale_key("phone-x"))  # not loaded: the next purchase reads the row, then loads
+        real, changed = redis_stock.load_sale, []
+
+        def change_commits_first(*args, **kwargs):
+            if not changed:  # the first load only: a restock commits (in its own connection) after the row read
+                changed.append(True)
+
+                def elsewhere():
+                    try:
+                        if change == "restock":
+                            restock(sku="phone-x", quantity=2)
+                        else:
+                            reset_sale(sku="phone-x", stock=2)
+                    finally:
+                        connection.close()
+
+                thread = threading.Thread(target=elsewhere)
+                thread.start()
+                thread.join(10)
+                assert redis_client.hget(sale_key("phone-x"), "stock") is None, "the restock dropped the counter"
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(redis_stock, "load_sale", change_commits_first)
+        result = purchase(sku="phone-x", customer="b", quantity=1)
+        assert changed, "the purchase loaded the counter"
+        assert result.confirmed, result.outcome
+        stock = Product.objects.get(sku="phone-x").stock
+        expected = {"restock": 2, "reset": 1}[change]
+        assert (counter(redis_client), stock) == (expected, expected), "Redis sells what the row has"
+        assert audit(sku="phone-x").ok
 
 
 class TestReconcile:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from io import StringIO
 
 import pytest
@@ -66,3 +68,27 @@ def test_a_base_port_out_of_range_is_one_line(strategy, base_port):
     with pytest.raises(CommandError) as excinfo:
         call_command("simulate_pause", strategy=strategy, base_port=base_port, stdout=StringIO())
     assert str(excinfo.value) == f"--base-port {base_port}: use a port from 1024 to 65531"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("taken", [0, 2])
+def test_a_base_port_in_use_is_one_line_naming_it_before_any_node_starts(taken):
+    """Seen by trying it over ports in use: about 5 s, then "redis-server on port … did not answer
+    within 5.0s", which named neither the busy port nor what to do."""
+    base = slots.SIMULATE_PAUSE_BASE_PORT
+    with socket.socket() as holder:  # another program listening on one of the five ports
+        holder.bind(("127.0.0.1", base + taken))
+        holder.listen()
+        started = time.monotonic()
+        with pytest.raises(CommandError) as excinfo:
+            call_command("simulate_pause", strategy="redlock", base_port=base, stdout=StringIO())
+        took = time.monotonic() - started
+    assert str(excinfo.value) == (
+        f"--base-port {base}: port {base + taken} is in use by another program; "
+        f"run with another --base-port (it takes {base} to {base + 4})"
+    )
+    assert took < 1.0 and "\n" not in str(excinfo.value)
+    assert not Product.objects.filter(sku="simulate-pause").exists(), "nothing was changed"
+    for port in range(base, base + 5):  # no node was started (nor left running)
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, port

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from ..models import Order
 
 
+def generation_key(sku: str) -> str:
+    """The Redis key of a sale's generation: raised after every restock, reset or save commits
+    (``inventory.soldout``), read before a row that ``redis-stock`` loads its counter from."""
+    return f"flashsale:generation:{{{sku}}}"
+
+
 class Outcome(str, Enum):
     CONFIRMED = "confirmed"
     SOLD_OUT = "sold_out"

@@ -26,7 +26,7 @@ from django.utils import timezone
 from ..models import Allocation, Product
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section
-from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf
+from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf, generation_key
 from .section import lock_timed_out, take_in_one_statement
 from .statements import Statement, sale_read, take_update
 
@@ -80,13 +80,18 @@ end
 return out
 """
 # Load the sale if absent (two pods may race to load it: the first wins), with every
-# customer's units. KEYS[1] sale hash, KEYS[2] units hash; ARGV[1..4] stock, limit, starts_ms,
-# ends_ms ('' when open-ended); then customer, units pairs.
+# customer's units, only while the sale's generation is the one read before the row was (a restock,
+# reset or edit that committed since raised it before dropping the counter: the row is older than
+# the drop, and loading it would put back the stock from before). KEYS[1] sale hash, KEYS[2] units
+# hash, KEYS[3] the generation (inventory.soldout); ARGV[1] that generation, ARGV[2] '1' to replace
+# a loaded sale (reconcile), ARGV[3..6] stock, limit, starts_ms, ends_ms ('' when open-ended); then
+# customer, units pairs. Returns 1 loaded, 0 already loaded, -1 the row is older than the generation.
 LOAD = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[1]) then return -1 end
+if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) elseif redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('DEL', KEYS[2])
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'limit', ARGV[2], 'starts_ms', ARGV[3], 'ends_ms', ARGV[4])
+for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'stock', ARGV[3], 'limit', ARGV[4], 'starts_ms', ARGV[5], 'ends_ms', ARGV[6])
 return 1
 """
 
@@ -109,25 +114,31 @@ def _epoch_ms(moment) -> str:
     return "" if moment is None else str(int(moment.timestamp() * 1000))
 
 
-def load_sale(client: redis.Redis, product: Product, *, replace: bool = False) -> bool:
+def sale_generation(client: redis.Redis, sku: str) -> int:
+    """The sale's generation, to read *before* the row that :func:`load_sale` loads."""
+    return int(client.get(generation_key(sku)) or 0)
+
+
+def load_sale(client: redis.Redis, product: Product, *, generation: int, replace: bool = False) -> int:
     """Put the product's stock, limit, window and customers' units into Redis, from the database.
 
-    Only if absent, unless ``replace`` (what ``reconcile`` does). True when it loaded.
+    ``product`` must have been read after ``generation`` (:func:`sale_generation`) was: if the
+    generation has moved since (a restock, reset or edit committed, and its drop of the counter
+    ran or is about to), nothing is loaded and the answer is -1: read the row again. Only if
+    absent, unless ``replace`` (what ``reconcile`` does). 1 when it loaded, 0 when already loaded.
     """
-    keys = [sale_key(product.sku), units_key(product.sku)]
+    keys = [sale_key(product.sku), units_key(product.sku), generation_key(product.sku)]
     held = Allocation.objects.filter(product_id=product.pk).values_list("customer", "units")
     args = [
+        generation,
+        "1" if replace else "0",
         product.stock,
         product.per_customer_limit,
         _epoch_ms(product.sale_starts_at),
         _epoch_ms(product.sale_ends_at),
     ]
     args += [value for pair in held for value in pair]
-    with client.pipeline() as pipe:  # MULTI: no purchase runs between the drop and the load
-        if replace:
-            pipe.delete(keys[0])
-        pipe.eval(LOAD, 2, *keys, *args)
-        return bool(pipe.execute()[-1])
+    return int(client.eval(LOAD, 3, *keys, *args))
 
 
 def forget_sale(client: redis.Redis, sku: str, *, units_too: bool) -> None:
@@ -240,15 +251,17 @@ class RedisStockStrategy(Strategy):
 
     def _loaded(self, product: Product, take: Callable[[], list]) -> list:
         """``take()``'s answer once the sale's counter is there: when a script finds it not loaded,
-        the sale is loaded and the script run again, up to :data:`LOAD_TRIES` times; each load after
-        the first from the row read anew (a restock committed since this section read it dropped
-        the counter: loading the section's older row would put back a stock without its units).
+        the sale's generation is read, then the row, and the sale loaded from that row and the
+        script run again, up to :data:`LOAD_TRIES` times. Never from the section's own row: a
+        restock that committed after that read and dropped the counter would have its units put
+        back out of Redis (see :data:`LOAD`, which refuses a row older than the generation).
         Still not loaded after that (restocks dropping it each time): the ``-1`` answer itself."""
         found = take()
-        for tries in range(LOAD_TRIES):
+        for _ in range(LOAD_TRIES):
             if found[0] != -1:
                 break
-            load_sale(self.client, product if tries == 0 else Product.objects.get(pk=product.pk))
+            generation = sale_generation(self.client, product.sku)
+            load_sale(self.client, Product.objects.get(pk=product.pk), generation=generation)
             found = take()
         return found
 

@@ -84,6 +84,12 @@ class Command(BaseCommand):
         self.fenced = not unfenced
         self.strategies: list[FencedLockStrategy] = []
         self.nodes = nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-pause")
+        taken = next((node.port for node in nodes if node.taken_by_another()), None) if strategy == "redlock" else None
+        if taken is not None:  # checked before any node starts: redis-server would wait 5 s to say "did not answer"
+            raise CommandError(
+                f"--base-port {base_port}: port {taken} is in use by another program; "
+                f"run with another --base-port (it takes {base_port} to {base_port + 4})"
+            )
         cluster = {"etcd": project_cluster, "zookeeper": project_ensemble}.get(strategy, lambda: None)()
         try:
             needed = [*nodes] if strategy == "redlock" else [cluster] if cluster is not None else []

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.models import Allocation, Product
-from inventory.strategies.redis_stock import load_sale, sale_key, units_key
+from inventory.strategies.redis_stock import load_sale, sale_generation, sale_key, units_key
 
 
 class Command(BaseCommand):
@@ -54,7 +54,11 @@ class Command(BaseCommand):
             for line in drift:
                 self.stdout.write(f"{product.sku}: {line}")
             if not dry_run:
-                load_sale(client, product, replace=True)
+                # The row read again after the sale's generation: a restock that committed since the
+                # read above is not undone (the load refuses a row older than the generation, and then
+                # the restock's own drop of the counter has the next purchase load it).
+                generation = sale_generation(client, product.sku)
+                load_sale(client, Product.objects.get(pk=product.pk), generation=generation, replace=True)
         return checked, drifted
 
     @staticmethod

@@ -95,6 +95,12 @@ class RedisNode(PidfileProcess):
                 f"port {self.port} is taken by a redis-server this run did not start (no live pid in "
                 f"{self.pidfile}): stop it, or run on other ports (the suite: another FLASHSALE_TEST_SLOT)"
             )
+        if self.taken_by_another():
+            # redis-server would start only to fail to bind, daemonized, and be waited for in vain.
+            raise NodeError(
+                f"port {self.port} is in use by another program: stop it, or run on other ports "
+                "(a command's --base-port; the suite: another FLASHSALE_TEST_SLOT)"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         binary = redis_server_binary()
         args = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -286,3 +287,19 @@ def test_nodes_that_cannot_all_start_leave_none_of_theirs_running(tmp_path):
         assert [node.port for node in nodes if node.ping()] == [busy]
     finally:
         subprocess.run(["redis-cli", "-p", str(busy), "shutdown", "nosave"], capture_output=True)
+
+
+def test_a_port_another_program_listens_on_is_refused_at_once_by_name(tmp_path):
+    # Not a redis-server: redis-server would start there only to fail to bind, and the start waited 5 s
+    # for it, then said the node "did not answer" (simulate_failover, simulate_clock_jump, make nodes-start).
+    busy = BASE_PORT + 2
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", busy))
+        listener.listen()
+        nodes = RedisNodes(base_port=BASE_PORT, count=5, run_dir=tmp_path)
+        started = time.monotonic()
+        with pytest.raises(NodeError, match=f"port {busy} is in use by another program"):
+            nodes.start()
+        assert time.monotonic() - started < 2.0
+        assert [node.port for node in nodes if node.ping()] == []

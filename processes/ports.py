@@ -9,7 +9,7 @@ and the test suite do not meet (one shared port is marked); the suite moves its 
 7390       ``flashsale``'s Locust master (its workers connect here; ``--master-port`` moves it)
 7479-7481  the shop's etcd cluster, peers 10 above (``ETCD_ENDPOINTS``)
 7579-7917  the test suite, slot 0: the blocks named in tests/slots.py, between the commands' ports
-           (7579-7583, 7679-7744, 7879-7917); slot k moves them all by k × 1000
+           (7579-7583, 7679-7746, 7879-7917); slot k moves them all by k × 1000
 7779-7789  ``lockbench``: five nodes, then its etcd members (clients 7784-7786, peers 7787-7789)
 7789-7793  ``simulate_pause``'s five nodes (7789 is also lockbench's last etcd peer: run one at a time)
 7800-7807  ``simulate_failover``'s nodes and its master + replica

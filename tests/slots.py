@@ -34,8 +34,8 @@ SIMULATE_CLOCK_JUMP_BASE_PORT = PORT_BASE + 310  # tests/test_simulate_clock_jum
 FAULTS_BASE_PORT = PORT_BASE + 320  # tests/test_fault_injectors.py: five nodes, then a master + replica
 REPLICATION_BASE_PORT = PORT_BASE + 330  # tests/test_replication.py: a master + replica, then a foreign node
 SIMULATE_PAUSE_BASE_PORT = PORT_BASE + 334  # tests/test_simulate_pause.py: five ports, one held busy
-LOCUST_MASTER_PORT = PORT_BASE + 340  # the burst tests' Locust master
-LOCUST_WEB_PORT = PORT_BASE + 341  # tests/browser/test_locust_ui.py: the master's web UI
+LOCUST_MASTER_PORT = PORT_BASE + 166  # the burst tests' Locust master (+340 put the web UI on 7920, ZooKeeper's)
+LOCUST_WEB_PORT = PORT_BASE + 167  # tests/browser/test_locust_ui.py: the master's web UI
 
 # (shop's single-lock Redis database, lock tests' database) on 127.0.0.1:6379, per slot.
 _REDIS_DATABASES = [(9, 11), (1, 2), (3, 4), (5, 6), (7, 8), (12, 13), (14, 15)]

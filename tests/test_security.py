@@ -158,12 +158,16 @@ def test_check_deploy_flags_a_weak_secret_key():
 
 
 @pytest.mark.slow
-def test_debug_is_off_under_gunicorn_even_in_development():
+@pytest.mark.parametrize("env", [{}, {"DJANGO_DEBUG": ""}], ids=["unset", "empty"])
+def test_debug_is_off_under_gunicorn_even_in_development(env):
+    """Seen by a helper: ``DJANGO_DEBUG=`` (empty, as an env file's blank line leaves it) kept DEBUG
+    on under gunicorn: the config only filled the variable in when it was absent, and the settings
+    read empty as unset, the development default (on)."""
     code = (
         "import runpy, os; runpy.run_path('gunicorn.conf.py');"
         "import django; django.setup(); from django.conf import settings; print('DEBUG', settings.DEBUG)"
     )
-    result = run(["-c", code])
+    result = run(["-c", code], **env)
     assert result.returncode == 0, result.stderr
     assert "DEBUG False" in result.stdout
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.test import Client
@@ -95,6 +96,60 @@ def test_a_home_card_button_follows_its_product_without_a_reload(live_server, pa
     expect(watch.get_by_role("link", name="Buy Watch")).to_have_text("Buy now")
     expect(watch.get_by_role("link", name="Buy Watch")).to_have_class("button")
     assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
+
+
+def test_a_price_or_limit_changed_by_staff_shows_without_a_reload(live_server, page, make_product):
+    """Seen by a helper: the open product page polled its product each second but showed only the
+    stock: after staff raised the price from $10.00 to $25.00 it still read $10.00 (the receipt then
+    said $25.00), and a limit raised from 1 to 3 still said "Limit 1 per shopper." and offered 1 only."""
+    product = make_product("earbuds", stock=10, name="Earbuds", price="10.00", limit=1)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    expect(page.locator(".price-large")).to_have_text("$10.00")
+    expect(page.locator("#limit-note")).to_have_text("Limit 1 per shopper.")
+    page.evaluate("window.loadedOnce = true")
+
+    # What the admin's change form saves (ProductAdmin.save_model: only the fields it changed).
+    product.price, product.per_customer_limit = Decimal("25.00"), 3
+    product.save(update_fields=["price", "per_customer_limit"])
+
+    expect(page.locator(".price-large")).to_have_text("$25.00", timeout=5_000)
+    expect(page.locator("#limit-note")).to_have_text("Limit 3 per shopper.")
+    page.get_by_label("Quantity").select_option("3")
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    expect(page.locator(".receipt")).to_contain_text("3 × Earbuds")
+    expect(page.locator(".receipt")).to_contain_text("$75.00")
+
+    # Lowered again, the page offers no more than the new limit, and a home card shows the new price.
+    product.refresh_from_db()
+    product.price, product.per_customer_limit = Decimal("12.50"), 1
+    product.save(update_fields=["price", "per_customer_limit"])
+    page.goto(live_server.url)
+    page.evaluate("window.loadedOnce = true")
+    card = page.locator('[data-live-sku="earbuds"]')
+    expect(card.locator(".price")).to_have_text("$12.50")
+    product.price = Decimal("11.00")
+    product.save(update_fields=["price"])
+    expect(card.locator(".price")).to_have_text("$11.00", timeout=5_000)
+    assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
+
+
+def test_a_limit_lowered_by_staff_takes_the_larger_quantities_away(live_server, page, make_product):
+    product = make_product("earbuds", stock=10, name="Earbuds", limit=3)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    expect(page.get_by_label("Quantity").locator("option")).to_have_count(3)
+    page.get_by_label("Quantity").select_option("3")
+    page.evaluate("window.loadedOnce = true")
+
+    product.per_customer_limit = 1
+    product.save(update_fields=["per_customer_limit"])
+
+    expect(page.locator("#limit-note")).to_have_text("Limit 1 per shopper.", timeout=5_000)
+    expect(page.locator('select[name="quantity"]')).to_have_count(0)
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    assert Order.objects.get().quantity == 1
+    assert page.evaluate("window.loadedOnce") is not True  # the result page: a new document
 
 
 def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):

@@ -1,6 +1,7 @@
 // Live stock for the storefront: every element with data-live-sku polls its product's JSON
-// each second and updates the stock bar, the sale badge, the countdown, the product page's buy
-// button and the home page card's link ("Buy now" while live, "View" otherwise).
+// each second and updates the stock bar, the sale badge, the countdown, the price, the product
+// page's buy button, limit and quantities, and the home page card's link ("Buy now" while live,
+// "View" otherwise).
 // Without JavaScript the pages still work; they just show the stock as it was when loaded.
 (function () {
   "use strict";
@@ -16,6 +17,28 @@
     var d = Math.floor(seconds / 86400), h = Math.floor(seconds / 3600) % 24;
     var m = Math.floor(seconds / 60) % 60, s = seconds % 60;
     return (d ? d + "d " : "") + (d || h ? pad(h) + ":" : "") + pad(m) + ":" + pad(s);
+  }
+
+  // The buy form's quantity as the product page renders it for a limit of ``most``: a choice of
+  // 1..most, or a fixed 1; the shopper's choice is kept while it is still allowed.
+  function offer(quantity, most) {
+    var chosen = quantity.querySelector("select");
+    var keep = chosen ? Math.min(Number(chosen.value), most) : 1;
+    quantity.setAttribute("data-most", String(most));
+    if (most <= 1) {
+      var fixed = document.createElement("input");
+      fixed.type = "hidden"; fixed.name = "quantity"; fixed.value = "1";
+      quantity.replaceChildren(fixed);
+      return;
+    }
+    var label = document.createElement("label");
+    label.htmlFor = "quantity"; label.textContent = "Quantity";
+    var select = document.createElement("select");
+    select.id = "quantity"; select.name = "quantity";
+    select.setAttribute("aria-describedby", "limit-note");
+    for (var n = 1; n <= most; n++) select.add(new Option(String(n), String(n)));
+    select.value = String(keep);
+    quantity.replaceChildren(label, select);
   }
 
   function LiveProduct(el) {
@@ -68,6 +91,12 @@
       if (announce && ANNOUNCE[p.state]) announce.textContent = ANNOUNCE[p.state];
       this.state = p.state;
     }
+    var price = this.part("price");
+    if (price && price.textContent !== "$" + p.price) price.textContent = "$" + p.price;
+    var limit = this.part("limit");
+    if (limit) limit.textContent = "Limit " + p.per_customer_limit + " per shopper.";
+    var quantity = this.part("quantity");
+    if (quantity && quantity.getAttribute("data-most") !== String(p.max_quantity)) offer(quantity, p.max_quantity);
     var button = this.part("buy");
     if (button) {
       button.disabled = p.state !== "live";

@@ -367,6 +367,16 @@ class TestCreateStaff:
             call_command("createstaff", "--username", username)
         assert not get_user_model().objects.exists()
 
+    @pytest.mark.parametrize("email", ["not-an-email", "a@b", f"{'x' * 250}@example.com"])
+    def test_an_email_the_admin_would_refuse_is_one_line(self, db, email):
+        """Seen by a helper: ``--email not-an-email`` made the superuser (exit 0), whose own change
+        form in the admin then refused to save until the address was fixed; 265 characters ended in a
+        DataError traceback."""
+        with pytest.raises(CommandError) as excinfo:
+            call_command("createstaff", "--username", "admin", "--email", email)
+        assert str(excinfo.value).startswith(f"--email {email[:40]!r}: ")
+        assert not get_user_model().objects.exists()
+
 
 @pytest.mark.django_db(transaction=True)
 def test_the_admin_form_saves_only_what_it_edits(admin_client, make_product, private_static_root):

@@ -61,6 +61,13 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
     return MESSAGES[result.outcome]
 
 
+def outcome_heading(result: PurchaseResult) -> str:
+    """The result page's heading: a refusal for want of units while some are left is not "Sold out"."""
+    if result.outcome is Outcome.SOLD_OUT and result.units_left:
+        return "Not enough left"
+    return HEADINGS[result.outcome]
+
+
 def server_timing(result: PurchaseResult) -> str:
     """The ``Server-Timing`` header: where the server spent this purchase (browsers show it).
 
@@ -325,7 +332,7 @@ def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, q
     context = {
         **product_context(product),
         "outcome": result.outcome.value,
-        "heading": HEADINGS[result.outcome],
+        "heading": outcome_heading(result),
         "message": outcome_message(result, quantity),
         "result": result,
         "quantity": quantity,

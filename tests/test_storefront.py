@@ -177,6 +177,18 @@ class TestBuyOutcomes:
         assert "Sold out" in response.content.decode()
         assert Order.objects.count() == 0
 
+    def test_too_few_left_for_the_quantity_is_not_called_sold_out(self, shopper, make_product):
+        """Seen by a helper: 2 left, a shopper asking for 3 got a page headed "Sold out" (its title
+        too) above "Only 2 units are left: not enough for 3."; the product page, rightly, said live."""
+        make_product(stock=2, limit=3)
+        response = buy(shopper, "3")
+        assert response.status_code == 409
+        html = response.content.decode()
+        assert '<h1 id="result-heading">Not enough left</h1>' in html
+        assert "<title>Not enough left · Phone X · Flash sale</title>" in html
+        assert "Sold out" not in html and "Only 2 units are left: not enough for 3." in html
+        assert Order.objects.count() == 0 and Product.objects.get().stock == 2
+
     @pytest.mark.parametrize(
         "window, says",
         [

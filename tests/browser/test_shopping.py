@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from inventory.models import BurstRun, Order
+from inventory.models import BurstRun, Order, Product
 from loadtests.pods import collect_static
 from tests.helpers import asgi_pod
 
@@ -202,6 +202,39 @@ def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_
     expect(page.locator("#invariant-summary")).to_have_text("✔ holds")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+
+def test_the_dashboards_live_stock_follows_products_added_renamed_and_deleted(
+    live_server, page, make_product, django_user_model
+):
+    """Seen by a helper: the live table kept the rows it was rendered with. A product added later had
+    no row though the "units left" tile counted it; a deleted one kept its row and stock; a renamed
+    one kept its old name."""
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
+    phone = make_product("phone-x", stock=100, name="Phone X")
+    earbuds = make_product("earbuds", stock=20, name="Earbuds")
+    page.goto(f"{live_server.url}/admin/dashboard/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("a-long-test-password")
+    page.get_by_role("button", name="Log in").click()
+    rows = page.locator("#live-stock tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#total-stock")).to_have_text("120")
+
+    make_product("watch", stock=5, name="Watch")
+    earbuds.delete()
+    phone.name = "Phone X2"
+    phone.save(update_fields=["name"])
+
+    expect(page.locator("#total-stock")).to_have_text("105", timeout=5_000)
+    expect(page.locator('tr[data-sku="watch"] [data-field="stock"]')).to_have_text("5", timeout=5_000)
+    expect(page.locator('tr[data-sku="earbuds"]')).to_have_count(0)
+    expect(rows).to_have_count(2)
+    expect(page.locator('tr[data-sku="phone-x"] th')).to_contain_text("Phone X2")
+
+    Product.objects.all().delete()
+    expect(rows).to_have_text(["No products yet. Run python manage.py seed."], timeout=5_000)
+    expect(page.locator("#total-stock")).to_have_text("0")
 
 
 @pytest.mark.slow

@@ -100,12 +100,27 @@ class TestProductList:
                 "The sale must end after it starts",
             ),
             ({"price": "-5.00"}, "Ensure this value is greater than or equal to 0."),
+            # Seen by a helper: refused above the form as "Constraint “product_limit_positive” is
+            # violated.", the database's name for the check, not beside the field it is about.
+            ({"per_customer_limit": "0"}, "Ensure this value is greater than or equal to 1."),
         ],
     )
     def test_a_product_that_could_not_be_sold_is_refused_with_the_reason(self, staff, change, message):
         response = add_lamp(staff, **change)
-        assert response.status_code == 200 and message in response.content.decode()
+        html = response.content.decode()
+        assert response.status_code == 200 and message in html
+        assert "Constraint" not in html
         assert not Product.objects.filter(sku="lamp").exists()
+
+    def test_a_limit_of_0_on_the_change_form_is_refused_beside_the_field(self, staff, make_product):
+        product = make_product("lamp", stock=30, limit=2)
+        form = {"sku": "lamp", "name": "Lamp", "price": "12.50", "per_customer_limit": "0"}
+        html = staff.post(f"{CHANGELIST}{product.pk}/change/", form).content.decode()
+        assert "Constraint" not in html
+        field = html[html.index("field-per_customer_limit") :]
+        assert "Ensure this value is greater than or equal to 1." in field[: field.index('name="per_customer_limit"')]
+        product.refresh_from_db()
+        assert product.per_customer_limit == 2
 
     def test_anonymous_and_non_staff_are_sent_to_login(self, client, django_user_model):
         assert client.get(CHANGELIST).status_code == 302

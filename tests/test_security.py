@@ -65,6 +65,34 @@ def test_a_database_that_does_not_answer_is_one_line(command):
     assert len(lines) == 1 and lines[0].startswith("OperationalError: ") and "preflight" in lines[0], result.stderr
 
 
+@pytest.fixture
+def unmigrated_database():
+    """The URL of an empty database of this slot's own: created as preflight creates one, never migrated."""
+    import psycopg
+
+    from tests import slots
+
+    name = f"flashsale_unmigrated_s{slots.SLOT}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("command", [["seed"], ["reconcile", "--dry-run"], ["createstaff", "--username", "x"]])
+def test_a_database_not_yet_migrated_is_one_line_saying_to_migrate(command, unmigrated_database):
+    """Seen by a helper: after preflight created the database, seed (before migrate) ended in a
+    ProgrammingError traceback: relation "inventory_product" does not exist."""
+    result = run(["manage.py", *command], DATABASE_URL=unmigrated_database)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ProgrammingError: relation ") and "does not exist" in lines[0], lines
+    assert lines[0].endswith("the database has not been migrated: run python manage.py migrate (make migrate)")
+
+
 @pytest.mark.parametrize(
     "env, said",
     [

@@ -152,6 +152,26 @@ def test_a_limit_lowered_by_staff_takes_the_larger_quantities_away(live_server, 
     assert page.evaluate("window.loadedOnce") is not True  # the result page: a new document
 
 
+def test_a_product_gone_from_the_sale_is_not_offered_without_a_reload(live_server, new_page, make_product):
+    """Seen by a helper: after staff renamed a product's sku (or deleted it) its open page still read
+    "Live now" over an enabled "Buy now" (the poll's 404 was ignored), which bought nothing but a
+    "No such product" page; its home card still offered "Buy now"."""
+    phone = make_product("phone-x", stock=5, name="Phone X")
+    make_product("watch", stock=5, name="Watch")
+    product_page, home = new_page(), new_page()
+    product_page.goto(f"{live_server.url}/products/phone-x/")
+    home.goto(live_server.url)
+    expect(product_page.get_by_role("button", name="Buy now")).to_be_enabled()
+    expect(home.locator("[data-live-sku]")).to_have_count(2)
+
+    Product.objects.filter(pk=phone.pk).update(sku="phone-x1")  # a rename: the old sku is gone
+
+    expect(product_page.locator('[data-role="state"]')).to_have_text("No longer on sale", timeout=5_000)
+    expect(product_page.get_by_role("button", name="Not on sale")).to_be_disabled()
+    expect(home.locator("[data-live-sku]")).to_have_count(1, timeout=5_000)
+    expect(home.locator('[data-live-sku="watch"]')).to_be_visible()
+
+
 def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):
     django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
     make_product("phone-x", stock=100, name="Phone X")

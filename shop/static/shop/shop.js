@@ -112,14 +112,35 @@
     this.tick();
   };
 
+  // The product is no longer in the sale (deleted, or its sku renamed: its URLs answer 404): a home
+  // card goes; the product page offers nothing to buy and says so. Its polling stops.
+  LiveProduct.prototype.gone = function () {
+    this.state = "gone";
+    if (this.part("card-button")) { this.el.remove(); return; }
+    var badge = this.part("state");
+    badge.className = "badge badge-ended";
+    badge.textContent = "No longer on sale";
+    var cd = this.part("countdown");
+    if (cd) cd.textContent = "";
+    var button = this.part("buy");
+    if (button) { button.disabled = true; button.textContent = "Not on sale"; }
+    var announce = this.part("announce");
+    if (announce) announce.textContent = "This product is no longer on sale.";
+  };
+
   LiveProduct.prototype.poll = function () {
     var self = this;
+    if (self.state === "gone") return;
     if (document.hidden) { setTimeout(function () { self.poll(); }, POLL_MS); return; }
     fetch(this.url, { headers: { Accept: "application/json" }, cache: "no-store" })
-      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
-      .then(function (p) { self.render(p); })
+      .then(function (r) {
+        if (r.status === 404) { self.gone(); return null; }
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.json();
+      })
+      .then(function (p) { if (p) self.render(p); })
       .catch(function () { /* a missed poll is retried in a second */ })
-      .then(function () { setTimeout(function () { self.poll(); }, POLL_MS); });
+      .then(function () { if (self.state !== "gone") setTimeout(function () { self.poll(); }, POLL_MS); });
   };
 
   var products = Array.prototype.map.call(document.querySelectorAll("[data-live-sku]"), function (el) {

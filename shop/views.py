@@ -15,7 +15,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
-from inventory.models import Product
+from inventory.models import Allocation, Product
 from inventory.results import PurchaseResult
 from inventory.services import most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
@@ -61,11 +61,19 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
     return MESSAGES[result.outcome]
 
 
-def outcome_heading(result: PurchaseResult) -> str:
-    """The result page's heading: a refusal for want of units while some are left is not "Sold out"."""
+def outcome_heading(result: PurchaseResult, *, may_buy: int | None = None) -> str:
+    """The result page's heading: a refusal for want of units while some are left is not "Sold out",
+    nor one past the limit while the shopper may still buy some "Limit reached"."""
     if result.outcome is Outcome.SOLD_OUT and result.units_left:
         return "Not enough left"
+    if result.outcome is Outcome.LIMIT_REACHED and may_buy:
+        return "Over your limit"
     return HEADINGS[result.outcome]
+
+
+def units_held(product: Product, customer: str) -> int:
+    """The units ``customer`` holds of ``product`` across their orders (their allocation)."""
+    return Allocation.objects.filter(product=product, customer=customer).values_list("units", flat=True).first() or 0
 
 
 def server_timing(result: PurchaseResult) -> str:
@@ -329,10 +337,14 @@ def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> 
 def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, quantity: int) -> HttpResponse:
     """The form's result page: the outcome, and the product as it is after the purchase."""
     product.refresh_from_db()
+    held = units_held(product, shopper_id(request)) if result.outcome is Outcome.LIMIT_REACHED else None
+    may_buy = None if held is None else max(0, product.per_customer_limit - held)
     context = {
         **product_context(product),
         "outcome": result.outcome.value,
-        "heading": outcome_heading(result),
+        "heading": outcome_heading(result, may_buy=may_buy),
+        "held": held,
+        "may_buy": may_buy,
         "message": outcome_message(result, quantity),
         "result": result,
         "quantity": quantity,

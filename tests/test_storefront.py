@@ -170,6 +170,22 @@ class TestBuyOutcomes:
         assert "Limit reached" in response.content.decode()
         assert snapshot() == before
 
+    def test_more_than_the_limit_leaves_is_told_how_many_are_left_to_buy(self, shopper, make_product):
+        """Seen by a helper: with 1 of a limit of 3 bought, asking for 3 more read "Limit reached" and
+        "Each shopper may buy up to 3 units ... in all": not that 2 more could still be bought."""
+        make_product(stock=10, limit=3)
+        assert buy(shopper, "1").status_code == 201
+        response = buy(shopper, "3")
+        assert response.status_code == 409
+        html = response.content.decode()
+        assert '<h1 id="result-heading">Over your limit</h1>' in html
+        assert "You have 1 already: you may buy 2 more." in html
+        response = buy(shopper, "2")
+        assert response.status_code == 201
+        html = buy(shopper, "1").content.decode()
+        assert '<h1 id="result-heading">Limit reached</h1>' in html and "You have 3 already." in html
+        assert Product.objects.get().stock == 7
+
     def test_sold_out_page(self, shopper, make_product):
         make_product(stock=0)
         response = buy(shopper)

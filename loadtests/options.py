@@ -343,10 +343,15 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
 
 
 def check_sku_free(sku: str, *, sales: int) -> None:
-    """Refuse a --sku whose sale products (``sku``, then ``sku-2``... with --sales) include one of
-    the shop's own, listed on its home page: the burst resets its products' sales (every order
-    deleted), renames them and takes them off the home page."""
+    """Refuse a --sku whose sale products (``sku``, then ``sku-2``... with --sales) are too long for
+    the sku column, or include one of the shop's own, listed on its home page: the burst resets its
+    products' sales (every order deleted), renames them and takes them off the home page."""
     skus = [sku, *(f"{sku}-{number}" for number in range(2, sales + 1))]
+    if not SKU_PATTERN.match(skus[-1]):
+        raise CommandError(
+            f"--sku {sku}: --sales {sales} names its sales' products up to {skus[-1]}, longer than 64 characters: "
+            "give a shorter --sku"
+        )
     taken = Product.objects.filter(sku__in=skus, listed=True).values_list("sku", flat=True).first()
     if taken is not None:
         raise CommandError(

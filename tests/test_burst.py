@@ -365,6 +365,12 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
+        # Seen by a helper: passed, and the second sale's product, <sku>-2, was too long for its column.
+        (
+            {"sku": "s" * 63, "sales": 2},
+            f"--sku {'s' * 63}: --sales 2 names its sales' products up to {'s' * 63}-2, longer than 64 characters: "
+            "give a shorter --sku",
+        ),
         ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
         ({"balancer": "haproxy,haproxy"}, "each once"),
         ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),

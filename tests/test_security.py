@@ -40,8 +40,12 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "System check identified no issues (0 silenced)." in result.stdout
 
 
-def test_production_refuses_to_start_without_a_secret_key():
-    result = run(["manage.py", "check"], FLASHSALE_ENV="production")
+@pytest.mark.parametrize("key", [None, "   "], ids=["unset", "blank"])
+def test_production_refuses_to_start_without_a_secret_key(key):
+    """Seen by a helper: a key of spaces (an env file's ``DJANGO_SECRET_KEY= `` and a stray space) was
+    taken as the secret, and every session and CSRF token was signed with it."""
+    env = {"FLASHSALE_ENV": "production", **({} if key is None else {"DJANGO_SECRET_KEY": key})}
+    result = run(["manage.py", "check"], **env)
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 

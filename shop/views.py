@@ -9,7 +9,9 @@ import threading
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import get_object_or_404, render
+from django.urls import Resolver404, resolve
 from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
@@ -442,7 +444,19 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
             403,
             f"CSRF check failed: {reason.rstrip('.')}. Load the product page first and send the X-CSRFToken header.",
         )
-    return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
+    context = {"reason": reason.rstrip("."), "product": refused_product(request)}
+    # Django's words for a request that brought no CSRF cookie: the browser keeps none, and a reload will not help.
+    context["no_cookie"] = reason == REASON_NO_CSRF_COOKIE
+    return render(request, "shop/csrf_failure.html", context, status=403)
+
+
+def refused_product(request: HttpRequest) -> Product | None:
+    """The product whose buy form was refused, for the page's link back to it (None for any other form)."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    return Product.objects.filter(sku=match.kwargs["sku"]).first() if match.url_name == "buy" else None
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

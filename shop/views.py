@@ -19,7 +19,7 @@ from django.views.decorators.http import require_safe
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
 from inventory.models import Allocation, Product
 from inventory.results import PurchaseResult
-from inventory.services import most_per_request, purchase, sale_state
+from inventory.services import IDEMPOTENCY_KEY, most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -258,7 +258,13 @@ def product_page(request: HttpRequest, sku: str) -> HttpResponse:
     shopper_id(request)
     context = product_context(product)
     context["quantities"] = range(1, most_per_request(product.per_customer_limit) + 1)
-    return render(request, "shop/product.html", context)
+    # The form's order key (an Idempotency-Key): the same form posted twice, a second click while the
+    # first order waits, places one order and shows it twice. Each render of the page a new one, so
+    # the page is never kept (a page come back to by Back is rendered again: another order).
+    context["order_key"] = secrets.token_urlsafe(18)
+    response = render(request, "shop/product.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def quantity_hint(product: Product) -> str:
@@ -281,13 +287,23 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     """The HTML form's target: works without JavaScript."""
     try:
         product, quantity = buy_form(request, sku)
+        key = order_key(request, product)
     except Refused as refused:
         return refused.response
     try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
     except InventoryError as exc:
         return buy_refused(request, product, exc)
-    return buy_answer(request, product, result, quantity)
+    return buy_answer(request, product, result, quantity, key=key)
+
+
+def order_key(request: HttpRequest, product: Product) -> str:
+    """The form's order key ("" from a form without one); raises :class:`Refused` for one that is no key."""
+    key = request.POST.get("key", "").strip()
+    if key and not IDEMPOTENCY_KEY.match(key):
+        message = "The order form was damaged on its way: reload the product page and try again."
+        raise Refused(error_page(request, product, 400, "Check your order", message))
+    return key
 
 
 def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
@@ -332,11 +348,16 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
 
 def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> HttpResponse:
     """The form's page for input the services refused (a quantity outside the shopper's limit)."""
+    if isinstance(exc, KeyReused):  # the same page's form posted again, for another quantity
+        message = "This page already placed your order. Reload the product page to place another."
+        return error_page(request, product, 409, "Already ordered", message)
     message = quantity_hint(product) if isinstance(exc, InvalidQuantity) else str(exc)
     return error_page(request, product, 400, "Check your order", message)
 
 
-def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, quantity: int) -> HttpResponse:
+def buy_answer(
+    request: HttpRequest, product: Product, result: PurchaseResult, quantity: int, *, key: str = ""
+) -> HttpResponse:
     """The form's result page: the outcome, and the product as it is after the purchase."""
     product.refresh_from_db()
     held = units_held(product, shopper_id(request)) if result.outcome is Outcome.LIMIT_REACHED else None
@@ -350,6 +371,7 @@ def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, q
         "message": outcome_message(result, quantity),
         "result": result,
         "quantity": quantity,
+        "order_key": key,  # the busy page's retry is the same order
         "total": product.price * quantity,
     }
     return purchase_response(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -20,8 +21,9 @@ def shopper() -> Client:
     return client
 
 
-def buy(client: Client, quantity="1", sku: str = "phone-x", **extra):
-    return client.post(f"/products/{sku}/buy", {"quantity": quantity}, **extra)
+def buy(client: Client, quantity="1", sku: str = "phone-x", key: str | None = None, **extra):
+    form = {"quantity": quantity, **({} if key is None else {"key": key})}
+    return client.post(f"/products/{sku}/buy", form, **extra)
 
 
 class TestHome:
@@ -186,6 +188,29 @@ class TestBuyOutcomes:
         assert '<h1 id="result-heading">Limit reached</h1>' in html and "You have 3 already." in html
         assert Product.objects.get().stock == 7
 
+    def test_the_same_form_posted_twice_places_one_order(self, shopper, make_product):
+        """The product page's order key: a form posted again (a second click while the first waited)
+        shows the first order again; posted again for another quantity, it buys nothing."""
+        make_product(stock=10, limit=3)
+        page = shopper.get("/products/phone-x/")
+        assert page["Cache-Control"] == "no-store"
+        key = re.search(r'name="key" value="([\w-]+)"', page.content.decode()).group(1)
+        first, again = buy(shopper, "1", key=key), buy(shopper, "1", key=key)
+        order = Order.objects.get()
+        assert (first.status_code, again.status_code) == (201, 201)
+        assert f'<dd id="order-number">{order.pk}</dd>' in again.content.decode()
+        other = buy(shopper, "2", key=key)
+        assert other.status_code == 409 and "Already ordered" in other.content.decode()
+        assert Order.objects.count() == 1 and Product.objects.get().stock == 9
+        assert key not in shopper.get("/products/phone-x/").content.decode()  # each render its own key
+
+    @pytest.mark.parametrize("key", ["no spaces allowed", "x" * 65])
+    def test_a_damaged_order_key_is_a_400_page_and_buys_nothing(self, shopper, make_product, key):
+        make_product(stock=10)
+        response = buy(shopper, "1", key=key)
+        assert response.status_code == 400 and "reload the product page" in response.content.decode()
+        assert not Order.objects.exists()
+
     def test_sold_out_page(self, shopper, make_product):
         make_product(stock=0)
         response = buy(shopper)
@@ -230,11 +255,12 @@ class TestBuyOutcomes:
         backend = get_strategy()
         with backend.guard("phone-x"):
             before = snapshot()
-            response = buy(shopper)
+            response = buy(shopper, key="the-pages-key")
         assert response.status_code == 503
         assert response["Retry-After"] == "1"
         html = response.content.decode()
         assert "Busy — try again" in html and "Try again</button>" in html
+        assert '<input type="hidden" name="key" value="the-pages-key">' in html  # the retry is the same order
         assert snapshot() == before
 
 

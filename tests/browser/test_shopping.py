@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+import psycopg
 import pytest
 from django.test import Client
 from django.utils import timezone
@@ -170,6 +171,42 @@ def test_a_product_gone_from_the_sale_is_not_offered_without_a_reload(live_serve
     expect(product_page.get_by_role("button", name="Not on sale")).to_be_disabled()
     expect(home.locator("[data-live-sku]")).to_have_count(1, timeout=5_000)
     expect(home.locator('[data-live-sku="watch"]')).to_be_visible()
+
+
+def test_a_second_click_on_buy_while_the_first_waits_places_one_order(live_server, page, make_product, use_strategy):
+    """Seen by a helper: a second click on "Buy now" while the first order waited (a busy sale: here
+    another transaction holds the product's row) posted the form again, and with a limit of 2 the
+    shopper bought 2 units for the 1 chosen, each its own order."""
+    use_strategy("db")  # the section waits for the row lock held below
+    make_product("earbuds", stock=10, name="Earbuds", limit=2)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    box = page.get_by_role("button", name="Buy now").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    with psycopg.connect(**connection_params()) as holder:
+        holder.execute("SELECT 1 FROM inventory_product WHERE sku = 'earbuds' FOR UPDATE")
+        page.mouse.click(x, y)  # the page stays on screen while its order waits: a second click reaches it
+        page.wait_for_timeout(300)
+        page.mouse.click(x, y)
+        page.wait_for_timeout(700)
+        holder.commit()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    order = Order.objects.get()
+    assert order.quantity == 1
+    expect(page.locator("#order-number")).to_have_text(str(order.pk))
+
+
+def connection_params() -> dict:
+    """psycopg's connection arguments for the test database the live server uses."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return {
+        "host": db["HOST"],
+        "port": db["PORT"],
+        "user": db["USER"],
+        "password": db["PASSWORD"] or None,
+        "dbname": db["NAME"],
+    }
 
 
 def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):

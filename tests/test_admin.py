@@ -331,6 +331,22 @@ class TestDashboard:
         assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
         assert 'href="/admin/dashboard/"' in client.get(CHANGELIST).content.decode()
 
+    def test_links_orders_only_for_staff_who_may_view_them(self, client, django_user_model, make_product):
+        """Seen by a helper: a staff user allowed the dashboard (products and burst runs) but not orders
+        was shown each product's name as a link to its orders, and clicking it answered 403."""
+        product = make_product()
+        clerk = django_user_model.objects.create_user("clerk", password="pw-12345678", is_staff=True)
+        clerk.user_permissions.add(inventory_permission("view_product"), inventory_permission("view_burstrun"))
+        client.force_login(clerk)
+        orders = f"/admin/inventory/order/?product__id__exact={product.pk}"
+        assert client.get(orders).status_code == 403
+        html = client.get("/admin/dashboard/").content.decode()
+        assert "/admin/inventory/order/" not in html and 'data-field="name">Phone X<' in html
+        clerk.user_permissions.add(inventory_permission("view_order"))
+        client.force_login(django_user_model.objects.get(pk=clerk.pk))  # the permissions read afresh
+        assert client.get(orders).status_code == 200
+        assert f'href="{orders}"' in client.get("/admin/dashboard/").content.decode()
+
 
 def inventory_permission(codename: str) -> Permission:
     """One of the inventory app's permissions, made first if missing: a transactional test's flush

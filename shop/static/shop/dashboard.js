@@ -29,7 +29,7 @@
     row.setAttribute("data-sku", p.sku);
     var head = cell("th");
     head.scope = "row";
-    var link = cell("a");
+    var link = cell(ordersUrl ? "a" : "span");  // a link to the product's orders for staff who may view them
     link.setAttribute("data-field", "name");
     var code = cell("code");
     code.textContent = p.sku;
@@ -90,7 +90,7 @@
       var row = rows[i];
       var link = row.querySelector('[data-field="name"]');
       if (link.textContent !== p.name) link.textContent = p.name;
-      link.href = ordersUrl + "?product__id__exact=" + p.id;
+      if (ordersUrl) link.href = ordersUrl + "?product__id__exact=" + p.id;
       NUMBERS.forEach(function (f) { set(row, f, p[f]); });
       var badge = row.querySelector('[data-field="state"]');
       badge.className = "sale-badge sale-" + p.state;

@@ -22,8 +22,10 @@ def _choice(name: str, default: str, allowed: tuple[str, ...], said: str) -> str
     return raw
 
 
-# DEBUG is off under gunicorn unless DJANGO_DEBUG says otherwise.
-os.environ.setdefault("DJANGO_DEBUG", "0")
+# DEBUG is off under gunicorn unless DJANGO_DEBUG says otherwise; empty says nothing (the settings
+# read it as unset, whose default in development is on), so it is filled in too.
+if not os.environ.get("DJANGO_DEBUG"):
+    os.environ["DJANGO_DEBUG"] = "0"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
 
 # SHOP_SERVER (shop/settings.py): wsgi, gthread workers and the WSGI application; asgi, uvicorn

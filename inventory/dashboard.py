@@ -77,6 +77,8 @@ def dashboard_view(request: HttpRequest):
         **admin.site.each_context(request),
         "title": "Sale dashboard",
         "products": products,
+        # Each product links its orders only for staff who may view them (else the link answered 403).
+        "may_view_orders": request.user.has_perm("inventory.view_order"),
         "runs": runs,
         "charts": _panels[0].charts(runs) if _panels else {},
         "report": latest_report(),

@@ -36,7 +36,10 @@ class Product(models.Model):
     initial_stock = models.PositiveIntegerField(help_text="Units put on sale at the last reset.")
     stock = models.IntegerField(help_text="Units left.")
     per_customer_limit = models.PositiveIntegerField(
-        default=1, help_text="Most units one customer may buy, across all of their orders."
+        default=1,
+        # The CHECK below in the form's words, beside the field (without it: "Constraint ... is violated").
+        validators=[MinValueValidator(1)],
+        help_text="Most units one customer may buy, across all of their orders.",
     )
     # The highest fencing token that has written this row. A distributed-lock holder may write
     # only with a larger token, so a holder that paused past its lease cannot write late.

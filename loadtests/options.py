@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 
 from faults.base import FAULT_STRATEGIES, OVERSELL_UNFENCED
 from faults.registry import FAULT_NAMES
+from inventory.models import Product
 from inventory.services import MAX_STOCK
 from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.base import QUEUES
@@ -341,6 +342,24 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
         raise CommandError(f"--report {report_path}: is the --json file too: give each its own file")
 
 
+def check_sku_free(sku: str, *, sales: int) -> None:
+    """Refuse a --sku whose sale products (``sku``, then ``sku-2``... with --sales) are too long for
+    the sku column, or include one of the shop's own, listed on its home page: the burst resets its
+    products' sales (every order deleted), renames them and takes them off the home page."""
+    skus = [sku, *(f"{sku}-{number}" for number in range(2, sales + 1))]
+    if not SKU_PATTERN.match(skus[-1]):
+        raise CommandError(
+            f"--sku {sku}: --sales {sales} names its sales' products up to {skus[-1]}, longer than 64 characters: "
+            "give a shorter --sku"
+        )
+    taken = Product.objects.filter(sku__in=skus, listed=True).values_list("sku", flat=True).first()
+    if taken is not None:
+        raise CommandError(
+            f"--sku {sku}: {taken} is a product of the shop (on its home page), and the burst resets its product's "
+            "sale, deleting its orders: give the burst a sku of its own, e.g. the default flash-burst"
+        )
+
+
 def check_output(flag: str, value: str) -> None:
     """Refuse an output file that cannot be written (a folder, a path under a file, a folder this
     process may not write in) before a run, not after it with its figures in a traceback. Its
@@ -491,6 +510,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     if fault and options.get("sales", 1) > 1:
         raise CommandError("--fault runs one sale a row (the fault is injected into it): drop --sales")
     check_paths(sku=options["sku"], json_path=options["json_path"], report_path=options.get("report_path", ""))
+    check_sku_free(options["sku"], sales=options.get("sales", 1))
     balancers = check_balancers(options["balancer"], master_port=options["master_port"])
     servers = check_servers(options.get("server", "wsgi"), names=names)
     sizing = {name: numbers[name] for name in ("threads", "users", "pods", "workers")}

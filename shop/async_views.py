@@ -15,6 +15,7 @@ from .views import (
     buy_answer,
     buy_form,
     buy_refused,
+    order_key,
     purchase_answer,
     purchase_error,
     purchase_request,
@@ -39,11 +40,12 @@ async def buy(request: HttpRequest, sku: str) -> HttpResponse:
     """The HTML form's target, as :func:`shop.views.buy`."""
     try:
         product, quantity = await on_thread(buy_form, request, sku)
+        key = await on_thread(order_key, request, product)  # its refusal renders a page
     except Refused as refused:
         return refused.response
     try:
-        result = await apurchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+        result = await apurchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
     except InventoryError as exc:
         return await on_thread(buy_refused, request, product, exc)
     # The page is built on an ORM thread (it reads the product again); the view ran here, on the loop.
-    return served_here(await on_thread(buy_answer, request, product, result, quantity))
+    return served_here(await on_thread(buy_answer, request, product, result, quantity, key=key))

@@ -46,7 +46,7 @@ if ENVIRONMENT not in {"development", "production"}:
 DEVELOPMENT = ENVIRONMENT == "development"
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
-if not SECRET_KEY:
+if not SECRET_KEY.strip():  # a key of spaces is no secret: refused as a missing one
     if not DEVELOPMENT:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production")
     SECRET_KEY = "development-only-insecure-key-do-not-deploy"

@@ -9,15 +9,17 @@ import threading
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import get_object_or_404, render
+from django.urls import Resolver404, resolve
 from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
-from inventory.models import Product
+from inventory.models import Allocation, Product
 from inventory.results import PurchaseResult
-from inventory.services import most_per_request, purchase, sale_state
+from inventory.services import IDEMPOTENCY_KEY, most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
 
 #: A purchase body is tiny; anything larger is refused before it is parsed.
@@ -59,6 +61,21 @@ def outcome_message(result: PurchaseResult, quantity: int) -> str:
         # No "ask for N or fewer": the shelf's read does not know how many of N this shopper may buy.
         return f"Only {left} left: not enough for {quantity}."
     return MESSAGES[result.outcome]
+
+
+def outcome_heading(result: PurchaseResult, *, may_buy: int | None = None) -> str:
+    """The result page's heading: a refusal for want of units while some are left is not "Sold out",
+    nor one past the limit while the shopper may still buy some "Limit reached"."""
+    if result.outcome is Outcome.SOLD_OUT and result.units_left:
+        return "Not enough left"
+    if result.outcome is Outcome.LIMIT_REACHED and may_buy:
+        return "Over your limit"
+    return HEADINGS[result.outcome]
+
+
+def units_held(product: Product, customer: str) -> int:
+    """The units ``customer`` holds of ``product`` across their orders (their allocation)."""
+    return Allocation.objects.filter(product=product, customer=customer).values_list("units", flat=True).first() or 0
 
 
 def server_timing(result: PurchaseResult) -> str:
@@ -241,7 +258,13 @@ def product_page(request: HttpRequest, sku: str) -> HttpResponse:
     shopper_id(request)
     context = product_context(product)
     context["quantities"] = range(1, most_per_request(product.per_customer_limit) + 1)
-    return render(request, "shop/product.html", context)
+    # The form's order key (an Idempotency-Key): the same form posted twice, a second click while the
+    # first order waits, places one order and shows it twice. Each render of the page a new one, so
+    # the page is never kept (a page come back to by Back is rendered again: another order).
+    context["order_key"] = secrets.token_urlsafe(18)
+    response = render(request, "shop/product.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def quantity_hint(product: Product) -> str:
@@ -264,13 +287,23 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
     """The HTML form's target: works without JavaScript."""
     try:
         product, quantity = buy_form(request, sku)
+        key = order_key(request, product)
     except Refused as refused:
         return refused.response
     try:
-        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity)
+        result = purchase(sku=sku, customer=shopper_id(request), quantity=quantity, idempotency_key=key)
     except InventoryError as exc:
         return buy_refused(request, product, exc)
-    return buy_answer(request, product, result, quantity)
+    return buy_answer(request, product, result, quantity, key=key)
+
+
+def order_key(request: HttpRequest, product: Product) -> str:
+    """The form's order key ("" from a form without one); raises :class:`Refused` for one that is no key."""
+    key = request.POST.get("key", "").strip()
+    if key and not IDEMPOTENCY_KEY.match(key):
+        message = "The order form was damaged on its way: reload the product page and try again."
+        raise Refused(error_page(request, product, 400, "Check your order", message))
+    return key
 
 
 def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
@@ -315,20 +348,30 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
 
 def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> HttpResponse:
     """The form's page for input the services refused (a quantity outside the shopper's limit)."""
+    if isinstance(exc, KeyReused):  # the same page's form posted again, for another quantity
+        message = "This page already placed your order. Reload the product page to place another."
+        return error_page(request, product, 409, "Already ordered", message)
     message = quantity_hint(product) if isinstance(exc, InvalidQuantity) else str(exc)
     return error_page(request, product, 400, "Check your order", message)
 
 
-def buy_answer(request: HttpRequest, product: Product, result: PurchaseResult, quantity: int) -> HttpResponse:
+def buy_answer(
+    request: HttpRequest, product: Product, result: PurchaseResult, quantity: int, *, key: str = ""
+) -> HttpResponse:
     """The form's result page: the outcome, and the product as it is after the purchase."""
     product.refresh_from_db()
+    held = units_held(product, shopper_id(request)) if result.outcome is Outcome.LIMIT_REACHED else None
+    may_buy = None if held is None else max(0, product.per_customer_limit - held)
     context = {
         **product_context(product),
         "outcome": result.outcome.value,
-        "heading": HEADINGS[result.outcome],
+        "heading": outcome_heading(result, may_buy=may_buy),
+        "held": held,
+        "may_buy": may_buy,
         "message": outcome_message(result, quantity),
         "result": result,
         "quantity": quantity,
+        "order_key": key,  # the busy page's retry is the same order
         "total": product.price * quantity,
     }
     return purchase_response(
@@ -423,7 +466,19 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
             403,
             f"CSRF check failed: {reason.rstrip('.')}. Load the product page first and send the X-CSRFToken header.",
         )
-    return render(request, "shop/csrf_failure.html", {"reason": reason}, status=403)
+    context = {"reason": reason.rstrip("."), "product": refused_product(request)}
+    # Django's words for a request that brought no CSRF cookie: the browser keeps none, and a reload will not help.
+    context["no_cookie"] = reason == REASON_NO_CSRF_COOKIE
+    return render(request, "shop/csrf_failure.html", context, status=403)
+
+
+def refused_product(request: HttpRequest) -> Product | None:
+    """The product whose buy form was refused, for the page's link back to it (None for any other form)."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    return Product.objects.filter(sku=match.kwargs["sku"]).first() if match.url_name == "buy" else None
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

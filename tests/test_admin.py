@@ -100,12 +100,27 @@ class TestProductList:
                 "The sale must end after it starts",
             ),
             ({"price": "-5.00"}, "Ensure this value is greater than or equal to 0."),
+            # Seen by a helper: refused above the form as "Constraint “product_limit_positive” is
+            # violated.", the database's name for the check, not beside the field it is about.
+            ({"per_customer_limit": "0"}, "Ensure this value is greater than or equal to 1."),
         ],
     )
     def test_a_product_that_could_not_be_sold_is_refused_with_the_reason(self, staff, change, message):
         response = add_lamp(staff, **change)
-        assert response.status_code == 200 and message in response.content.decode()
+        html = response.content.decode()
+        assert response.status_code == 200 and message in html
+        assert "Constraint" not in html
         assert not Product.objects.filter(sku="lamp").exists()
+
+    def test_a_limit_of_0_on_the_change_form_is_refused_beside_the_field(self, staff, make_product):
+        product = make_product("lamp", stock=30, limit=2)
+        form = {"sku": "lamp", "name": "Lamp", "price": "12.50", "per_customer_limit": "0"}
+        html = staff.post(f"{CHANGELIST}{product.pk}/change/", form).content.decode()
+        assert "Constraint" not in html
+        field = html[html.index("field-per_customer_limit") :]
+        assert "Ensure this value is greater than or equal to 1." in field[: field.index('name="per_customer_limit"')]
+        product.refresh_from_db()
+        assert product.per_customer_limit == 2
 
     def test_anonymous_and_non_staff_are_sent_to_login(self, client, django_user_model):
         assert client.get(CHANGELIST).status_code == 302
@@ -344,6 +359,22 @@ class TestDashboard:
         assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
         assert 'href="/admin/dashboard/"' in client.get(CHANGELIST).content.decode()
 
+    def test_links_orders_only_for_staff_who_may_view_them(self, client, django_user_model, make_product):
+        """Seen by a helper: a staff user allowed the dashboard (products and burst runs) but not orders
+        was shown each product's name as a link to its orders, and clicking it answered 403."""
+        product = make_product()
+        clerk = django_user_model.objects.create_user("clerk", password="pw-12345678", is_staff=True)
+        clerk.user_permissions.add(inventory_permission("view_product"), inventory_permission("view_burstrun"))
+        client.force_login(clerk)
+        orders = f"/admin/inventory/order/?product__id__exact={product.pk}"
+        assert client.get(orders).status_code == 403
+        html = client.get("/admin/dashboard/").content.decode()
+        assert "/admin/inventory/order/" not in html and 'data-field="name">Phone X<' in html
+        clerk.user_permissions.add(inventory_permission("view_order"))
+        client.force_login(django_user_model.objects.get(pk=clerk.pk))  # the permissions read afresh
+        assert client.get(orders).status_code == 200
+        assert f'href="{orders}"' in client.get("/admin/dashboard/").content.decode()
+
 
 def inventory_permission(codename: str) -> Permission:
     """One of the inventory app's permissions, made first if missing: a transactional test's flush
@@ -393,6 +424,16 @@ class TestCreateStaff:
         """Seen by a helper: 200 characters ended in a DataError traceback; spaces and slashes passed."""
         with pytest.raises(CommandError, match="--username"):
             call_command("createstaff", "--username", username)
+        assert not get_user_model().objects.exists()
+
+    @pytest.mark.parametrize("email", ["not-an-email", "a@b", f"{'x' * 250}@example.com"])
+    def test_an_email_the_admin_would_refuse_is_one_line(self, db, email):
+        """Seen by a helper: ``--email not-an-email`` made the superuser (exit 0), whose own change
+        form in the admin then refused to save until the address was fixed; 265 characters ended in a
+        DataError traceback."""
+        with pytest.raises(CommandError) as excinfo:
+            call_command("createstaff", "--username", "admin", "--email", email)
+        assert str(excinfo.value).startswith(f"--email {email[:40]!r}: ")
         assert not get_user_model().objects.exists()
 
 

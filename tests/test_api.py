@@ -279,6 +279,26 @@ class TestCsrf:
         assert "Your form expired" in response.content.decode()
         assert snapshot() == before
 
+    def test_form_without_the_cookie_says_to_allow_cookies_and_links_the_product(self, strict, make_product):
+        """Seen by a helper: a browser that keeps no cookies read "Your form expired ... (CSRF cookie not
+        set.). ... reload the page and try again", which it could do forever; the page linked the home
+        page only, not the product it came from."""
+        make_product()
+        before = snapshot()
+        response = strict.post("/products/phone-x/buy", {"quantity": "1"})
+        assert response.status_code == 403
+        html = response.content.decode()
+        assert "Cookies needed" in html and "allow cookies for this site" in html and "expired" not in html
+        assert '<a href="/products/phone-x/">Back to Phone X</a>' in html
+        assert snapshot() == before
+
+    def test_form_with_a_stale_token_names_the_reason_once(self, strict, make_product):
+        make_product()
+        strict.get("/products/phone-x/")
+        html = strict.post("/products/phone-x/buy", {"quantity": "1"}).content.decode()
+        assert "The security check failed (CSRF token missing). Nothing was bought." in html
+        assert '<a href="/products/phone-x/">Back to Phone X</a>' in html
+
     def test_form_with_wrong_token_is_a_403_page(self, strict, make_product):
         make_product()
         strict.get("/products/phone-x/")

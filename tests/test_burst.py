@@ -365,6 +365,12 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         ({"locust_workers": 11}, "--locust-workers 11 is more than --requests 10"),
         ({"pods": 100, "workers": 8}, "lower --pods or --workers"),
         ({"sku": "not a slug!"}, "--sku"),
+        # Seen by a helper: passed, and the second sale's product, <sku>-2, was too long for its column.
+        (
+            {"sku": "s" * 63, "sales": 2},
+            f"--sku {'s' * 63}: --sales 2 names its sales' products up to {'s' * 63}-2, longer than 64 characters: "
+            "give a shorter --sku",
+        ),
         ({"balancer": "nginx"}, "--balancer 'nginx': use one or both of none, haproxy"),
         ({"balancer": "haproxy,haproxy"}, "each once"),
         ({"master_port": 0}, "--master-port 0: use a port from 1 to 65535"),
@@ -438,6 +444,36 @@ def test_one_file_for_both_outputs_is_refused_before_the_run(tmp_path):
         )
     assert str(excinfo.value) == f"--report {path}: is the --json file too: give each its own file"
     assert not Product.objects.filter(sku=SKU).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sku, sales", [("phone-x", 1), ("phone", 2)])
+def test_a_sku_of_the_shops_own_product_is_refused_before_the_run(sku, sales, make_product, tmp_path, monkeypatch):
+    """Seen by a helper: ``flashsale --sku phone-x`` (a product on the storefront) took that product
+    as the burst's own: its orders deleted, renamed "Flash-burst phone" and taken off the home page.
+    With --sales 2 the second sale's product, ``<sku>-2``, is taken the same way."""
+    from inventory.services import purchase
+
+    product = make_product("phone-x", stock=5, name="Phone X")
+    assert purchase(sku="phone-x", customer="alice", quantity=1).confirmed
+    monkeypatch.setattr(Flashsale, "run_rows", lambda *args, **kwargs: pytest.fail("the rows ran"))
+    if sales > 1:
+        Product.objects.filter(pk=product.pk).update(sku="phone-2")
+    taken = "phone-x" if sales == 1 else "phone-2"
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", backends="db", requests=10, sku=sku, sales=sales, stdout=StringIO())
+    assert str(excinfo.value) == (
+        f"--sku {sku}: {taken} is a product of the shop (on its home page), and the burst resets its product's "
+        "sale, deleting its orders: give the burst a sku of its own, e.g. the default flash-burst"
+    )
+    product.refresh_from_db()
+    assert (product.name, product.listed, product.stock, Order.objects.filter(product=product).count()) == (
+        "Phone X",
+        True,
+        4,
+        1,
+    )
+    assert not BurstRun.objects.exists()
 
 
 @pytest.mark.django_db

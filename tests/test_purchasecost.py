@@ -37,6 +37,23 @@ def test_cpu_counter_prints_a_row_per_strategy_and_leaves_nothing_behind():
     assert not Product.objects.filter(sku__startswith=PROBE_PREFIX).exists() and not Order.objects.exists()
 
 
+@pytest.mark.slow  # two child processes, each a Django start
+@pytest.mark.django_db(transaction=True)
+def test_a_control_is_counted_as_flashsale_runs_it(monkeypatch):
+    """Seen by a helper: ``--strategies unsafe`` (a strategy the command offers) printed the table's head,
+    then "unsafe floor: the child failed (HINT: use db, optimistic, ...)": the child refused to load a
+    control without ALLOW_UNSAFE_STRATEGY=1, which flashsale sets for its controls' pods only."""
+    monkeypatch.delenv("ALLOW_UNSAFE_STRATEGY", raising=False)
+    monkeypatch.delenv("ALLOW_UNSAFE_BACKEND", raising=False)
+    out = StringIO()
+    call_command(
+        "purchasecost", "--counter", "cpu", "--strategies", "unsafe", "--requests", "4", stdout=out, stderr=StringIO()
+    )
+    lines = out.getvalue().splitlines()
+    assert [line.split()[0] for line in lines[2:]] == ["unsafe"]
+    assert not Product.objects.filter(sku__startswith=PROBE_PREFIX).exists() and not Order.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_bad_arguments_are_one_line_errors():
     with pytest.raises(CommandError, match=r"^--strategies 'nosuch' is not a strategy: use one of db, "):

@@ -150,6 +150,19 @@ class TestReconcile:
         assert counter(redis_client) == 4 and redis_client.hget(units_key("phone-x"), "ghost") is None
         assert "repaired 0" in self.run()
 
+    def test_an_empty_sku_is_a_one_line_error_and_repairs_nothing(self, use_strategy, redis_client, make_product):
+        """Seen by a helper: ``reconcile --sku ""`` (a script's ``--sku "$SKU"`` with SKU unset) read as
+        no --sku: every product loaded in Redis was checked and repaired."""
+        use_strategy("redis-stock")
+        make_product(stock=5, limit=2)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        redis_client.hset(sale_key("phone-x"), "stock", 9)
+        for empty in ("", "  "):
+            with pytest.raises(CommandError) as excinfo:
+                self.run(sku=empty)
+            assert str(excinfo.value) == "--sku is empty: name a product's sku, or leave --sku out to check them all"
+        assert counter(redis_client) == 9
+
     def test_unknown_sku_is_a_one_line_error(self, db):
         with pytest.raises(CommandError, match="no product with sku 'nope'"):
             self.run(sku="nope")

@@ -40,8 +40,12 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "System check identified no issues (0 silenced)." in result.stdout
 
 
-def test_production_refuses_to_start_without_a_secret_key():
-    result = run(["manage.py", "check"], FLASHSALE_ENV="production")
+@pytest.mark.parametrize("key", [None, "   "], ids=["unset", "blank"])
+def test_production_refuses_to_start_without_a_secret_key(key):
+    """Seen by a helper: a key of spaces (an env file's ``DJANGO_SECRET_KEY= `` and a stray space) was
+    taken as the secret, and every session and CSRF token was signed with it."""
+    env = {"FLASHSALE_ENV": "production", **({} if key is None else {"DJANGO_SECRET_KEY": key})}
+    result = run(["manage.py", "check"], **env)
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 
@@ -63,6 +67,34 @@ def test_a_database_that_does_not_answer_is_one_line(command):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("OperationalError: ") and "preflight" in lines[0], result.stderr
+
+
+@pytest.fixture
+def unmigrated_database():
+    """The URL of an empty database of this slot's own: created as preflight creates one, never migrated."""
+    import psycopg
+
+    from tests import slots
+
+    name = f"flashsale_unmigrated_s{slots.SLOT}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("command", [["seed"], ["reconcile", "--dry-run"], ["createstaff", "--username", "x"]])
+def test_a_database_not_yet_migrated_is_one_line_saying_to_migrate(command, unmigrated_database):
+    """Seen by a helper: after preflight created the database, seed (before migrate) ended in a
+    ProgrammingError traceback: relation "inventory_product" does not exist."""
+    result = run(["manage.py", *command], DATABASE_URL=unmigrated_database)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ProgrammingError: relation ") and "does not exist" in lines[0], lines
+    assert lines[0].endswith("the database has not been migrated: run python manage.py migrate (make migrate)")
 
 
 @pytest.mark.parametrize(
@@ -158,12 +190,16 @@ def test_check_deploy_flags_a_weak_secret_key():
 
 
 @pytest.mark.slow
-def test_debug_is_off_under_gunicorn_even_in_development():
+@pytest.mark.parametrize("env", [{}, {"DJANGO_DEBUG": ""}], ids=["unset", "empty"])
+def test_debug_is_off_under_gunicorn_even_in_development(env):
+    """Seen by a helper: ``DJANGO_DEBUG=`` (empty, as an env file's blank line leaves it) kept DEBUG
+    on under gunicorn: the config only filled the variable in when it was absent, and the settings
+    read empty as unset, the development default (on)."""
     code = (
         "import runpy, os; runpy.run_path('gunicorn.conf.py');"
         "import django; django.setup(); from django.conf import settings; print('DEBUG', settings.DEBUG)"
     )
-    result = run(["-c", code])
+    result = run(["-c", code], **env)
     assert result.returncode == 0, result.stderr
     assert "DEBUG False" in result.stdout
 

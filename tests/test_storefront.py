@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -20,8 +21,9 @@ def shopper() -> Client:
     return client
 
 
-def buy(client: Client, quantity="1", sku: str = "phone-x", **extra):
-    return client.post(f"/products/{sku}/buy", {"quantity": quantity}, **extra)
+def buy(client: Client, quantity="1", sku: str = "phone-x", key: str | None = None, **extra):
+    form = {"quantity": quantity, **({} if key is None else {"key": key})}
+    return client.post(f"/products/{sku}/buy", form, **extra)
 
 
 class TestHome:
@@ -170,12 +172,63 @@ class TestBuyOutcomes:
         assert "Limit reached" in response.content.decode()
         assert snapshot() == before
 
+    def test_more_than_the_limit_leaves_is_told_how_many_are_left_to_buy(self, shopper, make_product):
+        """Seen by a helper: with 1 of a limit of 3 bought, asking for 3 more read "Limit reached" and
+        "Each shopper may buy up to 3 units ... in all": not that 2 more could still be bought."""
+        make_product(stock=10, limit=3)
+        assert buy(shopper, "1").status_code == 201
+        response = buy(shopper, "3")
+        assert response.status_code == 409
+        html = response.content.decode()
+        assert '<h1 id="result-heading">Over your limit</h1>' in html
+        assert "You have 1 already: you may buy 2 more." in html
+        response = buy(shopper, "2")
+        assert response.status_code == 201
+        html = buy(shopper, "1").content.decode()
+        assert '<h1 id="result-heading">Limit reached</h1>' in html and "You have 3 already." in html
+        assert Product.objects.get().stock == 7
+
+    def test_the_same_form_posted_twice_places_one_order(self, shopper, make_product):
+        """The product page's order key: a form posted again (a second click while the first waited)
+        shows the first order again; posted again for another quantity, it buys nothing."""
+        make_product(stock=10, limit=3)
+        page = shopper.get("/products/phone-x/")
+        assert page["Cache-Control"] == "no-store"
+        key = re.search(r'name="key" value="([\w-]+)"', page.content.decode()).group(1)
+        first, again = buy(shopper, "1", key=key), buy(shopper, "1", key=key)
+        order = Order.objects.get()
+        assert (first.status_code, again.status_code) == (201, 201)
+        assert f'<dd id="order-number">{order.pk}</dd>' in again.content.decode()
+        other = buy(shopper, "2", key=key)
+        assert other.status_code == 409 and "Already ordered" in other.content.decode()
+        assert Order.objects.count() == 1 and Product.objects.get().stock == 9
+        assert key not in shopper.get("/products/phone-x/").content.decode()  # each render its own key
+
+    @pytest.mark.parametrize("key", ["no spaces allowed", "x" * 65])
+    def test_a_damaged_order_key_is_a_400_page_and_buys_nothing(self, shopper, make_product, key):
+        make_product(stock=10)
+        response = buy(shopper, "1", key=key)
+        assert response.status_code == 400 and "reload the product page" in response.content.decode()
+        assert not Order.objects.exists()
+
     def test_sold_out_page(self, shopper, make_product):
         make_product(stock=0)
         response = buy(shopper)
         assert response.status_code == 409
         assert "Sold out" in response.content.decode()
         assert Order.objects.count() == 0
+
+    def test_too_few_left_for_the_quantity_is_not_called_sold_out(self, shopper, make_product):
+        """Seen by a helper: 2 left, a shopper asking for 3 got a page headed "Sold out" (its title
+        too) above "Only 2 units are left: not enough for 3."; the product page, rightly, said live."""
+        make_product(stock=2, limit=3)
+        response = buy(shopper, "3")
+        assert response.status_code == 409
+        html = response.content.decode()
+        assert '<h1 id="result-heading">Not enough left</h1>' in html
+        assert "<title>Not enough left · Phone X · Flash sale</title>" in html
+        assert "Sold out" not in html and "Only 2 units are left: not enough for 3." in html
+        assert Order.objects.count() == 0 and Product.objects.get().stock == 2
 
     @pytest.mark.parametrize(
         "window, says",
@@ -202,11 +255,12 @@ class TestBuyOutcomes:
         backend = get_strategy()
         with backend.guard("phone-x"):
             before = snapshot()
-            response = buy(shopper)
+            response = buy(shopper, key="the-pages-key")
         assert response.status_code == 503
         assert response["Retry-After"] == "1"
         html = response.content.decode()
         assert "Busy — try again" in html and "Try again</button>" in html
+        assert '<input type="hidden" name="key" value="the-pages-key">' in html  # the retry is the same order
         assert snapshot() == before
 
 

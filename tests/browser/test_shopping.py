@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
+import psycopg
 import pytest
 from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from inventory.models import BurstRun, Order
+from inventory.models import BurstRun, Order, Product
 from loadtests.pods import collect_static
 from tests.helpers import asgi_pod
 
@@ -97,6 +99,116 @@ def test_a_home_card_button_follows_its_product_without_a_reload(live_server, pa
     assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
 
 
+def test_a_price_or_limit_changed_by_staff_shows_without_a_reload(live_server, page, make_product):
+    """Seen by a helper: the open product page polled its product each second but showed only the
+    stock: after staff raised the price from $10.00 to $25.00 it still read $10.00 (the receipt then
+    said $25.00), and a limit raised from 1 to 3 still said "Limit 1 per shopper." and offered 1 only."""
+    product = make_product("earbuds", stock=10, name="Earbuds", price="10.00", limit=1)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    expect(page.locator(".price-large")).to_have_text("$10.00")
+    expect(page.locator("#limit-note")).to_have_text("Limit 1 per shopper.")
+    page.evaluate("window.loadedOnce = true")
+
+    # What the admin's change form saves (ProductAdmin.save_model: only the fields it changed).
+    product.price, product.per_customer_limit = Decimal("25.00"), 3
+    product.save(update_fields=["price", "per_customer_limit"])
+
+    expect(page.locator(".price-large")).to_have_text("$25.00", timeout=5_000)
+    expect(page.locator("#limit-note")).to_have_text("Limit 3 per shopper.")
+    page.get_by_label("Quantity").select_option("3")
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    expect(page.locator(".receipt")).to_contain_text("3 × Earbuds")
+    expect(page.locator(".receipt")).to_contain_text("$75.00")
+
+    # Lowered again, the page offers no more than the new limit, and a home card shows the new price.
+    product.refresh_from_db()
+    product.price, product.per_customer_limit = Decimal("12.50"), 1
+    product.save(update_fields=["price", "per_customer_limit"])
+    page.goto(live_server.url)
+    page.evaluate("window.loadedOnce = true")
+    card = page.locator('[data-live-sku="earbuds"]')
+    expect(card.locator(".price")).to_have_text("$12.50")
+    product.price = Decimal("11.00")
+    product.save(update_fields=["price"])
+    expect(card.locator(".price")).to_have_text("$11.00", timeout=5_000)
+    assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
+
+
+def test_a_limit_lowered_by_staff_takes_the_larger_quantities_away(live_server, page, make_product):
+    product = make_product("earbuds", stock=10, name="Earbuds", limit=3)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    expect(page.get_by_label("Quantity").locator("option")).to_have_count(3)
+    page.get_by_label("Quantity").select_option("3")
+    page.evaluate("window.loadedOnce = true")
+
+    product.per_customer_limit = 1
+    product.save(update_fields=["per_customer_limit"])
+
+    expect(page.locator("#limit-note")).to_have_text("Limit 1 per shopper.", timeout=5_000)
+    expect(page.locator('select[name="quantity"]')).to_have_count(0)
+    page.get_by_role("button", name="Buy now").click()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    assert Order.objects.get().quantity == 1
+    assert page.evaluate("window.loadedOnce") is not True  # the result page: a new document
+
+
+def test_a_product_gone_from_the_sale_is_not_offered_without_a_reload(live_server, new_page, make_product):
+    """Seen by a helper: after staff renamed a product's sku (or deleted it) its open page still read
+    "Live now" over an enabled "Buy now" (the poll's 404 was ignored), which bought nothing but a
+    "No such product" page; its home card still offered "Buy now"."""
+    phone = make_product("phone-x", stock=5, name="Phone X")
+    make_product("watch", stock=5, name="Watch")
+    product_page, home = new_page(), new_page()
+    product_page.goto(f"{live_server.url}/products/phone-x/")
+    home.goto(live_server.url)
+    expect(product_page.get_by_role("button", name="Buy now")).to_be_enabled()
+    expect(home.locator("[data-live-sku]")).to_have_count(2)
+
+    Product.objects.filter(pk=phone.pk).update(sku="phone-x1")  # a rename: the old sku is gone
+
+    expect(product_page.locator('[data-role="state"]')).to_have_text("No longer on sale", timeout=5_000)
+    expect(product_page.get_by_role("button", name="Not on sale")).to_be_disabled()
+    expect(home.locator("[data-live-sku]")).to_have_count(1, timeout=5_000)
+    expect(home.locator('[data-live-sku="watch"]')).to_be_visible()
+
+
+def test_a_second_click_on_buy_while_the_first_waits_places_one_order(live_server, page, make_product, use_strategy):
+    """Seen by a helper: a second click on "Buy now" while the first order waited (a busy sale: here
+    another transaction holds the product's row) posted the form again, and with a limit of 2 the
+    shopper bought 2 units for the 1 chosen, each its own order."""
+    use_strategy("db")  # the section waits for the row lock held below
+    make_product("earbuds", stock=10, name="Earbuds", limit=2)
+    page.goto(f"{live_server.url}/products/earbuds/")
+    box = page.get_by_role("button", name="Buy now").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    with psycopg.connect(**connection_params()) as holder:
+        holder.execute("SELECT 1 FROM inventory_product WHERE sku = 'earbuds' FOR UPDATE")
+        page.mouse.click(x, y)  # the page stays on screen while its order waits: a second click reaches it
+        page.wait_for_timeout(300)
+        page.mouse.click(x, y)
+        page.wait_for_timeout(700)
+        holder.commit()
+    expect(page.get_by_role("heading", name="Order confirmed")).to_be_visible()
+    order = Order.objects.get()
+    assert order.quantity == 1
+    expect(page.locator("#order-number")).to_have_text(str(order.pk))
+
+
+def connection_params() -> dict:
+    """psycopg's connection arguments for the test database the live server uses."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return {
+        "host": db["HOST"],
+        "port": db["PORT"],
+        "user": db["USER"],
+        "password": db["PASSWORD"] or None,
+        "dbname": db["NAME"],
+    }
+
+
 def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_product, django_user_model):
     django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
     make_product("phone-x", stock=100, name="Phone X")
@@ -147,6 +259,39 @@ def test_staff_log_in_and_see_the_dashboard_with_charts(live_server, page, make_
     expect(page.locator("#invariant-summary")).to_have_text("✔ holds")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+
+def test_the_dashboards_live_stock_follows_products_added_renamed_and_deleted(
+    live_server, page, make_product, django_user_model
+):
+    """Seen by a helper: the live table kept the rows it was rendered with. A product added later had
+    no row though the "units left" tile counted it; a deleted one kept its row and stock; a renamed
+    one kept its old name."""
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "a-long-test-password")
+    phone = make_product("phone-x", stock=100, name="Phone X")
+    earbuds = make_product("earbuds", stock=20, name="Earbuds")
+    page.goto(f"{live_server.url}/admin/dashboard/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("a-long-test-password")
+    page.get_by_role("button", name="Log in").click()
+    rows = page.locator("#live-stock tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#total-stock")).to_have_text("120")
+
+    make_product("watch", stock=5, name="Watch")
+    earbuds.delete()
+    phone.name = "Phone X2"
+    phone.save(update_fields=["name"])
+
+    expect(page.locator("#total-stock")).to_have_text("105", timeout=5_000)
+    expect(page.locator('tr[data-sku="watch"] [data-field="stock"]')).to_have_text("5", timeout=5_000)
+    expect(page.locator('tr[data-sku="earbuds"]')).to_have_count(0)
+    expect(rows).to_have_count(2)
+    expect(page.locator('tr[data-sku="phone-x"] th')).to_contain_text("Phone X2")
+
+    Product.objects.all().delete()
+    expect(rows).to_have_text(["No products yet. Run python manage.py seed."], timeout=5_000)
+    expect(page.locator("#total-stock")).to_have_text("0")
 
 
 @pytest.mark.slow

@@ -34,6 +34,12 @@ class Command(BaseCommand):
             field.run_validators(username)  # its length and characters, as the admin's form checks them
         except ValidationError as exc:
             raise CommandError(f"--username {username[:40]!r}: {' '.join(exc.messages)}") from None
+        email = email.strip()
+        if email:
+            try:
+                User._meta.get_field("email").clean(email, None)  # its form and length, as the admin checks them
+            except ValidationError as exc:
+                raise CommandError(f"--email {email[:40]!r}: {' '.join(exc.messages)}") from None
         if User._default_manager.filter(**{User.USERNAME_FIELD: username}).exists():
             raise CommandError(
                 f"user {username!r} already exists; set a new password with: manage.py changepassword {username}"

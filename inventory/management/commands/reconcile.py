@@ -22,12 +22,15 @@ class Command(BaseCommand):
     help = "Compare the redis-stock counters with the database and repair any drift from the database."
 
     def add_arguments(self, parser):
-        parser.add_argument("--sku", default="", help="only this product (default: every product loaded in Redis)")
+        parser.add_argument("--sku", default=None, help="only this product (default: every product loaded in Redis)")
         parser.add_argument("--dry-run", action="store_true", help="report drift, change nothing")
 
-    def handle(self, *args, sku: str, dry_run: bool, **options):
+    def handle(self, *args, sku: str | None, dry_run: bool, **options):
         products = Product.objects.all()
-        if sku:
+        if sku is not None and not sku.strip():
+            # An empty --sku (a script's --sku "$SKU" with SKU unset) is not "every product": that repairs them all.
+            raise CommandError("--sku is empty: name a product's sku, or leave --sku out to check them all")
+        if sku is not None:
             products = products.filter(sku=sku)
             if not products.exists():
                 raise CommandError(f"no product with sku {sku!r}: see manage.py seed or the admin")

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -111,8 +112,15 @@ def _shown(value: float, counter: str) -> str:
 def _run_child(strategy: str, kind: str, requests: int, *, valgrind: list[str] | None) -> str:
     command = [sys.executable, "manage.py", "purchasecost", "--child", kind, "--requests", str(requests)]
     command += ["--counter", "cpu" if valgrind is None else "callgrind"]
-    # The parent's database (a test's, under pytest), the strategy asked for, DEBUG off as under gunicorn.
-    env = {**os.environ, "DATABASE_URL": database_url(), "INVENTORY_STRATEGY": strategy, "DJANGO_DEBUG": "0"}
+    # The parent's database (a test's, under pytest), the strategy asked for, DEBUG off as under gunicorn,
+    # and what the strategy's own server needs (a control: ALLOW_UNSAFE_STRATEGY=1, as flashsale's pods get).
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "INVENTORY_STRATEGY": strategy,
+        "DJANGO_DEBUG": "0",
+        **strategy_class(strategy).server_env(settings.INVENTORY),
+    }
     done = subprocess.run((valgrind or []) + command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,6 +1,7 @@
 // Live stock for the storefront: every element with data-live-sku polls its product's JSON
-// each second and updates the stock bar, the sale badge, the countdown, the product page's buy
-// button and the home page card's link ("Buy now" while live, "View" otherwise).
+// each second and updates the stock bar, the sale badge, the countdown, the price, the product
+// page's buy button, limit and quantities, and the home page card's link ("Buy now" while live,
+// "View" otherwise).
 // Without JavaScript the pages still work; they just show the stock as it was when loaded.
 (function () {
   "use strict";
@@ -16,6 +17,28 @@
     var d = Math.floor(seconds / 86400), h = Math.floor(seconds / 3600) % 24;
     var m = Math.floor(seconds / 60) % 60, s = seconds % 60;
     return (d ? d + "d " : "") + (d || h ? pad(h) + ":" : "") + pad(m) + ":" + pad(s);
+  }
+
+  // The buy form's quantity as the product page renders it for a limit of ``most``: a choice of
+  // 1..most, or a fixed 1; the shopper's choice is kept while it is still allowed.
+  function offer(quantity, most) {
+    var chosen = quantity.querySelector("select");
+    var keep = chosen ? Math.min(Number(chosen.value), most) : 1;
+    quantity.setAttribute("data-most", String(most));
+    if (most <= 1) {
+      var fixed = document.createElement("input");
+      fixed.type = "hidden"; fixed.name = "quantity"; fixed.value = "1";
+      quantity.replaceChildren(fixed);
+      return;
+    }
+    var label = document.createElement("label");
+    label.htmlFor = "quantity"; label.textContent = "Quantity";
+    var select = document.createElement("select");
+    select.id = "quantity"; select.name = "quantity";
+    select.setAttribute("aria-describedby", "limit-note");
+    for (var n = 1; n <= most; n++) select.add(new Option(String(n), String(n)));
+    select.value = String(keep);
+    quantity.replaceChildren(label, select);
   }
 
   function LiveProduct(el) {
@@ -68,6 +91,12 @@
       if (announce && ANNOUNCE[p.state]) announce.textContent = ANNOUNCE[p.state];
       this.state = p.state;
     }
+    var price = this.part("price");
+    if (price && price.textContent !== "$" + p.price) price.textContent = "$" + p.price;
+    var limit = this.part("limit");
+    if (limit) limit.textContent = "Limit " + p.per_customer_limit + " per shopper.";
+    var quantity = this.part("quantity");
+    if (quantity && quantity.getAttribute("data-most") !== String(p.max_quantity)) offer(quantity, p.max_quantity);
     var button = this.part("buy");
     if (button) {
       button.disabled = p.state !== "live";
@@ -83,14 +112,35 @@
     this.tick();
   };
 
+  // The product is no longer in the sale (deleted, or its sku renamed: its URLs answer 404): a home
+  // card goes; the product page offers nothing to buy and says so. Its polling stops.
+  LiveProduct.prototype.gone = function () {
+    this.state = "gone";
+    if (this.part("card-button")) { this.el.remove(); return; }
+    var badge = this.part("state");
+    badge.className = "badge badge-ended";
+    badge.textContent = "No longer on sale";
+    var cd = this.part("countdown");
+    if (cd) cd.textContent = "";
+    var button = this.part("buy");
+    if (button) { button.disabled = true; button.textContent = "Not on sale"; }
+    var announce = this.part("announce");
+    if (announce) announce.textContent = "This product is no longer on sale.";
+  };
+
   LiveProduct.prototype.poll = function () {
     var self = this;
+    if (self.state === "gone") return;
     if (document.hidden) { setTimeout(function () { self.poll(); }, POLL_MS); return; }
     fetch(this.url, { headers: { Accept: "application/json" }, cache: "no-store" })
-      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
-      .then(function (p) { self.render(p); })
+      .then(function (r) {
+        if (r.status === 404) { self.gone(); return null; }
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.json();
+      })
+      .then(function (p) { if (p) self.render(p); })
       .catch(function () { /* a missed poll is retried in a second */ })
-      .then(function () { setTimeout(function () { self.poll(); }, POLL_MS); });
+      .then(function () { if (self.state !== "gone") setTimeout(function () { self.poll(); }, POLL_MS); });
   };
 
   var products = Array.prototype.map.call(document.querySelectorAll("[data-live-sku]"), function (el) {

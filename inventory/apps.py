@@ -6,4 +6,4 @@ class InventoryConfig(AppConfig):
     verbose_name = "Flash-sale inventory"
 
     def ready(self) -> None:
-        from . import checks, receivers  # noqa: F401  (registers the system checks and signal receivers)
+        from . import checks, receivers, sessions  # noqa: F401  (registers the system checks and signal receivers)

@@ -7,6 +7,7 @@ product's per-customer limit (an :class:`Allocation` row per product and custome
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, F, Q, Sum
@@ -184,3 +185,15 @@ class BurstRun(models.Model):
         return (
             f"{self.strategy} burst at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.invariants_ok else 'FAILED'}"
         )
+
+
+class SessionGeneration(models.Model):
+    """How many times a user has logged out: part of their sessions' auth hash (inventory/sessions.py).
+
+    Sessions are signed cookies held by the browser alone, so a logout cannot delete one; it raises
+    this number instead, and every session signed with the old one stops verifying."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="session_generation"
+    )
+    generation = models.PositiveBigIntegerField(default=0)

@@ -189,6 +189,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Shoppers are identified by their session. Signed-cookie sessions keep a 5,000-request burst
 # from writing 5,000 session rows; the cookie is signed with SECRET_KEY and HttpOnly.
 SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
+# A signed cookie cannot be deleted server-side: a logout ends every session of that user by
+# raising a generation their sessions' auth hash covers (inventory/sessions.py).
+AUTHENTICATION_BACKENDS = ["inventory.sessions.RevocableSessionsBackend"]
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"

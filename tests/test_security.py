@@ -226,3 +226,26 @@ def test_static_files_served_by_whitenoise_with_debug_off(tmp_path, settings, ma
             assert response.status_code == 200
             assert "max-age=315360000" in response["Cache-Control"]  # hashed name: cache forever
         assert client.get(css, HTTP_ACCEPT_ENCODING="gzip")["Content-Encoding"] == "gzip"
+
+
+@pytest.mark.django_db
+def test_a_staff_session_copied_before_logout_is_refused_after_it():
+    # Sessions are signed cookies, kept by the browser alone: logging out only dropped this browser's
+    # copy, and a copy taken before (a shared machine, a proxy's log) stayed a staff session until it
+    # expired. Logging out now ends every session of that staff user.
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("boss", "boss@example.com", "pw-for-tests-only")
+    browser = Client()
+    assert browser.login(username="boss", password="pw-for-tests-only")
+    assert browser.get("/admin/").status_code == 200
+    copied = browser.cookies["sessionid"].value
+    browser.post("/admin/logout/")
+    thief = Client()
+    thief.cookies["sessionid"] = copied
+    answer = thief.get("/admin/")
+    assert answer.status_code == 302 and "/admin/login/" in answer["Location"]
+    # Logging in again works, and that new session is a staff session.
+    again = Client()
+    assert again.login(username="boss", password="pw-for-tests-only")
+    assert again.get("/admin/").status_code == 200

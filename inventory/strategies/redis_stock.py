@@ -121,7 +121,7 @@ def units_key(sku: str) -> str:
     return f"flashsale:stock:{{{sku}}}:units"
 
 
-def _epoch_ms(moment) -> str:
+def epoch_ms(moment) -> str:
     """A datetime as the milliseconds-since-the-epoch string the Lua script compares ("" for none)."""
     return "" if moment is None else str(int(moment.timestamp() * 1000))
 
@@ -146,8 +146,8 @@ def load_sale(client: redis.Redis, product: Product, *, generation: int, replace
         "1" if replace else "0",
         product.stock,
         product.per_customer_limit,
-        _epoch_ms(product.sale_starts_at),
-        _epoch_ms(product.sale_ends_at),
+        epoch_ms(product.sale_starts_at),
+        epoch_ms(product.sale_ends_at),
     ]
     args += [value for pair in held for value in pair]
     return int(client.eval(LOAD, 3, *keys, *args))
@@ -200,7 +200,7 @@ class RedisStockStrategy(Strategy):
         if replays:
             return SectionResult(order=replays[(customer, key)], replayed=True)
         keys = [sale_key(product.sku), units_key(product.sku)]
-        now_ms = _epoch_ms(timezone.now())
+        now_ms = epoch_ms(timezone.now())
         try:
             args = [customer, quantity, now_ms, pair_of(customer, key), self.pending_ms]
             code, stock = self._loaded(product, lambda: self.take(keys=keys, args=args))
@@ -284,7 +284,7 @@ class RedisStockStrategy(Strategy):
     def _take_many(self, product: Product, keys: list[str], asks: list[Ask]) -> list[tuple[int, int]]:
         if not asks:
             return []
-        args = [_epoch_ms(timezone.now()), self.pending_ms]
+        args = [epoch_ms(timezone.now()), self.pending_ms]
         for ask in asks:
             args += [ask.customer, ask.quantity, pair_of(ask.customer, ask.key)]
         found = self._loaded(product, lambda: self.take_many(keys=keys, args=args))

@@ -166,6 +166,7 @@ def prepare(
         return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
     found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
     if found is None:
+        soldout.forget_unknown(sku, seen)
         raise ProductNotFound(f"no product with sku {sku!r}")
     shelf, replay_id, held = found
     check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))

@@ -156,6 +156,12 @@ def remember_shelf(sku: str, seen: Reading, shelf: Shelf) -> None:
         MARKS.remember(sku, seen.clear, shelf)
 
 
+def forget_unknown(sku: str, seen: Reading | None) -> None:
+    """After a shelf read found no product with ``sku``: what :func:`read` kept of it is dropped."""
+    if seen is not None and seen.clear is not None:
+        MARKS.forget(sku, seen.clear)
+
+
 def final_orders(sku: str) -> dict[tuple[str, str], tuple[int, int]]:
     """The keyed orders of a product marked sold out, (customer, key) → (id, units): final for the
     mark's generation (no stock is left)."""

@@ -147,6 +147,13 @@ class LocalMarks:
             if self._clear.get(sku) is clear:
                 clear.shelf = shelf
 
+    def forget(self, sku: str, clear: Clear) -> None:
+        """Drop ``clear`` if it is still what this process knows of ``sku``: a SKU no product has is
+        not kept (a client naming ever new SKUs would grow this memory without bound)."""
+        with self._lock:
+            if self._clear.get(sku) is clear:
+                del self._clear[sku]
+
     def drop(self, sku: str, *, marked: bool = False) -> None:
         """A message about ``sku``: its sale changed (drop everything kept of it), or with
         ``marked`` it was just marked (drop only the knowledge that it was not)."""

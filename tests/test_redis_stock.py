@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.utils import timezone
 
 from inventory.audit import audit
 from inventory.models import Order, Product
@@ -162,6 +165,24 @@ class TestReconcile:
                 self.run(sku=empty)
             assert str(excinfo.value) == "--sku is empty: name a product's sku, or leave --sku out to check them all"
         assert counter(redis_client) == 9
+
+    def test_a_limit_or_window_left_behind_is_drift(self, use_strategy, redis_client, make_product):
+        """Seen: the product's limit raised from 1 to 3 and its sale's end moved later by UPDATEs
+        that sent no signal (as when the receiver's drop of the counter met Redis down, whose log
+        line says to run reconcile); reconcile said "repaired 0" and Redis went on refusing: a
+        second unit "limit reached", then every purchase "not on sale" while the database sold."""
+        use_strategy("redis-stock")
+        product = make_product(stock=5, limit=1, sale_ends_at=timezone.now() + timedelta(seconds=2))
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        later = timezone.now() + timedelta(days=1)
+        Product.objects.filter(pk=product.pk).update(per_customer_limit=3, sale_ends_at=later)
+        text = self.run()
+        assert "phone-x: per-customer limit 1 in Redis, 3 in the database" in text
+        assert "phone-x: sale window" in text and "repaired 1" in text
+        time.sleep(max(0.0, (product.sale_ends_at - timezone.now()).total_seconds()) + 0.1)
+        assert purchase(sku="phone-x", customer="a", quantity=1).confirmed
+        assert Product.objects.get(pk=product.pk).stock == 3 and audit(sku="phone-x").ok
+        assert "repaired 0" in self.run()
 
     def test_unknown_sku_is_a_one_line_error(self, db):
         with pytest.raises(CommandError, match="no product with sku 'nope'"):

@@ -9,6 +9,7 @@ while queued is never sold afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import json
@@ -24,6 +25,7 @@ from django.db import connections
 from hypothesis import given
 from hypothesis import strategies as st
 
+from inventory.async_purchase import apurchase
 from inventory.audit import audit
 from inventory.batched import shared_key
 from inventory.combining import SharedQueue
@@ -104,6 +106,30 @@ def test_an_ask_past_its_deadline_leaves_the_list_busy_and_is_never_served(queue
     served = []
     assert queue.submit({"n": 2}, serve=doubling(queue, served), timeout_s=5, taken_wait_s=5, busy=busy).answer == 4
     assert served == [[2]]
+
+
+def test_a_leader_serves_its_own_ask_whatever_its_deadline(queue):
+    """Seen with ACQUIRE_TIMEOUT_MS=0 (the checks accept it: take the lock or be busy at once): the
+    leader's own ask was past its deadline by its own LPOP, answered busy, and with an empty list it
+    never served at all; every purchase on the shared queue was busy on an idle shop. The local queue
+    serves its leader's own ticket whatever its deadline: so does this one."""
+    served = []
+    assert queue.submit({"n": 1}, serve=doubling(queue, served), timeout_s=0, taken_wait_s=1, busy=busy).answer == 2
+    assert served == [[1]] and queue.client.llen(queue.key) == 0 and not queue.client.exists(queue.lease_key)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("server", ["threads", "event loop"])
+def test_a_purchase_that_may_not_wait_is_sold_when_nobody_is_ahead(server, use_strategy, make_product):
+    """ACQUIRE_TIMEOUT_MS=0 on the shared queue: a purchase alone leads and is sold, on either server."""
+    use_strategy(
+        "atomic", ACQUIRE_TIMEOUT_MS=0, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 4, "QUEUE": "shared"}
+    )
+    make_product("hot", stock=2, limit=1)
+    buy = functools.partial(purchase if server == "threads" else lambda **kw: asyncio.run(apurchase(**kw)), sku="hot")
+    assert buy(customer="a", quantity=1).confirmed and buy(customer="b", quantity=1).confirmed
+    assert buy(customer="c", quantity=1).outcome is Outcome.SOLD_OUT
+    assert Order.objects.count() == 2 and Product.objects.get(sku="hot").stock == 0
 
 
 def submitted_behind(queue, leader: str, item: dict, *, timeout_s: float, taken_wait_s: float):

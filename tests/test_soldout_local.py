@@ -410,3 +410,21 @@ def test_a_listener_a_url_change_left_behind_stops_and_leaves_the_new_one_alone(
         time.sleep(0.01)
     time.sleep(0.3)  # a second listener would have heard it by now too
     assert heard == [sku]
+
+
+@pytest.mark.django_db
+def test_a_purchase_of_an_unknown_sku_leaves_nothing_in_memory(use_strategy, make_product):
+    """Seen: 2,000 purchases of SKUs that do not exist (404 each) left 2,000 entries "known
+    unmarked" in the process, each kept until the same SKU was asked for again after 2 s, so a
+    client naming new SKUs grew every worker's memory without bound. An unknown SKU is not kept;
+    a real one still is."""
+    use_strategy("db")
+    subscribed_epoch(SKU)
+    url = settings.INVENTORY["REDIS_URL"]
+    for number in range(2000):
+        with pytest.raises(ProductNotFound):
+            purchase(sku=f"no-such-{number}-{'x' * 200}", customer="a", quantity=1)
+    assert not [number for number in range(2000) if MARKS.clear(f"no-such-{number}-{'x' * 200}", url=url)]
+    assert len(MARKS._clear) < 10, f"{len(MARKS._clear)} SKUs kept in memory"
+    make_product(SKU, stock=3)
+    assert known_unmarked(SKU).local

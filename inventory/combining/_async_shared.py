@@ -10,8 +10,8 @@ For one key:
 * A submitter RPUSHes its ask (JSON: a ticket id of its own, the item, when it was queued and its
   deadline) and, in the same round trip, tries the *lease* (``SET NX PX``) that makes it the leader.
 * The leader awaits ``serve(take)`` (:func:`~inventory.combining.alead_batch`: the strategy's guard,
-  the batch section); ``take()`` LPOPs up to ``limit`` asks from the head, answers busy the asks
-  already past their deadline (never served), and ``serve`` answers the others
+  the batch section); ``take()`` LPOPs up to ``limit`` asks from the head, answers busy the asks of
+  others already past their deadline (never served), and ``serve`` answers the others
   (:meth:`AsyncSharedQueue.answer`). The leader posts the answers, each on its ticket's own list
   (RPUSH with an expiry), in one pipeline, and serves the next batch until its own ask is answered;
   then it releases the lease and nudges the submitter at the head (a ``lead`` message on its list).
@@ -187,11 +187,12 @@ class AsyncSharedQueue:
             ticket.settle(busy(ticket))
 
     async def _lead(self, own: SharedTicket, serve, busy, deadline: float) -> None:
-        """Serve batches until its own ask is answered, the list is empty or its deadline has passed;
-        then pass the lease on."""
+        """Serve batches until its own ask is answered, the list is empty or its deadline has passed
+        (one batch at least, as a local combiner's leader serves its own ticket whatever its
+        deadline: with ``timeout_s`` 0 nothing would ever be served); then pass the lease on."""
         try:
-            while not own.answered and time.monotonic() < deadline:
-                if not await self._serve_batch(own, serve, busy):
+            while not own.answered:
+                if not await self._serve_batch(own, serve, busy) or time.monotonic() >= deadline:
                     break
         finally:
             await self._pass_on(own)
@@ -208,7 +209,8 @@ class AsyncSharedQueue:
             now = time.time()
             for payload in await self.client.lpop(self.key, self.limit) or []:
                 ticket = own if payload == own.payload else self._ticket_of(payload)
-                (late if ticket.deadline_at <= now else taken).append(ticket)
+                # Its own ask's submitter is this leader, still here to be answered: never late.
+                (late if ticket is not own and ticket.deadline_at <= now else taken).append(ticket)
             return taken
 
         try:

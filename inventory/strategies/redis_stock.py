@@ -27,16 +27,20 @@ from ..models import Allocation, Product
 from .base import Strategy
 from .batch import Ask, BatchAttempt, batch_section
 from .contract import Grant, Needed, Outcome, Refusal, SectionResult, Shelf, generation_key
-from .section import lock_timed_out, take_in_one_statement
+from .section import find_order, lock_timed_out, take_in_one_statement
 from .statements import Statement, sale_read, take_update
 
 logger = logging.getLogger(__name__)
 
 # KEYS[1] sale hash {stock, limit, starts_ms, ends_ms}; KEYS[2] hash customer -> units held.
-# ARGV[1] customer, ARGV[2] quantity, ARGV[3] now in ms.
-# Returns {code, stock}: -1 not loaded, 0 not on sale, 1 limit reached, 2 sold out, 3 taken.
+# ARGV[1] customer, ARGV[2] quantity, ARGV[3] now in ms, ARGV[4] the (customer, key) pair ('' without
+# a key), ARGV[5] how long a taken pair's marker lives (ms).
+# Returns {code, stock}: -1 not loaded, 0 not on sale, 1 limit reached, 2 sold out, 3 taken, 5 the
+# same pair was taken and its database write may still be in flight (its marker, KEYS[1]:pending:pair).
 TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
+local pending = ARGV[4] ~= '' and KEYS[1] .. ':pending:' .. ARGV[4]
+if pending and redis.call('EXISTS', pending) == 1 then return {5, 0} end
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'starts_ms', 'ends_ms')
 local stock, limit = tonumber(sale[1]), tonumber(sale[2])
 local now, q = tonumber(ARGV[3]), tonumber(ARGV[2])
@@ -46,33 +50,41 @@ end
 if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') + q > limit then return {1, stock} end
 if stock < q then return {2, stock} end
 redis.call('HINCRBY', KEYS[2], ARGV[1], q)
+if pending then redis.call('SET', pending, 1, 'PX', ARGV[5]) end
 return {3, redis.call('HINCRBY', KEYS[1], 'stock', -q)}
 """
-# Compensation: give back what TAKE took. KEYS as TAKE; ARGV[1] customer, ARGV[2] quantity.
+# Compensation: give back what TAKE took. KEYS as TAKE; ARGV[1] customer, ARGV[2] quantity, ARGV[3]
+# its pair ('' without a key), whose marker goes with it.
 GIVE_BACK = """
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'stock', ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('DEL', KEYS[1] .. ':pending:' .. ARGV[3]) end
 if redis.call('HINCRBY', KEYS[2], ARGV[1], -tonumber(ARGV[2])) <= 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
 return 1
 """
-# TAKE for a batch, in queue order. KEYS as TAKE; ARGV[1] now in ms, then per purchase: customer,
-# quantity, its (customer, key) pair ('' without a key). Returns code, stock per purchase: codes as
-# TAKE, and 4 when an earlier purchase of the batch with the same pair was taken (its retry).
+# TAKE for a batch, in queue order. KEYS as TAKE; ARGV[1] now in ms, ARGV[2] a taken pair's marker's
+# life (ms), then per purchase: customer, quantity, its (customer, key) pair ('' without a key).
+# Returns code, stock per purchase: codes as TAKE, and 4 when an earlier purchase of the batch with
+# the same pair was taken (its retry).
 TAKE_MANY = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'starts_ms', 'ends_ms')
 local stock, limit, now = tonumber(sale[1]), tonumber(sale[2]), tonumber(ARGV[1])
 local closed = (sale[3] ~= '' and now < tonumber(sale[3])) or (sale[4] ~= '' and now >= tonumber(sale[4]))
 local out, seen = {}, {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local customer, q, pair, code = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], 3
   if pair ~= '' and seen[pair] then code = 4
+  elseif pair ~= '' and redis.call('EXISTS', KEYS[1] .. ':pending:' .. pair) == 1 then code = 5
   elseif closed then code = 0
   elseif tonumber(redis.call('HGET', KEYS[2], customer) or '0') + q > limit then code = 1
   elseif stock < q then code = 2
   else
     redis.call('HINCRBY', KEYS[2], customer, q)
     stock = redis.call('HINCRBY', KEYS[1], 'stock', -q)
-    if pair ~= '' then seen[pair] = true end
+    if pair ~= '' then
+      seen[pair] = true
+      redis.call('SET', KEYS[1] .. ':pending:' .. pair, 1, 'PX', ARGV[2])
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = stock
@@ -109,7 +121,7 @@ def units_key(sku: str) -> str:
     return f"flashsale:stock:{{{sku}}}:units"
 
 
-def _epoch_ms(moment) -> str:
+def epoch_ms(moment) -> str:
     """A datetime as the milliseconds-since-the-epoch string the Lua script compares ("" for none)."""
     return "" if moment is None else str(int(moment.timestamp() * 1000))
 
@@ -134,16 +146,39 @@ def load_sale(client: redis.Redis, product: Product, *, generation: int, replace
         "1" if replace else "0",
         product.stock,
         product.per_customer_limit,
-        _epoch_ms(product.sale_starts_at),
-        _epoch_ms(product.sale_ends_at),
+        epoch_ms(product.sale_starts_at),
+        epoch_ms(product.sale_ends_at),
     ]
     args += [value for pair in held for value in pair]
     return int(client.eval(LOAD, 3, *keys, *args))
 
 
 def forget_sale(client: redis.Redis, sku: str, *, units_too: bool) -> None:
-    """Drop the counter so the next purchase loads it from the database (after restock/reset)."""
-    client.delete(sale_key(sku), *([units_key(sku)] if units_too else []))
+    """Drop the counter so the next purchase loads it from the database (after restock/reset); with
+    ``units_too`` (a reset, whose orders are gone) the customers' units and the keyed purchases' markers."""
+    markers = list(client.scan_iter(match=pending_key(sku, "*"), count=1000)) if units_too else []
+    client.delete(sale_key(sku), *([units_key(sku), *markers] if units_too else []))
+
+
+def pair_of(customer: str, key: str) -> str:
+    """A keyed purchase's (customer, key) pair as the scripts name it ('' without a key)."""
+    return f"{customer}:{key}" if key else ""
+
+
+def pending_key(sku: str, pair: str) -> str:
+    """The marker TAKE leaves for a keyed purchase it took: its twins are told busy, not refused,
+    while its database write may be in flight."""
+    return f"{sale_key(sku)}:pending:{pair}"
+
+
+def _twin(product_id: int, customer: str, key: str) -> SectionResult:
+    """A keyed purchase whose twin (the same key, sent again) TAKE took: the twin's order once it has
+    committed, else busy (its write may be in flight; the retry finds the order), never a refusal
+    that the twin's own units caused."""
+    order = find_order(product_id=product_id, customer=customer, key=key)
+    return (
+        SectionResult(order=order, replayed=True) if order is not None else SectionResult(refusal=Refusal(Outcome.BUSY))
+    )
 
 
 class RedisStockStrategy(Strategy):
@@ -157,20 +192,25 @@ class RedisStockStrategy(Strategy):
         self.take = self.client.register_script(TAKE)
         self.give_back = self.client.register_script(GIVE_BACK)
         self.take_many = self.client.register_script(TAKE_MANY)
+        #: A taken keyed purchase's marker outlives its database write (bounded by the row lock timeout).
+        self.pending_ms = max(config["LOCK_TTL_MS"], config["ROW_LOCK_TIMEOUT_MS"])
 
     def attempt(self, *, product_id: int, customer: str, quantity: int, key: str, grant: Grant) -> SectionResult:
         product, replays = sale_read(product_id, {(customer, key)} if key else set())
         if replays:
             return SectionResult(order=replays[(customer, key)], replayed=True)
         keys = [sale_key(product.sku), units_key(product.sku)]
-        now_ms = _epoch_ms(timezone.now())
+        now_ms = epoch_ms(timezone.now())
         try:
-            code, stock = self._loaded(product, lambda: self.take(keys=keys, args=[customer, quantity, now_ms]))
+            args = [customer, quantity, now_ms, pair_of(customer, key), self.pending_ms]
+            code, stock = self._loaded(product, lambda: self.take(keys=keys, args=args))
         except redis.RedisError as exc:
             logger.warning("redis-stock: Redis unavailable (%s)", exc)
             return SectionResult(refusal=Refusal(Outcome.BUSY))
         if code == -1:
             return SectionResult(refusal=Refusal(Outcome.BUSY))  # restocks kept dropping the counter
+        if code == 5:
+            return _twin(product_id, customer, key)
         if code != 3:
             return SectionResult(
                 refusal={
@@ -184,10 +224,10 @@ class RedisStockStrategy(Strategy):
                 self, product_id=product_id, customer=customer, quantity=quantity, key=key, grant=grant
             )
         except BaseException:
-            self._compensate(keys, customer, quantity)
+            self._compensate(keys, customer, quantity, key)
             raise
         if attempt.order is None or attempt.replayed:
-            self._compensate(keys, customer, quantity)  # refused, or a twin's order came back
+            self._compensate(keys, customer, quantity, key)  # refused, or a twin's order came back
         return attempt
 
     def stock_update(self, shelf: Shelf, *, quantity: int, grant: Grant) -> Statement:
@@ -234,16 +274,19 @@ class RedisStockStrategy(Strategy):
             return db
         written = dict(zip(taken, db.attempts, strict=True))
         self._compensate_many(keys, [asks[i] for i, a in written.items() if a.order is None or a.replayed])
-        answers = {i: self._answer(code, stock) for i, (code, stock) in zip(fresh, codes, strict=True)}
+        answers = {
+            i: _twin(product_id, asks[i].customer, asks[i].key) if code == 5 else self._answer(code, stock)
+            for i, (code, stock) in zip(fresh, codes, strict=True)
+        }
         answers.update(written)
         return BatchAttempt(attempts=[self._settle(asks, i, answers, replays) for i in range(len(asks))])
 
     def _take_many(self, product: Product, keys: list[str], asks: list[Ask]) -> list[tuple[int, int]]:
         if not asks:
             return []
-        args = [_epoch_ms(timezone.now())]
+        args = [epoch_ms(timezone.now()), self.pending_ms]
         for ask in asks:
-            args += [ask.customer, ask.quantity, f"{ask.customer}:{ask.key}" if ask.key else ""]
+            args += [ask.customer, ask.quantity, pair_of(ask.customer, ask.key)]
         found = self._loaded(product, lambda: self.take_many(keys=keys, args=args))
         if found[0] == -1:
             return [(-1, 0)] * len(asks)  # restocks kept dropping the counter: each answered busy
@@ -304,11 +347,11 @@ class RedisStockStrategy(Strategy):
 
     def _compensate_many(self, keys: list[str], asks: list[Ask]) -> None:
         for ask in asks:
-            self._compensate(keys, ask.customer, ask.quantity)
+            self._compensate(keys, ask.customer, ask.quantity, ask.key)
 
-    def _compensate(self, keys: list[str], customer: str, quantity: int) -> None:
+    def _compensate(self, keys: list[str], customer: str, quantity: int, key: str = "") -> None:
         try:
-            self.give_back(keys=keys, args=[customer, quantity])
+            self.give_back(keys=keys, args=[customer, quantity, pair_of(customer, key)])
         except redis.RedisError:
             logger.exception(
                 "redis-stock: could not give %s unit(s) back to %s; run manage.py reconcile", quantity, keys[0]

@@ -316,6 +316,12 @@ def find_order(*, product_id: int, customer: str, key: str) -> Order | None:
     return Order.objects.filter(product_id=product_id, customer=customer, idempotency_key=key).first()
 
 
+def _twin_order(product_id: int, customer: str, key: str) -> SectionResult | None:
+    """The order a keyed purchase's twin committed while this one's section was refused, as its replay."""
+    order = find_order(product_id=product_id, customer=customer, key=key)
+    return SectionResult(order=order, replayed=True) if order is not None else None
+
+
 def new_order(
     strategy: str, *, product_id: int, customer: str, quantity: int, token: int | None, key: str = ""
 ) -> Order:
@@ -431,9 +437,14 @@ def take_in_one_statement(
         if order_id is not None:
             return SectionResult(order=saved(order, order_id))
         if not added:
-            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
+            # The upsert waited for a twin's units (the same key, sent again while the first was in
+            # flight) and found the limit reached: that twin's order, now committed, is the answer.
+            return _twin_order(product_id, customer, key) or SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
         # Nothing taken: undo the units, then say why from the row as it is now.
         roll_back_section()
+    twin = _twin_order(product_id, customer, key)  # a twin that took the last units: its order
+    if twin is not None:
+        return twin
     shelf = read_shelf(product_id)
     refusal = decide(shelf, quantity=quantity, held=held_units(product_id, customer), now=now)
     return SectionResult(refusal=refusal or Refusal(Outcome.SOLD_OUT, units_left=shelf.stock))

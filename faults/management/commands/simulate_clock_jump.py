@@ -31,6 +31,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from inventory.errors import InventoryError
 from inventory.models import Product
 from inventory.strategies.section import read_shelf
 from locks import Lease, NotAcquired, NotOwned, Redlock
@@ -82,7 +83,7 @@ class Command(BaseCommand):
             finally:
                 for client in self.clients:
                     client.close()
-        except NodeError as exc:
+        except (NodeError, InventoryError) as exc:  # a node, or the shop's Redis the reset needs, down
             raise CommandError(str(exc)) from exc
         finally:
             redis_nodes.stop()

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from inventory.errors import InventoryError
 from inventory.models import Product
 from inventory.strategies.section import read_shelf
 from locks import NotAcquired, RedisLock, Redlock
@@ -75,7 +76,7 @@ class Command(BaseCommand):
             others = RedisNodes(base_port=base_port + 4, count=4, run_dir=run_dir)
             with ReplicatedPair(base_port=base_port + 2, run_dir=run_dir) as pair, started_while_needed(others):
                 self.redlock(pair, others)
-        except NodeError as exc:
+        except (NodeError, InventoryError) as exc:  # a node, or the shop's Redis the reset needs, down
             raise CommandError(str(exc)) from exc
         self.narrator.check()
         if self.fenced:

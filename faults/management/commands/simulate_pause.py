@@ -36,6 +36,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from faults.demos import Holder, Narrator, audit_line, reset_product, why_refused, write_order
 from faults.frozen_holder import ForkedHolder
+from inventory.errors import InventoryError
 from inventory.models import Product
 from inventory.strategies import load_strategy
 from inventory.strategies.contract import Shelf
@@ -109,7 +110,7 @@ class Command(BaseCommand):
                         client.close()
                     for built in self.strategies:
                         built.close()
-        except NodeError as exc:
+        except (NodeError, InventoryError) as exc:  # a node, or the shop's Redis the reset needs, down
             raise CommandError(str(exc)) from exc
         self.narrator.check()
         if self.fenced:

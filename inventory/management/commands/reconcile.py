@@ -1,7 +1,8 @@
 """``manage.py reconcile``: put the ``redis-stock`` counters back in step with the database.
 
 The database is the record. For every product whose sale is loaded in Redis, the counter is
-compared with the database's stock and each customer's units with their allocation; any drift
+compared with the database's stock, each customer's units with their allocation, and the limit and
+sale window the script decides with against the product's; any drift
 is reported and repaired by reloading the sale from the database (atomically, in one script).
 Run it when no sale is in flight: a purchase between its Redis decrement and its database
 commit looks like drift of one unit, and reconciling then refuses that purchase's database
@@ -10,12 +11,23 @@ write (the database's check), never oversells.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.models import Allocation, Product
-from inventory.strategies.redis_stock import load_sale, sale_generation, sale_key, units_key
+from inventory.strategies.redis_stock import epoch_ms, load_sale, sale_generation, sale_key, units_key
+
+
+def _window(starts_ms: str, ends_ms: str) -> str:
+    """A sale window as the script holds it (epoch ms, '' for open), in UTC for a reader."""
+
+    def moment(ms: str) -> str:
+        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC).isoformat(timespec="milliseconds") if ms else "open"
+
+    return f"{moment(starts_ms)} to {moment(ends_ms)}"
 
 
 class Command(BaseCommand):
@@ -46,11 +58,12 @@ class Command(BaseCommand):
     def reconcile(self, client: redis.Redis, products, *, dry_run: bool) -> tuple[int, int]:
         checked = drifted = 0
         for product in products:
-            loaded = client.hget(sale_key(product.sku), "stock")
-            if loaded is None:
+            loaded = client.hmget(sale_key(product.sku), "stock", "limit", "starts_ms", "ends_ms")
+            if loaded[0] is None:
                 continue  # not loaded: the next purchase loads it from the database
             checked += 1
-            drift = self.drift(client, product, int(loaded))
+            drift = self.drift(client, product, int(loaded[0]))
+            drift += self.terms_drift(product, *(value.decode() if value is not None else "" for value in loaded[1:]))
             if not drift:
                 continue
             drifted += 1
@@ -63,6 +76,18 @@ class Command(BaseCommand):
                 generation = sale_generation(client, product.sku)
                 load_sale(client, Product.objects.get(pk=product.pk), generation=generation, replace=True)
         return checked, drifted
+
+    @staticmethod
+    def terms_drift(product: Product, limit: str, starts_ms: str, ends_ms: str) -> list[str]:
+        """The sale's terms the script decides with (limit, window) where they are not the database's:
+        left behind when a product's save could not drop the counter (Redis down at its commit)."""
+        lines = []
+        if limit != str(product.per_customer_limit):
+            lines.append(f"per-customer limit {limit or 'none'} in Redis, {product.per_customer_limit} in the database")
+        window = (epoch_ms(product.sale_starts_at), epoch_ms(product.sale_ends_at))
+        if (starts_ms, ends_ms) != window:
+            lines.append(f"sale window {_window(starts_ms, ends_ms)} in Redis, {_window(*window)} in the database")
+        return lines
 
     @staticmethod
     def drift(client: redis.Redis, product: Product, counter: int) -> list[str]:

@@ -135,7 +135,7 @@ async def _prepared(
         result = await _in_batch(strategy, ready)
     else:
         result = await _alone(strategy, ready)
-    return same_purchase(await on_thread(finish, result, ready), quantity=quantity, key=idempotency_key)
+    return same_purchase(await on_thread(finish, strategy, result, ready), quantity=quantity, key=idempotency_key)
 
 
 async def _in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:

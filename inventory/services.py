@@ -122,7 +122,7 @@ def purchase(
     strategy = strategy or get_strategy()
     ready = prepare(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
     if not isinstance(ready, PurchaseResult):
-        ready = finish(in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+        ready = finish(strategy, in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
     return same_purchase(ready, quantity=quantity, key=idempotency_key)
 
 
@@ -176,7 +176,8 @@ def prepare(
     replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=held, now=timezone.now())
     if replay or refusal:
-        return finish(result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings), ready)
+        settled = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
+        return finish(strategy, settled, ready)
     return ready
 
 
@@ -189,7 +190,7 @@ def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:
     if on_sale(ready.shelf, now=timezone.now()):
         return ready
     closed = SectionResult(refusal=Refusal(Outcome.NOT_ON_SALE))
-    return finish(result_of(strategy, closed, timings=ready.timings), ready)
+    return finish(strategy, result_of(strategy, closed, timings=ready.timings), ready)
 
 
 def in_batch(strategy: Strategy, ready: Ready) -> PurchaseResult:
@@ -208,10 +209,10 @@ def queued(ready: Ready) -> dict:
     }
 
 
-def finish(result: PurchaseResult, ready: Ready) -> PurchaseResult:
+def finish(strategy: Strategy, result: PurchaseResult, ready: Ready) -> PurchaseResult:
     """The purchase's total time, and the sold-out mark it leaves for later shoppers (:func:`_remember`)."""
     result.timings.total_ms = _elapsed_ms(ready.began)
-    return _remember(result, sku=ready.sku, shelf=ready.shelf, seen=ready.seen)
+    return _remember(strategy, result, sku=ready.sku, shelf=ready.shelf, seen=ready.seen)
 
 
 def _alone(strategy: Strategy, ready: Ready) -> PurchaseResult:
@@ -263,9 +264,16 @@ def _past(moment: float | None) -> bool:
     return moment is not None and time.time() >= moment
 
 
-def _remember(result: PurchaseResult, *, sku: str, shelf: Shelf, seen: soldout.Reading | None) -> PurchaseResult:
-    """Leave the sold-out mark when the shelf was empty."""
+def _remember(
+    strategy: Strategy, result: PurchaseResult, *, sku: str, shelf: Shelf, seen: soldout.Reading | None
+) -> PurchaseResult:
+    """Leave the sold-out mark when the shelf was empty. A strategy that says "sold out" before the
+    row (``redis-stock``) marks only once the row holds no units: until then an order for the last
+    ones may be on its way, and its keyed retry, meeting the mark, would find no order and be told
+    "sold out" (a read of one row by its key, on this path only until the mark is left)."""
     if seen is not None and result.outcome is Outcome.SOLD_OUT and result.units_left == 0:
+        if strategy.sold_out_before_the_row and Product.objects.filter(pk=shelf.product_id, stock__gt=0).exists():
+            return result
         soldout.mark(sku, generation=seen.generation, limit=shelf.per_customer_limit, ends_at=shelf.sale_ends_at)
     return result
 

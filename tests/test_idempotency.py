@@ -4,9 +4,10 @@ refused and changes nothing (each failed before: a retried request could order t
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from inventory.errors import InventoryError, KeyReused
 from inventory.models import Order, Product
@@ -105,6 +106,57 @@ class TestIdempotencyKey:
         retry = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="same")
         assert retry.confirmed and retry.order_id == order.pk
         assert Product.objects.get(sku="phone-x").stock == stock - 1
+
+    def test_redis_stock_marks_no_sale_sold_out_while_its_last_order_is_in_flight(self, use_strategy, make_product):
+        """Found by a helper reading the code: ``redis-stock`` decides in Redis, before the database.
+        While shopper a's write of the last unit waited (here: the row locked by another
+        transaction), b was told sold out from Redis and marked the SKU sold out; a's keyed retry
+        then met the mark, found no order under its key (not committed yet) and was told "sold out"
+        although its order was confirmed a moment later. The mark now waits for the database to
+        hold no units: a's retry is answered from the section (busy while its write is in flight)."""
+        from inventory import soldout
+
+        use_strategy("redis-stock")
+        product = make_product(stock=1, limit=5)
+        locked, release, first = threading.Event(), threading.Event(), []
+
+        def hold_row():
+            try:
+                with transaction.atomic():
+                    Product.objects.select_for_update().get(pk=product.pk)
+                    locked.set()
+                    release.wait(10)
+            finally:
+                connection.close()
+
+        def buy_first():
+            try:
+                first.append(purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-a"))
+            finally:
+                connection.close()
+
+        holder = threading.Thread(target=hold_row)
+        holder.start()
+        assert locked.wait(5)
+        buyer = threading.Thread(target=buy_first)
+        buyer.start()
+        try:
+            deadline = time.monotonic() + 5  # a's units leave Redis's counter, its write then waits for the row
+            while soldout.client().hget("flashsale:stock:{phone-x}:sale", "stock") != b"0":
+                assert time.monotonic() < deadline, "a's purchase never took the unit in Redis"
+                time.sleep(0.01)
+            refused = purchase(sku="phone-x", customer="b", quantity=1)
+            assert refused.outcome.value == "sold_out"
+            retry = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-a")
+            assert retry.outcome.value != "sold_out", "a's retry was told sold out while its order was in flight"
+        finally:
+            release.set()
+            holder.join(10)
+            buyer.join(10)
+        assert first[0].confirmed
+        again = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-a")
+        assert again.confirmed and again.order_id == first[0].order_id
+        assert not purchase(sku="phone-x", customer="c", quantity=1).confirmed
 
     @pytest.mark.parametrize("key", ["", "a" * 65, "has space", "ключ", "a/b"])
     def test_a_bad_key_is_refused_and_changes_nothing(self, make_product, key):

@@ -69,6 +69,10 @@ class Strategy:
     max_attempts: int = 1
     #: Why this strategy cannot serve on an event loop (ASGI), or "" when it can.
     loop_refusal: str = ""
+    #: Its "sold out" is decided before the database's row (``redis-stock``: a Redis counter), so an
+    #: order for the last units may still be on its way to the row: the sold-out mark then waits
+    #: until the row holds none (:func:`inventory.services.finish`).
+    sold_out_before_the_row: bool = False
 
     def __init__(self, *, config: dict) -> None:
         if self.control and not config.get("ALLOW_UNSAFE"):

@@ -184,6 +184,7 @@ def _twin(product_id: int, customer: str, key: str) -> SectionResult:
 class RedisStockStrategy(Strategy):
     name = "redis-stock"
     guard_label = "none (Lua decrement of a Redis counter)"
+    sold_out_before_the_row = True
     check_label = "database keeps the record (UPDATE … WHERE stock >= q)"
 
     def __init__(self, *, config: dict) -> None:

@@ -8,6 +8,7 @@ each recorded in the admin log (``LogEntry``) of the product it changed.
 from __future__ import annotations
 
 from typing import Callable
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -326,7 +327,7 @@ class OrderAdmin(ReadOnlyAdmin):
 
     @admin.display(description="customer", ordering="customer")
     def customer_link(self, order: Order) -> str:
-        url = reverse("admin:inventory_order_changelist") + f"?customer={order.customer}"
+        url = reverse("admin:inventory_order_changelist") + "?" + urlencode({"customer": order.customer})
         return format_html('<a href="{}" title="all orders of this customer">{}</a>', url, order.customer)
 
 

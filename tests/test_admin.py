@@ -280,6 +280,15 @@ class TestOrders:
         response = staff.get("/admin/inventory/order/?customer=ali%00ce")
         assert response.status_code == 302 and response["Location"].endswith("?e=1")
 
+    def test_a_customer_link_keeps_the_whole_id_in_its_query(self, staff, orders):
+        """The customer column links to that customer's orders; an id with ``&``, ``=``, ``#`` or a
+        space went into the URL as it was, and the link filtered on part of it (or on another field)."""
+        Order.objects.filter(customer="bob").update(customer="b&product__id__exact=0 #1")
+        html = staff.get("/admin/inventory/order/").content.decode()
+        query = "?customer=b%26product__id__exact%3D0+%231"
+        assert query in html
+        assert staff.get(f"/admin/inventory/order/{query}").context["cl"].result_count == 1
+
     def test_orders_cannot_be_edited_or_deleted(self, staff, orders):
         order = Order.objects.first()
         html = staff.get(f"/admin/inventory/order/{order.pk}/change/").content.decode()

@@ -135,6 +135,33 @@ def test_a_price_or_limit_changed_by_staff_shows_without_a_reload(live_server, p
     assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
 
 
+def test_a_name_changed_by_staff_shows_without_a_reload(live_server, page, make_product):
+    """Seen by a helper: after staff renamed a product (its sku unchanged) the open product page kept
+    the old name in its heading, breadcrumb and window title, and the home card its old title."""
+    product = make_product("earbuds", stock=10, name="Earbuds")
+    page.goto(f"{live_server.url}/products/earbuds/")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Earbuds")
+    page.evaluate("window.loadedOnce = true")
+
+    product.name = "<b>Quiet</b> buds"  # shown as text, never as markup
+    product.save(update_fields=["name"])
+
+    expect(page.get_by_role("heading", level=1)).to_have_text("<b>Quiet</b> buds", timeout=5_000)
+    expect(page.locator("[aria-current=page]")).to_have_text("<b>Quiet</b> buds")
+    expect(page).to_have_title("<b>Quiet</b> buds · Flash sale")
+    assert page.locator("h1 b").count() == 0
+    assert page.evaluate("window.loadedOnce") is True
+
+    page.goto(live_server.url)
+    page.evaluate("window.loadedOnce = true")
+    product.name = "Quiet buds"
+    product.save(update_fields=["name"])
+    card = page.locator('[data-live-sku="earbuds"]')
+    expect(card.locator(".product-name")).to_have_text("Quiet buds", timeout=5_000)
+    expect(card.get_by_role("link", name="Buy Quiet buds")).to_have_text("Buy now")
+    assert page.evaluate("window.loadedOnce") is True
+
+
 def test_a_limit_lowered_by_staff_takes_the_larger_quantities_away(live_server, page, make_product):
     product = make_product("earbuds", stock=10, name="Earbuds", limit=3)
     page.goto(f"{live_server.url}/products/earbuds/")

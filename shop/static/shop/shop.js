@@ -1,5 +1,5 @@
 // Live stock for the storefront: every element with data-live-sku polls its product's JSON
-// each second and updates the stock bar, the sale badge, the countdown, the price, the product
+// each second and updates the stock bar, the sale badge, the countdown, the name, the price, the product
 // page's buy button, limit and quantities, and the home page card's link ("Buy now" while live,
 // "View" otherwise).
 // Without JavaScript the pages still work; they just show the stock as it was when loaded.
@@ -90,6 +90,20 @@
       var announce = this.part("announce");
       if (announce && ANNOUNCE[p.state]) announce.textContent = ANNOUNCE[p.state];
       this.state = p.state;
+    }
+    var name = this.part("name");
+    if (name && name.textContent !== p.name) {
+      // A rename by staff: the heading (or the card's title), the initial and, on the product page,
+      // the breadcrumb and the window's title. Text only: a name is never parsed as markup.
+      var was = name.textContent;
+      name.textContent = p.name;
+      var letter = this.part("initial-letter");
+      if (letter) letter.textContent = p.name.charAt(0).toUpperCase();
+      if (name.tagName === "H1") {
+        var crumb = document.querySelector("[data-name]");
+        if (crumb) crumb.textContent = p.name;
+        if (document.title.indexOf(was) === 0) document.title = p.name + document.title.slice(was.length);
+      }
     }
     var price = this.part("price");
     if (price && price.textContent !== "$" + p.price) price.textContent = "$" + p.price;

@@ -66,6 +66,12 @@ _shared: weakref.WeakKeyDictionary[Strategy, dict[str, SharedQueue]] = weakref.W
 _async_shared: weakref.WeakKeyDictionary[
     AbstractEventLoop, weakref.WeakKeyDictionary[Strategy, dict[str, AsyncSharedQueue]]
 ] = weakref.WeakKeyDictionary()
+# One Redis client per strategy for all its SKUs' shared queues (per loop under ASGI): a client per
+# SKU kept a connection pool, and its idle connections, per SKU ever bought.
+_shared_clients: weakref.WeakKeyDictionary[Strategy, redis.Redis] = weakref.WeakKeyDictionary()
+_async_shared_clients: weakref.WeakKeyDictionary[
+    AbstractEventLoop, weakref.WeakKeyDictionary[Strategy, redis.asyncio.Redis]
+] = weakref.WeakKeyDictionary()
 _combiners_lock = threading.Lock()
 #: A blocking read of a shared queue's answer lasts at most its poll (0.2 s): far below this.
 SHARED_SOCKET_TIMEOUT_S = 5.0
@@ -83,14 +89,17 @@ def async_combiner_for(strategy: Strategy, sku: str) -> AsyncCombiner:
 
 def shared_queue_for(strategy: Strategy, sku: str) -> SharedQueue:
     """The strategy's shared queue for ``sku`` (``QUEUE=shared``), as this process's threads reach it."""
-    return _queue_of(_shared, lambda: _shared_queue(SharedQueue, redis, strategy, sku), strategy, sku)
+    return _queue_of(_shared, lambda: _shared_queue(SharedQueue, _shared_clients, redis, strategy, sku), strategy, sku)
 
 
 def async_shared_queue_for(strategy: Strategy, sku: str) -> AsyncSharedQueue:
     """The strategy's shared queue for ``sku`` as this event loop reaches it (ASGI)."""
+    loop = get_running_loop()
     with _combiners_lock:
-        registry = _async_shared.setdefault(get_running_loop(), weakref.WeakKeyDictionary())
-    return _queue_of(registry, lambda: _shared_queue(AsyncSharedQueue, redis.asyncio, strategy, sku), strategy, sku)
+        registry = _async_shared.setdefault(loop, weakref.WeakKeyDictionary())
+        clients = _async_shared_clients.setdefault(loop, weakref.WeakKeyDictionary())
+    make = lambda: _shared_queue(AsyncSharedQueue, clients, redis.asyncio, strategy, sku)  # noqa: E731
+    return _queue_of(registry, make, strategy, sku)
 
 
 def shared_key(strategy: Strategy, sku: str) -> str:
@@ -98,11 +107,14 @@ def shared_key(strategy: Strategy, sku: str) -> str:
     return f"flashsale:queue:{strategy.name}:{{{sku}}}"
 
 
-def _shared_queue(kind, client_module, strategy: Strategy, sku: str):
-    """A shared queue of ``kind`` on its own client of the shop's Redis (``redis`` or ``redis.asyncio``)."""
-    client = client_module.Redis.from_url(
-        strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
-    )
+def _shared_queue(kind, clients, client_module, strategy: Strategy, sku: str):
+    """A shared queue of ``kind`` on the strategy's client of the shop's Redis in ``clients`` (made of
+    ``client_module``, ``redis`` or ``redis.asyncio``, on first use; called under the registry's lock)."""
+    client = clients.get(strategy)
+    if client is None:
+        client = clients[strategy] = client_module.Redis.from_url(
+            strategy.config["REDIS_URL"], socket_timeout=SHARED_SOCKET_TIMEOUT_S, socket_connect_timeout=2.0
+        )
     return kind(
         client,
         key=shared_key(strategy, sku),

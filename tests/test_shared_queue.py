@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from inventory.async_purchase import apurchase
 from inventory.audit import audit
-from inventory.batched import shared_key
+from inventory.batched import async_shared_queue_for, shared_key, shared_queue_for
 from inventory.combining import SharedQueue
 from inventory.models import Order, Product
 from inventory.results import PurchaseResult, Timings
@@ -130,6 +130,32 @@ def test_a_purchase_that_may_not_wait_is_sold_when_nobody_is_ahead(server, use_s
     assert buy(customer="a", quantity=1).confirmed and buy(customer="b", quantity=1).confirmed
     assert buy(customer="c", quantity=1).outcome is Outcome.SOLD_OUT
     assert Order.objects.count() == 2 and Product.objects.get(sku="hot").stock == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("server", ["threads", "event loop"])
+def test_every_sku_s_shared_queue_in_a_process_shares_one_redis_pool(server, use_strategy, make_product):
+    """Seen by a helper reading the code: each SKU's shared queue made a Redis client of its own, so
+    a worker kept a connection pool (and its idle connections) per SKU ever bought: a shop of many
+    SKUs held that many times the connections. One pool per process (per event loop under ASGI)."""
+    use_strategy("atomic", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 4, "QUEUE": "shared"})
+    skus = [f"sku-{n}" for n in range(4)]
+    for sku in skus:
+        make_product(sku, stock=2, limit=1)
+    strategy = get_strategy()
+    if server == "threads":
+        assert all(purchase(sku=sku, customer="a", quantity=1).confirmed for sku in skus)
+        pools = {id(shared_queue_for(strategy, sku).client.connection_pool) for sku in skus}
+    else:
+
+        async def buy_all():
+            answers = [await apurchase(sku=sku, customer="a", quantity=1) for sku in skus]
+            return answers, {id(async_shared_queue_for(strategy, sku).client.connection_pool) for sku in skus}
+
+        answers, pools = asyncio.run(buy_all())
+        assert all(answer.confirmed for answer in answers)
+    assert len(pools) == 1
+    assert Order.objects.count() == 4
 
 
 def submitted_behind(queue, leader: str, item: dict, *, timeout_s: float, taken_wait_s: float):

@@ -314,6 +314,20 @@ def test_unsafe_spike_oversells_in_every_sale_and_the_audit_catches_each(tmp_pat
     oversold = {sku: audit(sku=sku).oversold for sku in (SKU, f"{SKU}-2")}
     assert all(units > 0 for units in oversold.values()), oversold
     assert run["invariants_ok"] is False and run["oversold"] == sum(oversold.values())
+    # The row's other audit columns cover the same sales, so they agree with its oversold units
+    # (orders − units that left the shelf), as the table and the report's sentence set them side by side.
+    reports = [audit(sku=sku) for sku in (SKU, f"{SKU}-2")]
+    assert run["orders"] == sum(report.orders for report in reports)
+    assert run["stock_initial"] == sum(report.initial for report in reports)
+    assert run["stock_final"] == sum(report.stock for report in reports)
+    assert run["orders"] - (run["stock_initial"] - run["stock_final"]) == run["oversold"] - run["lost"]
+    # The BurstRun kept for the admin is its sale's product's own audit, as the database has it.
+    stored = BurstRun.objects.get()
+    assert (stored.orders, stored.oversold, stored.stock_final) == (
+        audit(sku=stored.sku).orders,
+        audit(sku=stored.sku).oversold,
+        audit(sku=stored.sku).stock,
+    )
     assert {problem.split(":")[0] for problem in run["problems"]} == {"sale 1", "sale 2"}
     assert BurstRun.objects.get().invariants_ok is False
     assert [line.split()[-1] for line in printed.splitlines() if line.startswith("unsafe ")] == ["NO"]

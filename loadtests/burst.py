@@ -435,17 +435,19 @@ def record(
     others: list[dict] = (),
 ) -> dict:
     """Audit the database (not for the floor) after every sale of the row, judge the invariants of
-    each, store the BurstRun of the row (its median sale ``figures``) with the report's sentence
-    for it, return the row. A problem of any sale is the row's; its oversold, undersold and lost
-    units are those of all its sales."""
+    each, store the BurstRun of the row (its median sale ``figures``, with that sale's own audit)
+    with the report's sentence for it, return the row. A problem of any sale is the row's; its
+    audit (stock before and after, orders, oversold, undersold and lost units) is that of all its
+    sales, so that its orders less the units that left the shelf are its oversold units."""
     report, errors_5xx, mine = judged(backend, plan, figures)
-    totals = audited(report, plan)
+    own = audited(report, plan)
+    totals = dict(own)
     problems = [f"sale {figures['sale']}: {problem}" for problem in mine] if others else mine
     for other in others:
         other_report, _, theirs = judged(backend, plan, other)
         problems += [f"sale {other['sale']}: {problem}" for problem in theirs]
-        for key in ("oversold", "undersold", "lost"):
-            totals[key] += audited(other_report, plan)[key]
+        for key, value in audited(other_report, plan).items():
+            totals[key] += value
     row = {
         "row": backend,
         "scenario": plan.scenario,
@@ -471,7 +473,7 @@ def record(
     }
     with_floor_ratio(row, floor)
     if report is not None:
-        store(row, plan=plan, figures=figures, started_at=started_at)
+        store({**row, **own}, plan=plan, figures=figures, started_at=started_at)
     return row
 
 

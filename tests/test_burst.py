@@ -436,6 +436,26 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
             "add one, e.g. --batch 1,64, or drop --batch-workers",
         ),
         ({"batch_threads": 50, "batch": "1"}, "--batch-threads 50: only a row with a --batch size above 1 runs on it"),
+        # Seen by a helper: --yardstick with --no-floor ran the plain client after every row and threw its
+        # figure away (it is kept beside the floor round); with --fault it was not run at all.
+        (
+            {"yardstick": True, "floor_round": False},
+            "--yardstick is read against the floor round, which --no-floor leaves out: drop one",
+        ),
+        (
+            {"yardstick": True, "scenario": "deep", "backends": "redis", "fault": "restart-redis"},
+            "--yardstick is read against the floor round, which --fault (a fault run has no floor round) leaves out",
+        ),
+        # Seen by a helper: kill-holder took --fault-hold 5 and held nothing; a pause-worker hold shorter than
+        # etcd's 2 s lease failed only when etcd's row began, after the rows before it, whose figures were lost.
+        (
+            {"scenario": "deep", "backends": "redis", "fault": "kill-holder", "fault_hold": 5.0},
+            "--fault-hold 5: kill-holder holds nothing",
+        ),
+        (
+            {"scenario": "deep", "backends": "redis,etcd", "fault": "pause-worker", "fault_hold": 1.5},
+            "--fault-hold 1.5: pause-worker must freeze a holder past its lease (etcd 2000 ms)",
+        ),
     ],
 )
 def test_an_option_no_row_would_use_is_refused_before_the_run(options, message, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ Each test starts gunicorn on the test database, so the rows must be committed:
 from __future__ import annotations
 
 import json
+import socket
 from io import StringIO
 
 import pytest
@@ -18,8 +19,9 @@ from loadtests.management.commands.flashsale import Command as Flashsale
 from loadtests.report.base import BREAKDOWN_PARTS, ms
 from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
+from processes.needs import project_cluster
 from tests.helpers import flashsale_refused
-from tests.slots import LOCUST_MASTER_PORT
+from tests.slots import ETCD_BASE_PORT, LOCUST_MASTER_PORT
 
 #: The bursts run on one xdist worker (make test): two at once would each measure the other.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("burst")]
@@ -350,6 +352,36 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         assert Order.objects.filter(product__sku=sku).count() == 10
     assert BurstRun.objects.get().sku == sales[1]["sku"]  # the row stored is its median sale
     assert "  sales: " in printed and "(median " in printed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_that_fails_to_run_leaves_the_rows_before_it_in_the_json_and_the_report(tmp_path):
+    """Seen by a helper: ``--strategies db,etcd`` whose etcd could not start ended in one line, but
+    wrote neither --json nor --report: the db row, run and audited, was lost with it; and the two
+    etcd members that had started were left running."""
+    report = tmp_path / "report.html"
+    cluster = project_cluster()
+    was_running = cluster.running()
+    cluster.wipe()  # the suite's cluster, if it ran, starts again afresh below
+    try:
+        with socket.socket() as taken:  # the first member's client port: that member cannot start
+            taken.bind(("127.0.0.1", ETCD_BASE_PORT))
+            taken.listen()
+            document, printed, error = burst(
+                tmp_path, backends="db,etcd", requests=100, stock=5, report_path=str(report)
+            )
+
+        assert error is not None and "etcd cluster not healthy" in str(error) and "\n" not in str(error)
+        assert [run["row"] for run in document["runs"]] == ["floor", "db"]
+        assert document["incomplete"] == str(error)
+        assert rows(document)["db"]["invariants_ok"] is True and BurstRun.objects.count() == 1
+        assert report.is_file() and "Flash-sale burst report" in report.read_text()
+        # The two members that did start are stopped with the one that could not (they ran on before).
+        assert [member.pid() for member in cluster] == [None, None, None]
+    finally:
+        cluster.wipe()
+        if was_running:
+            cluster.start()
 
 
 @pytest.mark.django_db

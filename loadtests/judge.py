@@ -20,6 +20,11 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
     if report is not None:
         problems += report.problems
+        # Every shopper told "confirmed" holds an order, and every order was confirmed to its shopper
+        # (one unit a purchase, one key each): the audit alone balances stock against orders only.
+        confirmed = sum(n for status, n in figures["status_counts"].items() if str(status).startswith("2"))
+        if confirmed != report.orders:
+            problems.append(f"{confirmed} purchases were confirmed, but the database holds {report.orders} orders")
         if figures["constraint_hits"]:
             problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
         if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:

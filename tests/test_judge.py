@@ -95,3 +95,20 @@ def test_every_floor_round_of_a_row_is_judged_against_its_requests():
     assert floor_problems({"sent": 80, "answered": 80, "status_counts": {"200": 80}}, requests=100) == [
         "sent 80, 80 answered, not 100"
     ]
+
+
+@pytest.mark.parametrize("confirmed, orders", [(10, 9), (9, 10)])
+def test_confirmed_purchases_that_the_orders_do_not_match_break_the_row(confirmed, orders):
+    """Before, a sale whose stock balanced its orders was ok whatever its shoppers were told: 10
+    confirmations for 9 orders (a shopper told "confirmed" who holds nothing) passed."""
+    from inventory.audit import AuditReport
+
+    report = AuditReport(
+        sku="flash-burst", initial=10, stock=10 - orders, sold=orders, ordered=orders, orders=orders,
+        over_limit_customers=0, oversold=0, lost=0, undersold=0,
+    )  # fmt: skip
+    counts = {"201": confirmed, "409": 100 - confirmed}
+    problems = judge(backend="db", plan=PLAN, figures=figures(status_counts=counts), report=report, errors_5xx=0)
+    assert problems == [f"{confirmed} purchases were confirmed, but the database holds {orders} orders"]
+    balanced = {"201": orders, "409": 100 - orders}
+    assert judge(backend="db", plan=PLAN, figures=figures(status_counts=balanced), report=report, errors_5xx=0) == []

@@ -42,7 +42,7 @@ from processes.children import ChildError
 from . import cpu
 from .faultrun import FaultRun
 from .figures import timeline, with_floor_ratio
-from .judge import judge
+from .judge import floor_problems, judge
 from .plan import (
     FLOOR,
     SAMPLE_INTERVAL_S,
@@ -119,7 +119,10 @@ def floor_row(runs: list[dict]) -> dict | None:
     floor = best["floor"]
     counts = floor["status_counts"] or {}
     errors_5xx = sum(n for status, n in counts.items() if int(status) >= 500)
-    ok = floor["sent"] == floor["answered"] and not errors_5xx
+    # Its own judgement (a document's row from before it: every shopper answered, no 5xx, no transport error).
+    problems = floor.get("problems")
+    if problems is None:
+        problems = floor_problems(floor, requests=floor["sent"])
     plan_keys = ("scenario", "fault", "fault_description", "fenced", "pods", "balancer", "server", "locust_workers")
     plan_keys += ("sizing",)
     return {
@@ -136,8 +139,8 @@ def floor_row(runs: list[dict]) -> dict | None:
         "duration_s": floor["drain_s"],
         "sold_out_after_s": None,
         "floor_ratio": None,
-        "invariants_ok": ok,
-        "problems": [] if ok else [f"{best['row']}'s floor round: {floor['answered']} of {floor['sent']} answered"],
+        "invariants_ok": not problems,
+        "problems": [f"{best['row']}'s floor round: {problem}" for problem in problems],
         **{key: 0 for key in ("orders", "oversold", "undersold", "lost", "busy", "conflicts", "retries")},
         **{key: 0 for key in ("constraint_hits", "client_retries", "transport_resends", "balancer_answers")},
         "locust_report": best["locust_report"],
@@ -267,8 +270,15 @@ def row_figures(row: Row, summary: dict | None, progress: Progress, faulted: Fau
     figures["sales"] = [sale_headline(sale) for sale in sales]
     floors = [(number, sku, floor) for number, ((endpoint, sku), floor) in enumerate(played) if endpoint == "floor"]
     if floors and row.backend != FLOOR:
+        # Every floor round is judged, not only the best: a row's ×floor is read against one of them.
+        figures["floor_problems"] = [
+            f"floor round {sum(kind == 'floor' for kind, _ in row.rounds[: number + 1])}: {problem}"
+            for number, _, floor in floors
+            for problem in floor_problems(floor, requests=row.plan.requests)
+        ]
         number, sku, best = max(floors, key=lambda found: found[2].get("rps") or 0)
         figures["floor_round"] = floor_figures(best, server_posts=row.server_purchases("floor", sku))
+        figures["floor_round"]["problems"] = floor_problems(best, requests=row.plan.requests)
         figures["floor_round"]["cpu_ms"] = round_cpu(progress, number, best)
         figures["floor_rounds_rps"] = [round(floor.get("rps") or 0, 1) for _, _, floor in floors]
     if faulted:
@@ -435,17 +445,20 @@ def record(
     others: list[dict] = (),
 ) -> dict:
     """Audit the database (not for the floor) after every sale of the row, judge the invariants of
-    each, store the BurstRun of the row (its median sale ``figures``) with the report's sentence
-    for it, return the row. A problem of any sale is the row's; its oversold, undersold and lost
-    units are those of all its sales."""
+    each, store the BurstRun of the row (its median sale ``figures``, with that sale's own audit)
+    with the report's sentence for it, return the row. A problem of any sale is the row's; its
+    audit (stock before and after, orders, oversold, undersold and lost units) is that of all its
+    sales, so that its orders less the units that left the shelf are its oversold units."""
     report, errors_5xx, mine = judged(backend, plan, figures)
-    totals = audited(report, plan)
-    problems = [f"sale {figures['sale']}: {problem}" for problem in mine] if others else mine
+    own = audited(report, plan)
+    totals = dict(own)
+    problems = [f"sale {figures['sale']}: {problem}" for problem in mine] if others else list(mine)
+    problems += figures.get("floor_problems", [])
     for other in others:
         other_report, _, theirs = judged(backend, plan, other)
         problems += [f"sale {other['sale']}: {problem}" for problem in theirs]
-        for key in ("oversold", "undersold", "lost"):
-            totals[key] += audited(other_report, plan)[key]
+        for key, value in audited(other_report, plan).items():
+            totals[key] += value
     row = {
         "row": backend,
         "scenario": plan.scenario,
@@ -471,7 +484,7 @@ def record(
     }
     with_floor_ratio(row, floor)
     if report is not None:
-        store(row, plan=plan, figures=figures, started_at=started_at)
+        store({**row, **own}, plan=plan, figures=figures, started_at=started_at)
     return row
 
 

@@ -20,6 +20,11 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     problems = [f"the load generator failed: {error}" for error in figures.get("errors", [])[:3]]
     if report is not None:
         problems += report.problems
+        # Every shopper told "confirmed" holds an order, and every order was confirmed to its shopper
+        # (one unit a purchase, one key each): the audit alone balances stock against orders only.
+        confirmed = sum(n for status, n in figures["status_counts"].items() if str(status).startswith("2"))
+        if confirmed != report.orders:
+            problems.append(f"{confirmed} purchases were confirmed, but the database holds {report.orders} orders")
         if figures["constraint_hits"]:
             problems.append(f"{figures['constraint_hits']} writes stopped only by a database constraint")
         if min((point[1] for point in figures["timeline"] if point[1] is not None), default=0) < 0:
@@ -77,3 +82,15 @@ def post_count_problems(figures: dict, *, killed_threads: int = 0) -> list[str]:
         f"({figures['sent']} purchases + {figures['client_retries']} retries + {resends} resends after no answer"
         f" - {by_balancer} answered by the balancer" + (f"; {unlogged} unanswered" if unlogged else "") + ")"
     ]
+
+
+def floor_problems(floor: dict, *, requests: int) -> list[str]:
+    """A floor round's problems: it must answer every one of ``requests`` shoppers ``200`` (it
+    touches no storage), or the rate a row's ``×floor`` is read against is not the floor's."""
+    sent, answered = floor.get("sent"), floor.get("answered")
+    problems = [] if sent == answered == requests else [f"sent {sent}, {answered} answered, not {requests}"]
+    others = {status: n for status, n in sorted((floor.get("status_counts") or {}).items()) if status != "200" and n}
+    if others:
+        said = ", ".join(f"{n} × {'no answer' if status == '0' else status}" for status, n in others.items())
+        problems.append(f"{sum(others.values())} answers other than 200 ({said})")
+    return problems

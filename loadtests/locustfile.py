@@ -77,9 +77,13 @@ BAD_GATEWAY = 502
 locust.runners.HEARTBEAT_LIVENESS = 120
 locust.runners.WORKER_REPORT_INTERVAL = 0.5
 LOCAL = "local"
+LOOPBACK = "127.0.0.1"
 
 
 def add_arguments(parser) -> None:
+    # Locust's web UI (it starts a sale against the shop) and its master's port listen on 127.0.0.1
+    # unless told otherwise: --web-host and --master-bind-host open them to other machines.
+    parser.set_defaults(web_host=LOOPBACK, master_bind_host=LOOPBACK)
     group = parser.add_argument_group("flash-sale burst")
     group.add_argument("--purchases", type=int, default=0, help="purchases in the whole sale (0: one per user)")
     group.add_argument("--scenario", choices=["spike", "closed"], default="spike")

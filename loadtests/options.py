@@ -22,6 +22,7 @@ from inventory.strategies import STRATEGIES, strategy_class
 from inventory.strategies.base import QUEUES
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.balancer import BalancerError, haproxy_binary
+from loadtests.faultrun import PAUSE_LEASE_DEFAULT_MS, PAUSE_LEASE_MS
 from loadtests.plan import BALANCERS, SCENARIOS, SERVERS, BurstPlan, default_locust_workers
 from processes.ports import LOCUST_MASTER_PORT
 
@@ -444,6 +445,30 @@ def check_used(*, scenario: str, stock: int | None, sizes: list[int], queue: str
         )
 
 
+def check_fault_options(options: dict, *, names: list[str]) -> None:
+    """Refuse what a fault run would ignore or fail on after its first rows: a --fault-hold for
+    kill-holder (it kills three holders, each the moment one is found: it holds nothing), one that
+    does not outlast pause-worker's lease for a strategy named, and --yardstick with --fault or
+    --no-floor (its figure is read against the floor round, which neither runs)."""
+    fault, hold_s = options.get("fault"), options.get("fault_hold")
+    if fault == "kill-holder" and hold_s is not None:
+        raise CommandError(
+            f"--fault-hold {hold_s:g}: kill-holder holds nothing (it kills a holder, three times, as each is "
+            "found): drop --fault-hold"
+        )
+    if fault == "pause-worker" and hold_s is not None:
+        short = [name for name in names if hold_s * 1000 <= PAUSE_LEASE_MS.get(name, PAUSE_LEASE_DEFAULT_MS)]
+        if short:
+            leases = ", ".join(f"{name} {PAUSE_LEASE_MS.get(name, PAUSE_LEASE_DEFAULT_MS)} ms" for name in short)
+            raise CommandError(
+                f"--fault-hold {hold_s:g}: pause-worker must freeze a holder past its lease ({leases}): "
+                "give a longer --fault-hold"
+            )
+    if options.get("yardstick") and (fault or not options.get("floor_round", True)):
+        without = "--fault (a fault run has no floor round)" if fault else "--no-floor"
+        raise CommandError(f"--yardstick is read against the floor round, which {without} leaves out: drop one")
+
+
 def check_balancers(balancer: str, *, master_port: int) -> list[str]:
     """The balancers --balancer names (each once, HAProxy installed if named), after checking --master-port."""
     if not 1 <= master_port <= 65535:
@@ -519,6 +544,7 @@ def planned_rows(options: dict, *, pool_size: Callable[..., int]) -> Rows:
     check_hot_row(hot_row=options.get("hot_row", False), scenario=scenario)
     layout = {"--batch-workers": options.get("batch_workers"), "--batch-threads": options.get("batch_threads")}
     check_used(scenario=scenario, stock=options.get("stock"), sizes=sizes, queue=options.get("queue"), layout=layout)
+    check_fault_options(options, names=names)
     plan = BurstPlan(
         scenario=scenario,
         sku=options["sku"],

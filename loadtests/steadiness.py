@@ -19,6 +19,9 @@ import time
 #: Iterations of the job per calibration step, and how long one job should take.
 CALIBRATION_ITERATIONS = 200_000
 JOBS, JOB_S = 6, 0.75
+#: The shortest job the probe times, and the longest: each run is kept to the millisecond, and a
+#: shorter job would read 0.000 s (no spread to compute); a longer one is not a probe any more.
+SHORTEST_JOB_S, LONGEST_JOB_S = 0.01, 3600.0
 
 
 def job(iterations: int) -> float:
@@ -33,8 +36,8 @@ def job(iterations: int) -> float:
 def steadiness(*, jobs: int = JOBS, job_s: float = JOB_S) -> dict:
     """Time ``jobs`` runs of a job sized to take about ``job_s`` seconds: each run's seconds, the
     slowest over the fastest (``spread``) and the job's size."""
-    if jobs < 2 or job_s <= 0:
-        raise ValueError("the probe needs at least 2 jobs of more than 0 seconds")
+    if jobs < 2 or not SHORTEST_JOB_S <= job_s <= LONGEST_JOB_S:  # nan compares false
+        raise ValueError(f"the probe needs at least 2 jobs of {SHORTEST_JOB_S:g} to {LONGEST_JOB_S:g} seconds")
     iterations = max(1, int(CALIBRATION_ITERATIONS * job_s / job(CALIBRATION_ITERATIONS)))
     seconds = [round(job(iterations), 3) for _ in range(jobs)]
     return {"iterations": iterations, "seconds": seconds, "spread": round(max(seconds) / min(seconds), 3)}
@@ -55,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=JOB_S, help=f"about how long one job takes (default {JOB_S})")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     options = parser.parse_args(argv)
-    if options.jobs < 2 or options.seconds <= 0:
-        parser.error("give --jobs 2 or more and --seconds above 0")
+    if options.jobs < 2 or not SHORTEST_JOB_S <= options.seconds <= LONGEST_JOB_S:  # nan compares false
+        parser.error(f"give --jobs 2 or more and --seconds from {SHORTEST_JOB_S:g} to {LONGEST_JOB_S:g}")
     probe = steadiness(jobs=options.jobs, job_s=options.seconds)
     print(json.dumps(probe) if options.json else describe(probe))
     return 0

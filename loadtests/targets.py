@@ -54,15 +54,18 @@ class Verdict:
     target: Target
     value: float
     note: str = ""
+    #: The rows the figure is read off that broke an invariant (their sales are not to be trusted).
+    broken: tuple[str, ...] = ()
 
     @property
     def met(self) -> bool:
-        return self.value >= self.target.minimum
+        return self.value >= self.target.minimum and not self.broken
 
     def line(self) -> str:
         label = _LABELS[self.target.what].format(name=self.target.strategy, minimum=self.target.minimum)
         shown = f"{self.value:.2f}×" if self.target.what != "batch_p50" else f"{self.value:g}"
-        return f"  {label}: {shown}  {'met' if self.met else 'NOT met'}{self.note}"
+        why = f" ({' and '.join(self.broken)} broke an invariant)" if self.broken else ""
+        return f"  {label}: {shown}  {'met' if self.met else 'NOT met'}{why}{self.note}"
 
 
 def cpu_bound(row: dict) -> float | None:
@@ -110,20 +113,27 @@ def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
     return found
 
 
+def _broken(*rows: dict) -> tuple[str, ...]:
+    """Which of ``rows`` broke an invariant, by name (``db ×1``, ``db ×64``): a figure read off one is not met."""
+    return tuple(f"{row['row']} ×{row.get('batch') or 1}" for row in rows if row.get("invariants_ok") is False)
+
+
 def verdicts(rows: list[dict]) -> list[Verdict]:
-    """Every target whose rows ran, in :data:`TARGETS`'s order."""
+    """Every target whose rows ran, in :data:`TARGETS`'s order; one read off a row that broke an
+    invariant is not met, whatever its figure."""
     found = _rows(rows)
     out = []
     for target in TARGETS:
         alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
         if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
-            out.append(Verdict(target, alone["floor_ratio"], _allows(cpu_bound(alone))))
+            out.append(Verdict(target, alone["floor_ratio"], _allows(cpu_bound(alone)), _broken(alone)))
         elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
-            out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched))))
+            out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched)), _broken(batched)))
         elif target.what == "own" and alone and batched and alone["rps"]:
-            out.append(Verdict(target, round(batched["rps"] / alone["rps"], 2), _allows(own_bound(alone, batched))))
+            ratio = round(batched["rps"] / alone["rps"], 2)
+            out.append(Verdict(target, ratio, _allows(own_bound(alone, batched)), _broken(alone, batched)))
         elif target.what == "batch_p50" and batched and batched.get("batch_p50") is not None:
-            out.append(Verdict(target, batched["batch_p50"]))
+            out.append(Verdict(target, batched["batch_p50"], broken=_broken(batched)))
     return out
 
 

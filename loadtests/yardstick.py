@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.requests < 1:
         parser.error("--requests must be 1 or more")
     hosts = [host.strip() for host in options.host.split(",") if host.strip()]
-    if not hosts or any(urlsplit(host).scheme != "http" or not urlsplit(host).hostname for host in hosts):
+    if not hosts or not all(map(base_url, hosts)):
         parser.error(f"--host {options.host!r}: give a base URL such as http://127.0.0.1:8000")
     raise_descriptor_limit(options.requests + 64)
     spike = asyncio.run(run_spike(hosts, requests=options.requests, path=options.path))
@@ -180,10 +180,33 @@ def main(argv: list[str] | None = None) -> int:
             f"{figures['arrival_window_s']} s, drained in {figures['drain_s']} s ({figures['rps']}/s); "
             f"statuses {figures['status_counts']}; {figures['failed_preparations']} not prepared"
         )
-    if figures["failed_preparations"] == options.requests:
+    failed, unanswered = figures["failed_preparations"], figures["status_counts"].get("0", 0)
+    if failed == options.requests:
         print(f"no shopper could be prepared at {options.host}: is the shop running there?", file=sys.stderr)
         return 1
+    if failed or unanswered:
+        # Its drain and rate would be of fewer requests than asked: not the figure to read Locust against.
+        said = "; ".join(
+            text
+            for text, count in (
+                (f"{failed} of {options.requests} shoppers could not be prepared", failed),
+                (f"{unanswered} requests got no answer", unanswered),
+            )
+            if count
+        )
+        print(f"{said} at {options.host}: the figures are not of a {options.requests}-request spike", file=sys.stderr)
+        return 1
     return 0
+
+
+def base_url(host: str) -> bool:
+    """``host`` is an http:// URL with a host name and, if any, a port number in range."""
+    try:
+        parts = urlsplit(host)
+        parts.port  # noqa: B018 (raises ValueError on a port out of range or not a number)
+    except ValueError:
+        return False
+    return parts.scheme == "http" and bool(parts.hostname)
 
 
 if __name__ == "__main__":

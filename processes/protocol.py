@@ -41,12 +41,18 @@ def started_while_needed(processes: Iterable[P]) -> Iterator[list[P]]:
     """Start the processes that do not run; at the end stop those, and only those.
 
     Processes someone else runs (``make nodes-start``, a test session) are used and left running.
+    One whose start fails is stopped before the error goes on: a group may have started some of
+    its members (two etcd members of three, the third one's port taken) and those would run on.
     """
     started: list[P] = []
     try:
         for process in processes:
             if not process.running():
-                process.start()
+                try:
+                    process.start()
+                except BaseException:
+                    process.stop()  # only what it started itself (its pid files); the machine's Redis: nothing
+                    raise
                 started.append(process)
         yield started
     finally:

@@ -7,6 +7,7 @@ Each test starts gunicorn on the test database, so the rows must be committed:
 from __future__ import annotations
 
 import json
+import socket
 from io import StringIO
 
 import pytest
@@ -18,8 +19,9 @@ from loadtests.management.commands.flashsale import Command as Flashsale
 from loadtests.report.base import BREAKDOWN_PARTS, ms
 from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
+from processes.needs import project_cluster
 from tests.helpers import flashsale_refused
-from tests.slots import LOCUST_MASTER_PORT
+from tests.slots import ETCD_BASE_PORT, LOCUST_MASTER_PORT
 
 #: The bursts run on one xdist worker (make test): two at once would each measure the other.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("burst")]
@@ -314,6 +316,20 @@ def test_unsafe_spike_oversells_in_every_sale_and_the_audit_catches_each(tmp_pat
     oversold = {sku: audit(sku=sku).oversold for sku in (SKU, f"{SKU}-2")}
     assert all(units > 0 for units in oversold.values()), oversold
     assert run["invariants_ok"] is False and run["oversold"] == sum(oversold.values())
+    # The row's other audit columns cover the same sales, so they agree with its oversold units
+    # (orders − units that left the shelf), as the table and the report's sentence set them side by side.
+    reports = [audit(sku=sku) for sku in (SKU, f"{SKU}-2")]
+    assert run["orders"] == sum(report.orders for report in reports)
+    assert run["stock_initial"] == sum(report.initial for report in reports)
+    assert run["stock_final"] == sum(report.stock for report in reports)
+    assert run["orders"] - (run["stock_initial"] - run["stock_final"]) == run["oversold"] - run["lost"]
+    # The BurstRun kept for the admin is its sale's product's own audit, as the database has it.
+    stored = BurstRun.objects.get()
+    assert (stored.orders, stored.oversold, stored.stock_final) == (
+        audit(sku=stored.sku).orders,
+        audit(sku=stored.sku).oversold,
+        audit(sku=stored.sku).stock,
+    )
     assert {problem.split(":")[0] for problem in run["problems"]} == {"sale 1", "sale 2"}
     assert BurstRun.objects.get().invariants_ok is False
     assert [line.split()[-1] for line in printed.splitlines() if line.startswith("unsafe ")] == ["NO"]
@@ -336,6 +352,38 @@ def test_a_row_of_three_sales_is_its_median_sale_against_its_best_floor_round(tm
         assert Order.objects.filter(product__sku=sku).count() == 10
     assert BurstRun.objects.get().sku == sales[1]["sku"]  # the row stored is its median sale
     assert "  sales: " in printed and "(median " in printed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_that_fails_to_run_leaves_the_rows_before_it_in_the_json_and_the_report(tmp_path):
+    """Seen by a helper: ``--strategies db,etcd`` whose etcd could not start ended in one line, but
+    wrote neither --json nor --report: the db row, run and audited, was lost with it; and the two
+    etcd members that had started were left running."""
+    report = tmp_path / "report.html"
+    cluster = project_cluster()
+    was_running = cluster.running()
+    cluster.wipe()  # the suite's cluster, if it ran, starts again afresh below
+    try:
+        with socket.socket() as taken:  # the first member's client port: that member cannot start
+            taken.bind(("127.0.0.1", ETCD_BASE_PORT))
+            taken.listen()
+            document, printed, error = burst(
+                tmp_path, backends="db,etcd", requests=100, stock=5, report_path=str(report)
+            )
+
+        assert error is not None and "etcd cluster not healthy" in str(error) and "\n" not in str(error)
+        assert [run["row"] for run in document["runs"]] == ["floor", "db"]
+        assert document["incomplete"] == str(error)
+        assert rows(document)["db"]["invariants_ok"] is True and BurstRun.objects.count() == 1
+        assert report.is_file() and "The command stopped before its other rows: etcd cluster not healthy" in (
+            report.read_text()
+        )
+        # The two members that did start are stopped with the one that could not (they ran on before).
+        assert [member.pid() for member in cluster] == [None, None, None]
+    finally:
+        cluster.wipe()
+        if was_running:
+            cluster.start()
 
 
 @pytest.mark.django_db
@@ -422,6 +470,26 @@ def test_bad_arguments_start_nothing(options, message, tmp_path):
             "add one, e.g. --batch 1,64, or drop --batch-workers",
         ),
         ({"batch_threads": 50, "batch": "1"}, "--batch-threads 50: only a row with a --batch size above 1 runs on it"),
+        # Seen by a helper: --yardstick with --no-floor ran the plain client after every row and threw its
+        # figure away (it is kept beside the floor round); with --fault it was not run at all.
+        (
+            {"yardstick": True, "floor_round": False},
+            "--yardstick is read against the floor round, which --no-floor leaves out: drop one",
+        ),
+        (
+            {"yardstick": True, "scenario": "deep", "backends": "redis", "fault": "restart-redis"},
+            "--yardstick is read against the floor round, which --fault (a fault run has no floor round) leaves out",
+        ),
+        # Seen by a helper: kill-holder took --fault-hold 5 and held nothing; a pause-worker hold shorter than
+        # etcd's 2 s lease failed only when etcd's row began, after the rows before it, whose figures were lost.
+        (
+            {"scenario": "deep", "backends": "redis", "fault": "kill-holder", "fault_hold": 5.0},
+            "--fault-hold 5: kill-holder holds nothing",
+        ),
+        (
+            {"scenario": "deep", "backends": "redis,etcd", "fault": "pause-worker", "fault_hold": 1.5},
+            "--fault-hold 1.5: pause-worker must freeze a holder past its lease (etcd 2000 ms)",
+        ),
     ],
 )
 def test_an_option_no_row_would_use_is_refused_before_the_run(options, message, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from django.conf import settings
@@ -81,3 +82,43 @@ def test_a_path_list_naming_no_endpoint_is_refused_in_one_line(tmp_path):
     done = locust("-u", "1", "--host", "http://127.0.0.1:9", "--path", " , ", "--summary-json", str(summary))
     assert done.returncode != 0 and "--path must name at least one endpoint" in done.stderr
     assert not summary.exists()
+
+
+def listening_hosts(port: int) -> set[str]:
+    """The addresses a socket listens on at ``port`` (from /proc/net/tcp and tcp6; state 0A is LISTEN)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for fields in (line.split() for line in lines):
+                address, local_port = fields[1].rsplit(":", 1)
+                if int(local_port, 16) == port and fields[3] == "0A":
+                    found.add({"0100007F": "127.0.0.1", "00000000": "0.0.0.0", "0" * 32: "::"}.get(address, address))
+    return found
+
+
+@pytest.mark.parametrize("role", ["web UI", "master"])
+def test_by_hand_it_listens_on_127_0_0_1_unless_told_otherwise(role):
+    """Seen by a helper: docs/distributed.md's by-hand command (`locust -f loadtests/locustfile.py --host ...`)
+    put Locust's web UI, which starts a sale against the shop, and its master's port on every interface."""
+    from tests.slots import LOCUST_MASTER_PORT, LOCUST_WEB_PORT
+
+    port = LOCUST_WEB_PORT if role == "web UI" else LOCUST_MASTER_PORT
+    args = ["--web-port", str(LOCUST_WEB_PORT)]
+    if role == "master":
+        args += ["--master", "--master-bind-port", str(LOCUST_MASTER_PORT)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", "http://127.0.0.1:9", *args],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "PYTHONPATH": str(settings.BASE_DIR)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not listening_hosts(port) and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+        assert listening_hosts(port) == {"127.0.0.1"}
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -25,10 +25,14 @@ def test_the_report_says_it_in_words():
     assert rows["Steadiness (flashsale --steadiness)"].startswith("one fixed CPU job took 0.50-0.60 s over 2 runs")
 
 
-@pytest.mark.parametrize("arguments", [["--jobs", "1"], ["--seconds", "0"]])
+# Seen by a helper: --seconds nan, inf, 0.00001 (each run rounded to 0.000 s) and 1e-300 ended in a traceback.
+@pytest.mark.parametrize(
+    "arguments",
+    [["--jobs", "1"], ["--seconds", "0"], ["--seconds", "nan"], ["--seconds", "inf"], ["--seconds", "0.00001"]],
+)
 def test_a_bad_count_is_one_line_and_exit_2(arguments):
     result = subprocess.run(
         [sys.executable, "-m", "loadtests.steadiness", *arguments], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 2
-    assert "give --jobs 2 or more and --seconds above 0" in result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "give --jobs 2 or more and --seconds from 0.01 to 3600" in result.stderr.strip().splitlines()[-1]

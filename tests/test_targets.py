@@ -42,6 +42,18 @@ def test_a_figure_below_its_target_is_not_met_and_says_so():
     assert lines[-1] == "  0 of 4 met"
 
 
+def test_a_figure_read_off_a_row_that_broke_an_invariant_is_not_met():
+    # Before, a db ×64 row that broke an invariant (invariants_ok false, the command exiting 1) read
+    # "db batched ≥ 0.5× the floor: 0.75×  met", in the command's lines and in the report.
+    rows = [FLOOR, row("db", 1, 500.0, 0.25), row("db", 64, 1500.0, 0.75, invariants_ok=False, batch_p50=20.0)]
+    lines = verdict_lines(rows)
+    assert "  db at BATCH 1 ≥ 0.25× the floor: 0.25×  met" in lines
+    assert "  db batched ≥ 0.5× the floor: 0.75×  NOT met (db ×64 broke an invariant)" in lines
+    assert "  db batched ≥ 3× its own BATCH 1: 3.00×  NOT met (db ×64 broke an invariant)" in lines
+    assert "  db batch p50 ≥ 5: 20  NOT met (db ×64 broke an invariant)" in lines
+    assert lines[-1] == "  1 of 4 met"
+
+
 def test_targets_whose_rows_did_not_run_are_left_out():
     assert verdict_lines([FLOOR, row("optimistic", 1, 100.0, 0.1), row("etcd", 64, 500.0, 0.3)]) == []
     # A batched row alone: no BATCH 1 row to compare with, nor a target for it alone.

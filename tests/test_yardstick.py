@@ -44,3 +44,22 @@ def test_no_shop_there_is_a_one_line_error():
 def test_bad_arguments_are_refused(args, message):
     done = yardstick(*args)
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_shoppers_it_could_not_prepare_fail_the_run_in_one_line(live_server, make_product):
+    # Half the shoppers go to a port where nothing listens: the figures would be of half the spike.
+    make_product()
+    done = yardstick(
+        "--host", f"{live_server.url},http://127.0.0.1:9", "--requests", "6", "--path", "/api/products/phone-x/floor"
+    )
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.strip() == (
+        "3 of 6 shoppers could not be prepared at "
+        f"{live_server.url},http://127.0.0.1:9: the figures are not of a {6}-request spike"
+    )
+
+
+@pytest.mark.parametrize("host", ["http://127.0.0.1:99999", "http://127.0.0.1:port"])
+def test_a_host_with_a_bad_port_is_refused_in_one_line(host):
+    done = yardstick("--host", host, "--requests", "1")
+    assert done.returncode == 2 and "give a base URL" in done.stderr and "Traceback" not in done.stderr

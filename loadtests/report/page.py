@@ -90,7 +90,7 @@ def render_report(data: dict, *, command: str | None = None) -> str:
     context = {
         "title": "Flash-sale burst report" + (f", {started}" if started else ""),
         "style": mark_safe(STYLE),  # the project's own stylesheet, inlined
-        "lede": _lede(shown, started),
+        "lede": _lede(shown, started, incomplete=data.get("incomplete")),
         "strategies": [_strategy(v, machine) for v in shown],
         "comparison": _comparison(shown),
         "hot_row": mark_safe(hot_row_section(data.get("hot_row"), shown)),  # escaped as it is built
@@ -107,12 +107,14 @@ def render_report(data: dict, *, command: str | None = None) -> str:
     return _ENGINE.get_template("report/page.html").render(Context(context))
 
 
-def _lede(shown: list[View], started: str | None) -> str:
+def _lede(shown: list[View], started: str | None, *, incomplete: object = None) -> str:
     names = list(dict.fromkeys(v.name for v in shown))
     broken = sum(v.run.get("invariants_ok") is False for v in shown)
     verdict = f" {plural(broken, 'run', 'runs')} broke an invariant." if broken else ""
     begun = f"Started {started}. " if started else ""
-    return f"{begun}{plural(len(shown), 'run', 'runs')}: {', '.join(names) or 'none'}.{verdict}"
+    # A command that stopped on a row's failure (or an interruption) keeps the rows that ran before it.
+    stopped = f" The command stopped before its other rows: {incomplete}" if isinstance(incomplete, str) else ""
+    return f"{begun}{plural(len(shown), 'run', 'runs')}: {', '.join(names) or 'none'}.{verdict}{stopped}"
 
 
 def _verdict(run: dict) -> tuple[str, str]:

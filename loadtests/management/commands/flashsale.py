@@ -72,9 +72,14 @@ class Command(BaseCommand):
         started_at = timezone.now()
         probe = self.probe_steadiness() if options.get("steadiness") else None
         self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
-        runs = self.run_rows(
-            rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
-        )
+        self.finished: list[dict] = []  # every strategy row run so far, kept should a later one fail
+        try:
+            runs = self.run_rows(
+                rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
+            )
+        except CommandError as exc:
+            self.write_unfinished(exc, options, started_at=started_at, probe=probe, vias=rows.vias)
+            raise
         keys = rows.keys if fault else [(FLOOR, 1, "local"), *rows.keys]
         medians = runs if repeat == 1 else self.medians(runs, keys, rows.vias)
         for run in [*runs, *medians]:
@@ -91,6 +96,22 @@ class Command(BaseCommand):
             document["repeats"] = runs  # every repeat's own figures; "runs" holds the medians
         self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
         self.check_runs(runs, fault=fault, unfenced=unfenced)
+
+    def write_unfinished(self, error: CommandError, options: dict, *, started_at, probe, vias) -> None:
+        """A row failed to run (or the run was interrupted): the rows that ran before it, audited and
+        stored, still go to --json and --report, each floor row the best floor round among them, and
+        the document says why it ends there (``incomplete``)."""
+        if not self.finished or not (options["json_path"] or options.get("report_path")):
+            return
+        floors = [floor_row([run for run in self.finished if via_of(run) == via]) for via in vias]
+        document = self.document([*filter(None, floors), *self.finished], started_at)
+        document["incomplete"] = str(error)
+        if probe:
+            document["machine"]["steadiness"] = probe
+        if self.hot_rows:
+            document["hot_row"] = self.hot_rows
+        self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
+        self.stdout.write(f"the {len(self.finished)} row(s) that ran before it are in the outputs")
 
     def probe_steadiness(self) -> dict:
         """The machine's own noise, measured before anything of the burst starts (printed first)."""
@@ -198,6 +219,7 @@ class Command(BaseCommand):
                 if round_number:
                     run["round"] = round_number
                 runs.append(run)
+                self.finished.append(run)
                 self.stdout.write(table_row(run_cells(run)))
                 lines = [steps_line(run), sales_line(run), breakdown_line(run), cpu_line(run), *phase_lines(run)]
                 for line in filter(None, lines):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Iterator
 
 import redis
 from django.conf import settings
@@ -122,8 +123,21 @@ def purchase(
     strategy = strategy or get_strategy()
     ready = prepare(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
     if not isinstance(ready, PurchaseResult):
-        ready = finish(strategy, in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+        with gone_is_not_found(sku):
+            result = in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready)
+        ready = finish(strategy, result, ready)
     return same_purchase(ready, quantity=quantity, key=idempotency_key)
+
+
+@contextmanager
+def gone_is_not_found(sku: str) -> Iterator[None]:
+    """A product deleted after the plain read found it (a staff delete committed while the purchase
+    waited for its guard or the row) is gone for the shopper too: 404, as the plain read would say,
+    not the section's ``Product.DoesNotExist`` (a 500). Its transaction rolled back, nothing written."""
+    try:
+        yield
+    except Product.DoesNotExist as exc:
+        raise ProductNotFound(f"no product with sku {sku!r}") from exc
 
 
 def same_purchase(result: PurchaseResult, *, quantity: int, key: str) -> PurchaseResult:

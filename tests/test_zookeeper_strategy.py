@@ -188,3 +188,27 @@ def test_simulate_pause_with_zookeeper_holds_every_step(config, settings):
     assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text
     product = Product.objects.get(sku="simulate-pause")
     assert product.stock == product.initial_stock - 1 and product.fence > 0
+
+
+# It kills every member of its own ensemble: make test runs it, not make check.
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_whole_ensemble_down_answers_busy_within_the_timeout_and_changes_nothing(config, ensemble, make_product, warm):
+    """Every member down, with the strategy's session made before (warm) or not yet (cold): busy
+    within the acquire timeout, never a 500, nothing written."""
+    make_product(stock=5)
+    strategy = ZooKeeperLockStrategy(config=config)
+    if warm:
+        assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
+    before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
+    for member in ensemble:
+        member.kill()
+    started = time.monotonic()
+    try:
+        result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
+    finally:
+        took = time.monotonic() - started
+        strategy.close()
+    assert result.outcome.value == "busy"
+    assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took
+    assert (Product.objects.get(sku="phone-x").stock, Order.objects.count()) == before

@@ -33,7 +33,7 @@ from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
 from .strategies.prepared import again_if_stale
 from .strategies.redis_stock import forget_sale
-from .strategies.section import Spans, decide, lock_timed_out, on_sale, timed_transactions
+from .strategies.section import Spans, decide, lock_timed_out, on_sale, order_read_as, timed_transactions
 from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
@@ -178,21 +178,32 @@ def prepare(
     known = seen.shelf if seen is not None else None
     if known is not None:
         return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
-    found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
+    found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
     if found is None:
         soldout.forget_unknown(sku, seen)
         raise ProductNotFound(f"no product with sku {sku!r}")
-    shelf, replay_id, held = found
+    shelf, _, held = found
     check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))
     if seen is not None:
         soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
-    replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=held, now=timezone.now())
     if replay or refusal:
         settled = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
         return finish(strategy, settled, ready)
     return ready
+
+
+def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int | None, int] | None, Order | None]:
+    """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one). A reset that
+    commits between the two reads deletes that order: the sale is then read again, as it is now."""
+    while True:
+        found = shelf_by_sku(sku, customer=customer, key=key)
+        if found is None or found[1] is None:
+            return found, None
+        replay = order_read_as(found[1])
+        if replay is not None:
+            return found, replay
 
 
 def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:

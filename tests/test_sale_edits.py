@@ -92,3 +92,136 @@ def test_the_buy_form_of_a_product_deleted_while_it_waits_is_a_404_page(use_stra
     outcomes = buy_behind(lambda product: product.delete(), buy=buy)
     assert set(outcomes) <= {"404", "503"}, outcomes
     assert not Order.objects.exists()
+
+
+BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock"]
+
+
+def keyed_buying_while(change, *, threads: int = 8, rounds: int = 4) -> tuple[Counter[str], list[int]]:
+    """``threads`` threads each buy for ``rounds`` customers of their own (limit 2), each purchase
+    sent twice under one Idempotency-Key (a retry), while a staff thread calls ``change()`` three
+    times; the outcomes, and the order ids the confirmed answers named."""
+    outcomes: Counter[str] = Counter()
+    confirmed: list[int] = []
+    guard = threading.Lock()
+    start = threading.Barrier(threads + 1)
+
+    def shopper(index: int) -> None:
+        start.wait()
+        try:
+            for k in range(rounds):
+                for _ in range(2):
+                    try:
+                        result = purchase(
+                            sku="hot", customer=f"t{index}-c{k}", quantity=1, idempotency_key=f"t{index}-k{k}"
+                        )
+                        answer = result.outcome.value
+                    except Exception as exc:  # noqa: BLE001 - a shopper's 500, counted and shown
+                        answer, result = f"raised {exc!r}", None
+                    with guard:
+                        outcomes[answer] += 1
+                        if result is not None and result.confirmed:
+                            confirmed.append(result.order_id)
+        finally:
+            connections.close_all()
+
+    def staff() -> None:
+        start.wait()
+        try:
+            for _ in range(3):
+                change()
+                time.sleep(0.02)
+        finally:
+            connections.close_all()
+
+    changing = threading.Thread(target=staff)
+    changing.start()
+    run_threads(threads, shopper, timeout_s=120)
+    changing.join(30)
+    assert not changing.is_alive()
+    return outcomes, confirmed
+
+
+def assert_the_sale_adds_up(sku: str = "hot") -> None:
+    from django.db.models import Sum
+
+    from inventory.audit import audit
+    from inventory.models import Allocation
+
+    report = audit(sku=sku)
+    assert report.stock >= 0 and report.oversold == 0 and report.over_limit_customers == 0, report
+    assert report.repeated_keys == 0, report
+    assert report.orders == report.ordered == report.initial - report.stock, report
+    per_customer = dict(
+        Order.objects.filter(product__sku=sku)
+        .values("customer")
+        .annotate(units=Sum("quantity"))
+        .values_list("customer", "units")
+    )
+    held = dict(Allocation.objects.filter(product__sku=sku).values_list("customer", "units"))
+    assert {c: u for c, u in held.items() if u} == per_customer, (held, per_customer)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("backend", "batch"), [(name, 1) for name in [*BATCHED, "zookeeper"]] + [(name, 4) for name in BATCHED]
+)
+@pytest.mark.parametrize("change", ["restock", "reset"])
+def test_keyed_purchases_racing_restocks_and_resets_add_up(
+    backend, batch, change, use_strategy, settings, make_product
+):
+    """Keyed purchases and their retries (alone, and with BATCH=4 sharing sections) while staff
+    restock or reset the sale. Afterwards one order per key, every customer's units equal their orders, nobody past the
+    limit, stock plus units sold is the initial stock; after restocks every confirmed answer's
+    order exists (a reset deletes orders by design)."""
+    from inventory.services import reset_sale, restock
+
+    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
+    make_product("hot", stock=12, limit=2)
+    act = (lambda: restock(sku="hot", quantity=3)) if change == "restock" else (lambda: reset_sale(sku="hot", stock=12))
+    outcomes, confirmed = keyed_buying_while(act)
+    assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
+    assert_the_sale_adds_up()
+    if change == "restock":
+        assert set(confirmed) == set(Order.objects.values_list("id", flat=True)), outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_keyed_retries_racing_resets_never_fail(strategy, make_product):
+    """A keyed retry reads its order's id, then the order: a reset that commits in between deletes
+    it. The retry is then a purchase on the new sale (its key has no order there), never a 500."""
+    from inventory.services import reset_sale
+
+    make_product("hot", stock=1000, limit=5)
+    outcomes: Counter[str] = Counter()
+    guard, stop = threading.Lock(), threading.Event()
+
+    def shopper(index: int) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    answer = purchase(
+                        sku="hot", customer=f"c{index}", quantity=1, idempotency_key=f"c{index}-k"
+                    ).outcome
+                    answer = answer.value
+                except Exception as exc:  # noqa: BLE001 - a shopper's 500, counted and shown
+                    answer = f"raised {exc!r}"
+                with guard:
+                    outcomes[answer] += 1
+        finally:
+            connections.close_all()
+
+    def staff(_: int) -> None:
+        try:
+            for _ in range(40):
+                reset_sale(sku="hot", stock=1000)
+                time.sleep(0.02)
+        finally:
+            stop.set()
+            connections.close_all()
+
+    run_threads(5, lambda i: staff(i) if i == 4 else shopper(i), timeout_s=60)
+    assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
+    assert_the_sale_adds_up()

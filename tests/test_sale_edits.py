@@ -225,3 +225,25 @@ def test_keyed_retries_racing_resets_never_fail(strategy, make_product):
     run_threads(5, lambda i: staff(i) if i == 4 else shopper(i), timeout_s=60)
     assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
     assert_the_sale_adds_up()
+
+
+ON_LOOP = ["db", "optimistic", "redis", "redlock", "atomic", "redis-stock"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ON_LOOP)
+def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(name, use_strategy, make_product):
+    """The same under ASGI's purchase (``apurchase``, each shopper on an event loop of its own)."""
+    import asyncio
+
+    from inventory.async_purchase import apurchase
+
+    use_strategy(name)
+    make_product("hot", stock=5, limit=1)
+
+    def buy(index: int) -> str:
+        return asyncio.run(apurchase(sku="hot", customer=f"c{index}", quantity=1)).outcome.value
+
+    outcomes = buy_behind(lambda product: product.delete(), buy=buy)
+    assert set(outcomes) <= {"not_found", "busy", "sold_out"}, outcomes
+    assert not Order.objects.exists()

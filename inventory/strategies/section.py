@@ -454,7 +454,12 @@ def take_in_one_statement(
         if not added:
             # The upsert waited for a twin's units (the same key, sent again while the first was in
             # flight) and found the limit reached: that twin's order, now committed, is the answer.
-            return _twin_order(product_id, customer, key) or SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
+            # No product (deleted since the plain read) adds nothing either: read_shelf says so.
+            twin = _twin_order(product_id, customer, key)
+            if twin is not None:
+                return twin
+            read_shelf(product_id)  # raises Product.DoesNotExist if a delete took the product since
+            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
         # Nothing taken: undo the units, then say why from the row as it is now.
         roll_back_section()
     twin = _twin_order(product_id, customer, key)  # a twin that took the last units: its order

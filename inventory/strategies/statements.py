@@ -345,9 +345,10 @@ def sell(
 
 
 # The atomic shape: the units first (within the product's limit, or nothing), the stock only if
-# they were added, the order only if the stock was taken.
+# they were added, the order only if the stock was taken. The units' row comes from the product's
+# (no product: no row, nothing added; a limit read by a subquery would be NULL there, a 500).
 _TAKE_AND_SELL = f"""WITH units AS (INSERT INTO {ALLOCATION} (product_id, customer, units, cap)
-VALUES (%s, %s, %s, (SELECT per_customer_limit FROM {PRODUCT} WHERE id = %s))
+SELECT id, %s, %s, per_customer_limit FROM {PRODUCT} WHERE id = %s
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap
 WHERE {ALLOCATION}.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units),
@@ -361,7 +362,7 @@ def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
     ``order`` (built, not saved), in one statement: (the units were added, the order's id or None).
     Units added and no order: the caller rolls the units back."""
     take_sql, take_params = take
-    unit_params = [order.product_id, order.customer, order.quantity, order.product_id]
+    unit_params = [order.customer, order.quantity, order.product_id]
     with connection.cursor() as cursor:
         execute(cursor, (_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)]))
         added, order_id = cursor.fetchone()

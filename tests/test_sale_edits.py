@@ -13,6 +13,8 @@ import time
 from collections import Counter
 
 import pytest
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.messages import get_messages
 from django.db import connections, transaction
 from django.test import Client
 
@@ -247,3 +249,62 @@ def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(n
     outcomes = buy_behind(lambda product: product.delete(), buy=buy)
     assert set(outcomes) <= {"not_found", "busy", "sold_out"}, outcomes
     assert not Order.objects.exists()
+
+
+SLOW_ORDER = (
+    """
+CREATE FUNCTION slow_order() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE TRIGGER slow_order AFTER INSERT ON inventory_order FOR EACH ROW EXECUTE FUNCTION slow_order();
+""",
+    "DROP TRIGGER slow_order ON inventory_order; DROP FUNCTION slow_order();",
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("private_static_root")
+@pytest.mark.parametrize("how", ["delete view", "delete action"])
+def test_staff_deleting_a_product_whose_first_order_is_being_written_is_told_it_cannot(
+    use_strategy, make_product, client, admin_user, how
+):
+    """Staff delete a product with no orders while its first purchase is writing (its order's
+    INSERT slow): the delete must not go through (an order refers to the product) and staff are
+    told so, not answered 500; the purchase keeps its order."""
+    from django.db import connection
+
+    use_strategy("db")
+    product = make_product("hot", stock=5, limit=1)
+    client.force_login(admin_user)
+    create, drop = SLOW_ORDER
+    with connection.cursor() as cursor:
+        cursor.execute(create)
+    answers = {}
+    try:
+
+        def buy() -> None:
+            try:
+                answers["purchase"] = purchase(sku="hot", customer="ann", quantity=1)
+            finally:
+                connections.close_all()
+
+        buying = threading.Thread(target=buy)
+        buying.start()
+        time.sleep(0.4)  # the purchase's statement is in its order's trigger, the row updated
+        if how == "delete view":
+            response = client.post(f"/admin/inventory/product/{product.pk}/delete/", {"post": "yes"})
+        else:
+            form = {"action": "delete_selected", "_selected_action": [str(product.pk)], "post": "yes"}
+            response = client.post("/admin/inventory/product/", form)
+        buying.join(10)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(drop)
+    assert answers["purchase"].confirmed
+    assert response.status_code == 302, response.status_code
+    said = [str(message) for message in get_messages(response.wsgi_request)]
+    assert said == [
+        "Not deleted: hot has orders now (a purchase committed while the delete was being confirmed). "
+        "Reset the sale first."
+    ], said
+    assert not LogEntry.objects.filter(action_flag=DELETION).exists()
+    assert Product.objects.filter(pk=product.pk).exists()
+    assert Order.objects.filter(product=product).count() == 1

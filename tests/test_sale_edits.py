@@ -308,3 +308,38 @@ def test_staff_deleting_a_product_whose_first_order_is_being_written_is_told_it_
     assert not LogEntry.objects.filter(action_flag=DELETION).exists()
     assert Product.objects.filter(pk=product.pk).exists()
     assert Order.objects.filter(product=product).count() == 1
+
+
+def _rename(product: Product) -> None:
+    product.sku = "hot-renamed"
+    product.save(update_fields=["sku"])
+
+
+def _close(product: Product) -> None:
+    from django.utils import timezone
+
+    product.sale_ends_at = timezone.now()
+    product.save(update_fields=["sale_ends_at"])
+
+
+def _lower_limit(product: Product) -> None:
+    product.per_customer_limit = 1
+    product.save(update_fields=["per_customer_limit"])
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("change", [_rename, _close, _lower_limit], ids=["rename", "close", "lower limit"])
+def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(strategy, make_product, change):
+    """Staff rename the product, close its sale or lower its limit while shoppers (2 units each)
+    wait on its row: every confirmed answer is an order, the stock adds up, and no order was
+    placed after the sale's end."""
+    make_product("hot", stock=20, limit=3)
+    outcomes = buy_behind(change, quantity=2)
+    assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
+    product = Product.objects.get()
+    orders = Order.objects.filter(product=product)
+    assert outcomes["confirmed"] == orders.count(), outcomes
+    assert product.stock == 20 - 2 * orders.count() >= 0
+    if product.sale_ends_at is not None:
+        assert not orders.filter(created_at__gte=product.sale_ends_at).exists()

@@ -168,7 +168,8 @@ def prepare(
     timings = Timings()
     seen = soldout.read(sku, customer=customer, key=idempotency_key)
     if seen is not None and (seen.order_id or (seen.sold_out and not _past(seen.ends_at))):
-        check_quantity(quantity, limit=most_per_request(seen.limit or MAX_QUANTITY))
+        # A keyed retry of an order is checked against no product's limit: see the plain read's.
+        check_quantity(quantity, limit=MAX_QUANTITY if seen.order_id else most_per_request(seen.limit or MAX_QUANTITY))
         timings.total_ms = _elapsed_ms(began)
         if seen.order_id:
             return PurchaseResult(
@@ -176,14 +177,16 @@ def prepare(
             )
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     known = seen.shelf if seen is not None else None
-    if known is not None:
+    if known is not None and not (idempotency_key and _past_the_limit(quantity, known)):
         return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
     found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
     if found is None:
         soldout.forget_unknown(sku, seen)
         raise ProductNotFound(f"no product with sku {sku!r}")
     shelf, _, held = found
-    check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))
+    # A keyed retry gets its order back whatever the limit is now: staff may have lowered it since
+    # (bad input is still 400; another quantity than the order's, 422).
+    check_quantity(quantity, limit=MAX_QUANTITY if replay else most_per_request(shelf.per_customer_limit))
     if seen is not None:
         soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
@@ -204,6 +207,16 @@ def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int 
         replay = order_read_as(found[1])
         if replay is not None:
             return found, replay
+
+
+def _past_the_limit(quantity: object, shelf: Shelf) -> bool:
+    """A whole number past what one purchase of ``shelf`` may name: bad input, unless it is a keyed
+    retry of an order placed before staff lowered the limit (the plain read finds out which)."""
+    return (
+        isinstance(quantity, int)
+        and not isinstance(quantity, bool)
+        and quantity > most_per_request(shelf.per_customer_limit)
+    )
 
 
 def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:

@@ -343,3 +343,26 @@ def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(strategy,
     assert product.stock == 20 - 2 * orders.count() >= 0
     if product.sale_ends_at is not None:
         assert not orders.filter(created_at__gte=product.sale_ends_at).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_keyed_retry_after_the_limit_was_lowered_gets_its_order(strategy, make_product):
+    """A shopper bought 3 under the key (limit 3); staff lower the limit to 2; the shopper's retry of
+    that same request (its answer lost) gets its order back, not "quantity must be between 1 and 2"
+    (which says the purchase failed). A new key for 3 is still refused as bad input."""
+    from inventory.errors import InvalidQuantity
+
+    product = make_product("hot", stock=10, limit=3)
+    first = purchase(sku="hot", customer="ann", quantity=3, idempotency_key="k1")
+    assert first.confirmed
+    product.per_customer_limit = 2
+    product.save(update_fields=["per_customer_limit"])
+    again = purchase(sku="hot", customer="ann", quantity=3, idempotency_key="k1")
+    assert again.confirmed and again.order_id == first.order_id, again
+    # The process now keeps the row (limit 2) it read for another shopper: the retry still gets its order.
+    assert purchase(sku="hot", customer="bob", quantity=1).confirmed
+    again = purchase(sku="hot", customer="ann", quantity=3, idempotency_key="k1")
+    assert again.confirmed and again.order_id == first.order_id, again
+    with pytest.raises(InvalidQuantity):
+        purchase(sku="hot", customer="ann", quantity=3, idempotency_key="k2")
+    assert Order.objects.count() == 2 and Product.objects.get().stock == 6

@@ -177,8 +177,10 @@ def prepare(
             )
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     known = seen.shelf if seen is not None else None
-    if known is not None and not (idempotency_key and _past_the_limit(quantity, known)):
-        return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
+    if known is not None:
+        answered = _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
+        if answered is not None:
+            return answered
     found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
     if found is None:
         soldout.forget_unknown(sku, seen)
@@ -219,14 +221,22 @@ def _past_the_limit(quantity: object, shelf: Shelf) -> bool:
     )
 
 
-def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:
+def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready | None:
     """A purchase of a SKU known unmarked, with the row as this process last read it: its limit
     and sale window hold (a change of the product would have dropped them), its stock does not,
     so only bad input and a closed sale are answered here. The section reads the row, and a keyed
-    retry's order, under the guard; a refusal there is as exact as the plain read's."""
+    retry's order, under the guard; a refusal there is as exact as the plain read's.
+
+    None: the plain read must answer. A keyed request memory would refuse (past the limit, or the
+    sale over) may be the retry of an order placed before staff lowered the limit or the sale
+    ended, and gets that order back; memory does not know the orders."""
+    if ready.key and _past_the_limit(ready.quantity, ready.shelf):
+        return None
     check_quantity(ready.quantity, limit=most_per_request(ready.shelf.per_customer_limit))
     if on_sale(ready.shelf, now=timezone.now()):
         return ready
+    if ready.key:
+        return None
     closed = SectionResult(refusal=Refusal(Outcome.NOT_ON_SALE))
     return finish(strategy, result_of(strategy, closed, timings=ready.timings), ready)
 

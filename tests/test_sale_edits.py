@@ -366,3 +366,22 @@ def test_a_keyed_retry_after_the_limit_was_lowered_gets_its_order(strategy, make
     with pytest.raises(InvalidQuantity):
         purchase(sku="hot", customer="ann", quantity=3, idempotency_key="k2")
     assert Order.objects.count() == 2 and Product.objects.get().stock == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_keyed_retry_just_after_the_sale_ended_gets_its_order(strategy, make_product):
+    """The sale ends while the process still keeps the row it read (its memory lasts up to 2 s):
+    the keyed retry of an order placed before the end gets that order, not "not on sale"."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    make_product("hot", stock=10, limit=3, sale_ends_at=timezone.now() + timedelta(seconds=0.6))
+    assert purchase(sku="hot", customer="bob", quantity=1).confirmed  # the process keeps the row
+    first = purchase(sku="hot", customer="ann", quantity=2, idempotency_key="k1")
+    assert first.confirmed
+    time.sleep(max(0.0, (Product.objects.get().sale_ends_at - timezone.now()).total_seconds()) + 0.05)
+    again = purchase(sku="hot", customer="ann", quantity=2, idempotency_key="k1")
+    assert again.confirmed and again.order_id == first.order_id, again
+    assert purchase(sku="hot", customer="cat", quantity=1).outcome.value == "not_on_sale"
+    assert Order.objects.count() == 2

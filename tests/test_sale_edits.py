@@ -330,10 +330,17 @@ def _lower_limit(product: Product) -> None:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("change", [_rename, _close, _lower_limit], ids=["rename", "close", "lower limit"])
-def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(strategy, make_product, change):
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(
+    strategy, make_product, change, batch, use_strategy, settings
+):
     """Staff rename the product, close its sale or lower its limit while shoppers (2 units each)
-    wait on its row: every confirmed answer is an order, the stock adds up, and no order was
-    placed after the sale's end."""
+    wait on its row, alone or queued for shared sections: every confirmed answer is an order, the
+    stock adds up, and no order was placed after the sale's end."""
+    if batch > 1:
+        if strategy == "zookeeper":
+            pytest.skip("zookeeper does not batch")
+        use_strategy(strategy, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
     make_product("hot", stock=20, limit=3)
     outcomes = buy_behind(change, quantity=2)
     assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes

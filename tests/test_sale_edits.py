@@ -392,3 +392,71 @@ def test_a_keyed_retry_just_after_the_sale_ended_gets_its_order(strategy, make_p
     assert again.confirmed and again.order_id == first.order_id, again
     assert purchase(sku="hot", customer="cat", quantity=1).outcome.value == "not_on_sale"
     assert Order.objects.count() == 2
+
+
+SLOW_ORDER_DELETE = (
+    """
+CREATE FUNCTION slow_order_delete() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.8); RETURN OLD; END $$
+LANGUAGE plpgsql;
+CREATE TRIGGER slow_order_delete BEFORE DELETE ON inventory_order FOR EACH ROW EXECUTE FUNCTION slow_order_delete();
+""",
+    "DROP TRIGGER slow_order_delete ON inventory_order; DROP FUNCTION slow_order_delete();",
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ["atomic", "redis-stock", "db", "optimistic", "redis"])
+def test_a_reset_while_a_holder_of_units_buys_again_neither_fails(name, use_strategy, make_product):
+    """Ann holds a unit; staff reset the sale (its order deletes slow) while Ann buys again. The
+    reset deletes the units after locking the row; a purchase that upserts Ann's units before it
+    waits for the row would hold her units' row while the reset waits for it: a deadlock, one of
+    the two failing. Both must finish: the reset done, Ann's answer true to the database."""
+    from django.db import connection
+
+    from inventory.models import Allocation
+    from inventory.services import reset_sale
+
+    use_strategy(name)
+    make_product("hot", stock=10, limit=5)
+    assert purchase(sku="hot", customer="ann", quantity=1).confirmed
+    create, drop = SLOW_ORDER_DELETE
+    with connection.cursor() as cursor:
+        cursor.execute(create)
+    answers = {}
+
+    def reset() -> None:
+        try:
+            answers["reset"] = reset_sale(sku="hot", stock=10)
+        except Exception as exc:  # noqa: BLE001 - staff's 500, shown
+            answers["reset"] = exc
+        finally:
+            connections.close_all()
+
+    def buy() -> None:
+        try:
+            answers["ann"] = purchase(sku="hot", customer="ann", quantity=1)
+        except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown
+            answers["ann"] = exc
+        finally:
+            connections.close_all()
+
+    try:
+        resetting = threading.Thread(target=reset)
+        resetting.start()
+        time.sleep(0.3)  # the reset holds the row and is deleting the orders
+        buying = threading.Thread(target=buy)
+        buying.start()
+        resetting.join(30)
+        buying.join(30)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(drop)
+    assert not isinstance(answers["reset"], Exception), answers
+    assert not isinstance(answers["ann"], Exception), answers
+    orders = list(Order.objects.values_list("customer", "quantity"))
+    held = list(Allocation.objects.values_list("customer", "units"))
+    assert Product.objects.get().stock == 10 - sum(q for _, q in orders)
+    if answers["ann"].confirmed:
+        assert orders == [("ann", 1)] and held == [("ann", 1)], (orders, held)
+    else:
+        assert orders == [] and held == [], (answers, orders, held)

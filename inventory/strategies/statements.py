@@ -346,9 +346,13 @@ def sell(
 
 # The atomic shape: the units first (within the product's limit, or nothing), the stock only if
 # they were added, the order only if the stock was taken. The units' row comes from the product's
-# (no product: no row, nothing added; a limit read by a subquery would be NULL there, a 500).
+# (no product: no row, nothing added; a limit read by a subquery would be NULL there, a 500), and
+# that row is locked first, as every other writer of the sale locks it before the customers' units:
+# a reset holds the row and deletes the units, and a purchase that took the customer's units' row
+# before waiting for the product's deadlocked with it (one of the two failed, a 500). Its limit is
+# then the row's latest, not the one from before the wait.
 _TAKE_AND_SELL = f"""WITH units AS (INSERT INTO {ALLOCATION} (product_id, customer, units, cap)
-SELECT id, %s, %s, per_customer_limit FROM {PRODUCT} WHERE id = %s
+SELECT id, %s, %s, per_customer_limit FROM (SELECT id, per_customer_limit FROM {PRODUCT} WHERE id = %s FOR UPDATE) p
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap
 WHERE {ALLOCATION}.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units),

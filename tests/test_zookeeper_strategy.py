@@ -251,3 +251,25 @@ def test_the_ensemble_down_while_a_holder_writes_leaves_its_order_confirmed(conf
     assert not isinstance(result, Exception), result
     assert result.confirmed and Order.objects.filter(pk=result.order_id).exists(), result
     assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("down", [0, 1, 2])
+def test_one_member_down_the_sale_goes_on(config, ensemble, make_product, down):
+    """Any one member down, the first host too: the two left are a majority, and purchases are
+    confirmed with growing fences, by a session made before the kill and by one made after."""
+    make_product(stock=5)
+    warm = ZooKeeperLockStrategy(config=config)
+    first = purchase(sku="phone-x", customer="warm", quantity=1, strategy=warm)
+    list(ensemble)[down].kill()
+    cold = ZooKeeperLockStrategy(config=config)
+    try:
+        results = [
+            purchase(sku="phone-x", customer=name, quantity=1, strategy=s) for name, s in (("a", warm), ("b", cold))
+        ]
+    finally:
+        warm.close()
+        cold.close()
+    assert first.confirmed and all(result.confirmed for result in results), results
+    assert first.fence < results[0].fence < results[1].fence
+    assert audit(sku="phone-x").ok and Order.objects.count() == 3

@@ -460,3 +460,75 @@ def test_a_reset_while_a_holder_of_units_buys_again_neither_fails(name, use_stra
         assert orders == [("ann", 1)] and held == [("ann", 1)], (orders, held)
     else:
         assert orders == [] and held == [], (answers, orders, held)
+
+
+SLOW_REFUSE_BOB = (
+    """
+CREATE FUNCTION slow_refuse_bob() RETURNS trigger AS $$
+BEGIN
+  IF NEW.customer = 'bob' THEN
+    PERFORM pg_sleep(0.5);
+    RAISE EXCEPTION 'bob refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'allocation_within_limit';
+  END IF;
+  RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER slow_refuse_bob BEFORE INSERT OR UPDATE ON inventory_allocation
+FOR EACH ROW EXECUTE FUNCTION slow_refuse_bob();
+""",
+    "DROP TRIGGER slow_refuse_bob ON inventory_allocation; DROP FUNCTION slow_refuse_bob();",
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ["optimistic", "atomic"])
+def test_a_reset_during_a_batch_written_one_by_one_fails_neither(name, use_strategy, make_product):
+    """A batch whose bulk write a constraint refused (bob's units) is written again one purchase per
+    savepoint: ann's units first, then the stock. A reset that took the row meanwhile waits for
+    ann's units to delete them while the batch waits for the row: both must finish."""
+    from django.db import connection
+
+    from inventory.batched import run_batch
+    from inventory.results import Timings
+    from inventory.services import reset_sale
+    from inventory.strategies import get_strategy
+    from inventory.strategies.batch import Ask
+    from inventory.strategies.contract import NO_GRANT
+
+    use_strategy(name)
+    product = make_product("hot", stock=10, limit=5)
+    assert purchase(sku="hot", customer="ann", quantity=1).confirmed
+    answers = {}
+    with connection.cursor() as cursor:
+        cursor.execute(SLOW_REFUSE_BOB[0] + SLOW_ORDER_DELETE[0])
+
+    def batch() -> None:
+        try:
+            asks = [Ask("ann", 1), Ask("bob", 1)]
+            answers["batch"] = run_batch(get_strategy(), NO_GRANT, product_id=product.pk, asks=asks, timings=Timings())
+        except Exception as exc:  # noqa: BLE001 - the shoppers' 500, shown
+            answers["batch"] = exc
+        finally:
+            connections.close_all()
+
+    def reset() -> None:
+        try:
+            answers["reset"] = reset_sale(sku="hot", stock=10)
+        except Exception as exc:  # noqa: BLE001 - staff's 500, shown
+            answers["reset"] = exc
+        finally:
+            connections.close_all()
+
+    try:
+        batching = threading.Thread(target=batch)
+        batching.start()
+        time.sleep(0.7)  # the bulk write was refused; ann's units are being written alone
+        resetting = threading.Thread(target=reset)
+        resetting.start()
+        batching.join(30)
+        resetting.join(30)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(SLOW_REFUSE_BOB[1] + SLOW_ORDER_DELETE[1])
+    assert not isinstance(answers["reset"], Exception), answers
+    assert not isinstance(answers["batch"], Exception), answers
+    assert_the_sale_adds_up()

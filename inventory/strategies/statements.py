@@ -258,6 +258,12 @@ def take_update(product_id: int, quantity: int, *, now: datetime) -> Statement:
     return sql, [quantity, product_id, quantity, now, now]
 
 
+def lock_row(product_id: int) -> None:
+    """Lock the product's row for the rest of the transaction (it waits for its holder, if any)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {PRODUCT} WHERE id = %s FOR UPDATE", [product_id])
+
+
 def run_update(statement: Statement) -> bool:
     """Run a one-row UPDATE; True when it changed the row."""
     with connection.cursor() as cursor:

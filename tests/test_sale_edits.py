@@ -99,7 +99,7 @@ def test_the_buy_form_of_a_product_deleted_while_it_waits_is_a_404_page(use_stra
 BATCHED = ["db", "optimistic", "redis", "redlock", "etcd", "atomic", "redis-stock"]
 
 
-def keyed_buying_while(change, *, threads: int = 8, rounds: int = 4) -> tuple[Counter[str], list[int]]:
+def keyed_buying_while(change, *, threads: int = 8, rounds: int = 4, buy=purchase) -> tuple[Counter[str], list[int]]:
     """``threads`` threads each buy for ``rounds`` customers of their own (limit 2), each purchase
     sent twice under one Idempotency-Key (a retry), while a staff thread calls ``change()`` three
     times; the outcomes, and the order ids the confirmed answers named."""
@@ -114,9 +114,7 @@ def keyed_buying_while(change, *, threads: int = 8, rounds: int = 4) -> tuple[Co
             for k in range(rounds):
                 for _ in range(2):
                     try:
-                        result = purchase(
-                            sku="hot", customer=f"t{index}-c{k}", quantity=1, idempotency_key=f"t{index}-k{k}"
-                        )
+                        result = buy(sku="hot", customer=f"t{index}-c{k}", quantity=1, idempotency_key=f"t{index}-k{k}")
                         answer = result.outcome.value
                     except ProductNotFound:  # renamed away for a moment: 404
                         answer, result = "not_found", None
@@ -576,5 +574,22 @@ def test_keyed_purchases_through_every_staff_change_add_up(strategy, batch, use_
         use_strategy(strategy, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": batch})
     make_product("hot", stock=12, limit=2)
     outcomes, _ = keyed_buying_while(_staff_churn)
+    assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
+    assert_the_sale_adds_up()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ON_LOOP)
+def test_on_the_loop_keyed_purchases_through_every_staff_change_add_up(name, use_strategy, make_product):
+    """The same under ASGI's purchase (``apurchase``, each on an event loop of its own; BATCH=1: a
+    process's loop combiner serves the one loop a uvicorn worker runs, not a loop per thread)."""
+    import asyncio
+
+    from inventory.async_purchase import apurchase
+
+    use_strategy(name)
+    make_product("hot", stock=12, limit=2)
+    outcomes, _ = keyed_buying_while(_staff_churn, buy=lambda **kwargs: asyncio.run(apurchase(**kwargs)))
     assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
     assert_the_sale_adds_up()

@@ -260,6 +260,7 @@ CREATE TRIGGER slow_order AFTER INSERT ON inventory_order FOR EACH ROW EXECUTE F
 )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("private_static_root")
 @pytest.mark.parametrize("how", ["delete view", "delete action"])
@@ -404,6 +405,7 @@ CREATE TRIGGER slow_order_delete BEFORE DELETE ON inventory_order FOR EACH ROW E
 )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ["atomic", "redis-stock", "db", "optimistic", "redis"])
 def test_a_reset_while_a_holder_of_units_buys_again_neither_fails(name, use_strategy, make_product):
@@ -479,6 +481,7 @@ FOR EACH ROW EXECUTE FUNCTION slow_refuse_bob();
 )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ["optimistic", "atomic"])
 def test_a_reset_during_a_batch_written_one_by_one_fails_neither(name, use_strategy, make_product):

@@ -8,6 +8,7 @@ limit, and the stock plus the units sold is the initial stock. No shopper's answ
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -232,21 +233,37 @@ def test_keyed_retries_racing_resets_never_fail(strategy, make_product):
 ON_LOOP = ["db", "optimistic", "redis", "redlock", "atomic", "redis-stock"]
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("name", ON_LOOP)
-def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(name, use_strategy, make_product):
-    """The same under ASGI's purchase (``apurchase``, each shopper on an event loop of its own)."""
+@contextlib.contextmanager
+def one_loop():
+    """One event loop on a thread of its own, as a uvicorn worker runs one: yields ``buy(**kwargs)``,
+    which awaits ``apurchase`` there from any thread (a loop per shopper thread would share the
+    strategy's asyncio clients across loops, which no worker does)."""
     import asyncio
 
     from inventory.async_purchase import apurchase
 
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        yield lambda **kwargs: asyncio.run_coroutine_threadsafe(apurchase(**kwargs), loop).result(60)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ON_LOOP)
+def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(name, use_strategy, make_product):
+    """The same under ASGI's purchase (``apurchase``, the shoppers' purchases awaited on one loop)."""
     use_strategy(name)
     make_product("hot", stock=5, limit=1)
-
-    def buy(index: int) -> str:
-        return asyncio.run(apurchase(sku="hot", customer=f"c{index}", quantity=1)).outcome.value
-
-    outcomes = buy_behind(lambda product: product.delete(), buy=buy)
+    with one_loop() as apurchase:
+        outcomes = buy_behind(
+            lambda product: product.delete(),
+            buy=lambda index: apurchase(sku="hot", customer=f"c{index}", quantity=1).outcome.value,
+        )
     assert set(outcomes) <= {"not_found", "busy", "sold_out"}, outcomes
     assert not Order.objects.exists()
 
@@ -585,14 +602,10 @@ def test_keyed_purchases_through_every_staff_change_add_up(strategy, batch, use_
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ON_LOOP)
 def test_on_the_loop_keyed_purchases_through_every_staff_change_add_up(name, use_strategy, make_product):
-    """The same under ASGI's purchase (``apurchase``, each on an event loop of its own; BATCH=1: a
-    process's loop combiner serves the one loop a uvicorn worker runs, not a loop per thread)."""
-    import asyncio
-
-    from inventory.async_purchase import apurchase
-
+    """The same under ASGI's purchase (``apurchase``, awaited on one event loop)."""
     use_strategy(name)
     make_product("hot", stock=12, limit=2)
-    outcomes, _ = keyed_buying_while(_staff_churn, buy=lambda **kwargs: asyncio.run(apurchase(**kwargs)))
+    with one_loop() as apurchase:
+        outcomes, _ = keyed_buying_while(_staff_churn, buy=apurchase)
     assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
     assert_the_sale_adds_up()

@@ -14,7 +14,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import F
+from django.db import transaction
+from django.db.models import F, ProtectedError
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -29,6 +31,30 @@ admin.site.site_header = "Flash sale admin"
 admin.site.site_title = "Flash sale admin"
 admin.site.index_title = "Inventory"
 admin.site.index_template = "admin/inventory/index.html"
+
+
+class DeleteRefused(InventoryError):
+    """A delete the products' orders forbid, found once their rows were locked: nothing deleted."""
+
+
+def delete_products(ids: list) -> None:
+    """Delete the products ``ids`` (those still there), or none of them when one has an order.
+
+    The rows are locked first: a purchase writing a product's first order holds its row until it
+    commits, so the check for orders that follows sees that order (the delete is refused), and no
+    order can be written after it. Without the lock the check ran before that commit, the delete
+    waited for the row and then failed the orders' foreign key at its own commit: a 500."""
+    with transaction.atomic():
+        list(Product.objects.select_for_update().filter(pk__in=ids).values_list("pk", flat=True))
+        try:
+            Product.objects.filter(pk__in=ids).delete()
+        except ProtectedError as exc:
+            ordered = {order.product_id for order in exc.protected_objects}
+            skus = sorted(Product.objects.filter(pk__in=ordered).values_list("sku", flat=True))
+            raise DeleteRefused(
+                f"Not deleted: {', '.join(skus)} {'has' if len(skus) == 1 else 'have'} orders now "
+                "(a purchase committed while the delete was being confirmed). Reset the sale first."
+            ) from exc
 
 
 def invariant_mark(product: Product) -> str:
@@ -129,7 +155,27 @@ class ProductAdmin(CheckedLookups, admin.ModelAdmin):
         if not all(value.isascii() and value.isdigit() for value in selected):
             self.message_user(request, "The rows selected are not products' ids: nothing was changed.", messages.ERROR)
             return None
-        return super().response_action(request, queryset)
+        if request.POST.get("action") != "delete_selected":
+            return super().response_action(request, queryset)
+        try:
+            with transaction.atomic():  # a refused delete leaves no log entry saying it deleted
+                return super().response_action(request, queryset)
+        except DeleteRefused as refused:
+            self.message_user(request, str(refused), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except DeleteRefused as refused:
+            self.message_user(request, str(refused), messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:inventory_product_change", args=[object_id]))
+
+    def delete_model(self, request, obj) -> None:
+        delete_products([obj.pk])
+
+    def delete_queryset(self, request, queryset) -> None:
+        delete_products(list(queryset.values_list("pk", flat=True)))
 
     def get_readonly_fields(self, request, obj=None):
         # Stock changes only through purchase, restock and reset; on creation it equals initial stock.

@@ -36,7 +36,17 @@ from django.db import connection
 
 from .batched import apurchase_in_batch, run_batch
 from .results import PurchaseResult
-from .services import Ready, busy, finish, held_for, prepare, queued, same_purchase, section_of
+from .services import (
+    Ready,
+    busy,
+    finish,
+    gone_is_not_found,
+    held_for,
+    prepare,
+    queued,
+    same_purchase,
+    section_of,
+)
 from .strategies import get_strategy
 from .strategies.base import Strategy
 from .strategies.contract import LockUnavailable
@@ -131,10 +141,8 @@ async def _prepared(
     )
     if isinstance(ready, PurchaseResult):
         return same_purchase(ready, quantity=quantity, key=idempotency_key)
-    if strategy.batch > 1:
-        result = await _in_batch(strategy, ready)
-    else:
-        result = await _alone(strategy, ready)
+    with gone_is_not_found(sku):
+        result = await (_in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready))
     return same_purchase(await on_thread(finish, strategy, result, ready), quantity=quantity, key=idempotency_key)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Iterator
 
 import redis
 from django.conf import settings
@@ -32,7 +33,7 @@ from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
 from .strategies.prepared import again_if_stale
 from .strategies.redis_stock import forget_sale
-from .strategies.section import Spans, decide, lock_timed_out, on_sale, timed_transactions
+from .strategies.section import Spans, decide, lock_timed_out, on_sale, order_read_as, timed_transactions
 from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
@@ -122,8 +123,21 @@ def purchase(
     strategy = strategy or get_strategy()
     ready = prepare(strategy, sku=sku, customer=customer, quantity=quantity, idempotency_key=idempotency_key)
     if not isinstance(ready, PurchaseResult):
-        ready = finish(strategy, in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready), ready)
+        with gone_is_not_found(sku):
+            result = in_batch(strategy, ready) if strategy.batch > 1 else _alone(strategy, ready)
+        ready = finish(strategy, result, ready)
     return same_purchase(ready, quantity=quantity, key=idempotency_key)
+
+
+@contextmanager
+def gone_is_not_found(sku: str) -> Iterator[None]:
+    """A product deleted after the plain read found it (a staff delete committed while the purchase
+    waited for its guard or the row) is gone for the shopper too: 404, as the plain read would say,
+    not the section's ``Product.DoesNotExist`` (a 500). Its transaction rolled back, nothing written."""
+    try:
+        yield
+    except Product.DoesNotExist as exc:
+        raise ProductNotFound(f"no product with sku {sku!r}") from exc
 
 
 def same_purchase(result: PurchaseResult, *, quantity: int, key: str) -> PurchaseResult:
@@ -154,7 +168,8 @@ def prepare(
     timings = Timings()
     seen = soldout.read(sku, customer=customer, key=idempotency_key)
     if seen is not None and (seen.order_id or (seen.sold_out and not _past(seen.ends_at))):
-        check_quantity(quantity, limit=most_per_request(seen.limit or MAX_QUANTITY))
+        # A keyed retry of an order is checked against no product's limit: see the plain read's.
+        check_quantity(quantity, limit=MAX_QUANTITY if seen.order_id else most_per_request(seen.limit or MAX_QUANTITY))
         timings.total_ms = _elapsed_ms(began)
         if seen.order_id:
             return PurchaseResult(
@@ -163,17 +178,20 @@ def prepare(
         return PurchaseResult(Outcome.SOLD_OUT, strategy.name, units_left=0, timings=timings)
     known = seen.shelf if seen is not None else None
     if known is not None:
-        return _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
-    found = shelf_by_sku(sku, customer=customer, key=idempotency_key)
+        answered = _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
+        if answered is not None:
+            return answered
+    found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
     if found is None:
         soldout.forget_unknown(sku, seen)
         raise ProductNotFound(f"no product with sku {sku!r}")
-    shelf, replay_id, held = found
-    check_quantity(quantity, limit=most_per_request(shelf.per_customer_limit))
+    shelf, _, held = found
+    # A keyed retry gets its order back whatever the limit is now: staff may have lowered it since
+    # (bad input is still 400; another quantity than the order's, 422).
+    check_quantity(quantity, limit=MAX_QUANTITY if replay else most_per_request(shelf.per_customer_limit))
     if seen is not None:
         soldout.remember_shelf(sku, seen, shelf)
     ready = Ready(sku, customer, quantity, idempotency_key, shelf, seen, began, timings)
-    replay = Order.objects.get(pk=replay_id) if replay_id is not None else None
     refusal = None if replay else decide(shelf, quantity=quantity, held=held, now=timezone.now())
     if replay or refusal:
         settled = result_of(strategy, SectionResult(order=replay, refusal=refusal), timings=timings)
@@ -181,14 +199,44 @@ def prepare(
     return ready
 
 
-def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready:
+def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int | None, int] | None, Order | None]:
+    """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one). A reset that
+    commits between the two reads deletes that order: the sale is then read again, as it is now."""
+    while True:
+        found = shelf_by_sku(sku, customer=customer, key=key)
+        if found is None or found[1] is None:
+            return found, None
+        replay = order_read_as(found[1])
+        if replay is not None:
+            return found, replay
+
+
+def _past_the_limit(quantity: object, shelf: Shelf) -> bool:
+    """A whole number past what one purchase of ``shelf`` may name: bad input, unless it is a keyed
+    retry of an order placed before staff lowered the limit (the plain read finds out which)."""
+    return (
+        isinstance(quantity, int)
+        and not isinstance(quantity, bool)
+        and quantity > most_per_request(shelf.per_customer_limit)
+    )
+
+
+def _from_memory(strategy: Strategy, ready: Ready) -> PurchaseResult | Ready | None:
     """A purchase of a SKU known unmarked, with the row as this process last read it: its limit
     and sale window hold (a change of the product would have dropped them), its stock does not,
     so only bad input and a closed sale are answered here. The section reads the row, and a keyed
-    retry's order, under the guard; a refusal there is as exact as the plain read's."""
+    retry's order, under the guard; a refusal there is as exact as the plain read's.
+
+    None: the plain read must answer. A keyed request memory would refuse (past the limit, or the
+    sale over) may be the retry of an order placed before staff lowered the limit or the sale
+    ended, and gets that order back; memory does not know the orders."""
+    if ready.key and _past_the_limit(ready.quantity, ready.shelf):
+        return None
     check_quantity(ready.quantity, limit=most_per_request(ready.shelf.per_customer_limit))
     if on_sale(ready.shelf, now=timezone.now()):
         return ready
+    if ready.key:
+        return None
     closed = SectionResult(refusal=Refusal(Outcome.NOT_ON_SALE))
     return finish(strategy, result_of(strategy, closed, timings=ready.timings), ready)
 

@@ -320,7 +320,7 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
         response["Allow"] = "POST"
         raise Refused(response)
     if product is None:
-        raise Refused(error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale."))
+        raise Refused(no_such_product(request, sku))
     if sent_unsized(request):
         message = "Send the order with a Content-Length header: a form sent in chunks is not read."
         raise Refused(error_page(request, product, 411, "Check your order", message))
@@ -346,8 +346,16 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
     return product, int(raw) if len(raw) <= 18 else 10**18
 
 
+def no_such_product(request: HttpRequest, sku: str) -> HttpResponse:
+    """The form's 404 page: no product has ``sku`` (never had, or deleted)."""
+    return error_page(request, None, 404, "No such product", f"There is no product {sku!r} in this sale.")
+
+
 def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> HttpResponse:
-    """The form's page for input the services refused (a quantity outside the shopper's limit)."""
+    """The form's page for input the services refused (a quantity outside the shopper's limit), or
+    for a product deleted after the form read it (404, as the API answers)."""
+    if isinstance(exc, ProductNotFound):
+        return no_such_product(request, product.sku)
     if isinstance(exc, KeyReused):  # the same page's form posted again, for another quantity
         message = "This page already placed your order. Reload the product page to place another."
         return error_page(request, product, 409, "Already ordered", message)
@@ -358,8 +366,12 @@ def buy_refused(request: HttpRequest, product: Product, exc: InventoryError) -> 
 def buy_answer(
     request: HttpRequest, product: Product, result: PurchaseResult, quantity: int, *, key: str = ""
 ) -> HttpResponse:
-    """The form's result page: the outcome, and the product as it is after the purchase."""
-    product.refresh_from_db()
+    """The form's result page: the outcome, and the product as it is after the purchase (a refusal's
+    product deleted since: the 404 page; a product with an order cannot be deleted)."""
+    try:
+        product.refresh_from_db()
+    except Product.DoesNotExist:
+        return no_such_product(request, product.sku)
     held = units_held(product, shopper_id(request)) if result.outcome is Outcome.LIMIT_REACHED else None
     may_buy = None if held is None else max(0, product.per_customer_limit - held)
     context = {

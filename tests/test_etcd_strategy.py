@@ -156,3 +156,90 @@ def test_simulate_pause_with_etcd_holds_every_step(config, settings):
     assert "A's release is ignored (NotOwned)" in text and "A writes with stale fence" in text
     product = Product.objects.get(sku="simulate-pause")
     assert product.stock == product.initial_stock - 1 and product.fence > 0
+
+
+# It kills every member of its own cluster: make test runs it, not make check.
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_whole_cluster_down_answers_busy_within_the_timeout_and_changes_nothing(
+    config, etcd_cluster, make_product, warm
+):
+    """Every member down, with the strategy's session made before (warm) or not yet (cold): busy
+    within the acquire timeout, never a 500, nothing written."""
+    make_product(stock=5)
+    strategy = EtcdLockStrategy(config=config)
+    if warm:
+        assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
+    before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
+    for member in etcd_cluster:
+        member.kill()
+    started = time.monotonic()
+    try:
+        result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
+    finally:
+        took = time.monotonic() - started
+        strategy.close()
+    assert result.outcome.value == "busy"
+    assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took
+    assert (Product.objects.get(sku="phone-x").stock, Order.objects.count()) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("down", [0, 1, 2])
+def test_one_member_down_the_sale_goes_on(config, etcd_cluster, make_product, down):
+    """Any one member down, the first endpoint too: the two left are a majority, and purchases are
+    confirmed with growing fences, by a session made before the kill and by one made after."""
+    make_product(stock=5)
+    warm = EtcdLockStrategy(config=config)
+    first = purchase(sku="phone-x", customer="warm", quantity=1, strategy=warm)
+    etcd_cluster[down].kill()
+    cold = EtcdLockStrategy(config=config)
+    try:
+        results = [
+            purchase(sku="phone-x", customer=name, quantity=1, strategy=s) for name, s in (("a", warm), ("b", cold))
+        ]
+    finally:
+        warm.close()
+        cold.close()
+    assert first.confirmed and all(result.confirmed for result in results), results
+    assert first.fence < results[0].fence < results[1].fence
+    assert audit(sku="phone-x").ok and Order.objects.count() == 3
+
+
+@pytest.mark.slow
+def test_the_cluster_down_while_a_holder_writes_leaves_its_order_confirmed(config, etcd_cluster, make_product):
+    """Every member dies while a holder's write waits for the row: the write commits, its release
+    cannot reach etcd, and the shopper is told confirmed (the order stands), within the timeouts."""
+    from tests.helpers import row_locked_elsewhere, waiting_for_a_row_lock_is
+
+    product = make_product(stock=5)
+    strategy = EtcdLockStrategy(config=config)
+    answers = {}
+
+    def buy() -> None:
+        try:
+            answers["ann"] = purchase(sku="phone-x", customer="ann", quantity=1, strategy=strategy)
+        except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown
+            answers["ann"] = exc
+        finally:
+            connection.close()
+
+    with row_locked_elsewhere(product.pk) as unlock:
+        buying = threading.Thread(target=buy)
+        buying.start()
+        deadline = time.monotonic() + 10
+        while not waiting_for_a_row_lock_is(1):
+            assert time.monotonic() < deadline, "the purchase never waited for the row"
+            time.sleep(0.02)
+        for member in etcd_cluster:
+            member.kill()
+        unlock()
+        started = time.monotonic()
+        buying.join(30)
+    took = time.monotonic() - started
+    strategy.close()
+    assert not buying.is_alive()
+    result = answers["ann"]
+    assert not isinstance(result, Exception), result
+    assert result.confirmed and Order.objects.filter(pk=result.order_id).exists(), result
+    assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took

@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
 from .section import allocate_many, decide, new_order, roll_back_section, saved, section_transaction, sell_and_commit
-from .statements import batch_side_read
+from .statements import batch_side_read, lock_row
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,12 @@ def _write_in_bulk(
 def _write_one_by_one(
     strategy: SectionParts, product_id: int, asks: list[Ask], verdicts: list[Verdict], *, shelf: Shelf, grant: Grant
 ) -> tuple[list[Verdict | IntegrityError], dict[int, Order] | None]:
-    """Each sold ask's units and order in a savepoint; the asks after a refused one decided again."""
+    """Each sold ask's units and order in a savepoint; the asks after a refused one decided again.
+
+    The row is locked first, as every writer of the sale locks it before the customers' units: a
+    reset holds the row and then deletes the units, and this batch holding a customer's units while
+    it waited for the row deadlocked with it. A row changed meanwhile is the storage check's to refuse."""
+    lock_row(product_id)
     held = held_by(product_id, {ask.customer for ask in asks})
     stock, created, final = shelf.stock, {}, []
     for index, ask in enumerate(asks):

@@ -322,6 +322,13 @@ def _twin_order(product_id: int, customer: str, key: str) -> SectionResult | Non
     return SectionResult(order=order, replayed=True) if order is not None else None
 
 
+def order_read_as(order_id: int) -> Order | None:
+    """The order a read found under a key, or None when a reset has deleted it since (the read and
+    this are two statements): the caller reads again, and the key, with no order on the new sale,
+    buys as a new purchase."""
+    return Order.objects.filter(pk=order_id).first()
+
+
 def new_order(
     strategy: str, *, product_id: int, customer: str, quantity: int, token: int | None, key: str = ""
 ) -> Order:
@@ -401,8 +408,11 @@ def attempt_section(
     ``atomic``, its write goes alone and the caller commits."""
     with section_transaction(strategy, bound_by_first_statement=True):
         shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
-        if replay_id is not None:
-            return SectionResult(order=Order.objects.get(pk=replay_id), replayed=True)
+        while replay_id is not None:
+            replay = order_read_as(replay_id)
+            if replay is not None:
+                return SectionResult(order=replay, replayed=True)
+            shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
         now = timezone.now()
         refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
@@ -427,8 +437,13 @@ def take_in_one_statement(
     now = timezone.now()
     with section_transaction(strategy, bound_by_first_statement=True):
         replay_id = replay_read(product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key)
-        if replay_id is not None:
-            return SectionResult(order=Order.objects.get(pk=replay_id), replayed=True)
+        while replay_id is not None:
+            replay = order_read_as(replay_id)
+            if replay is not None:
+                return SectionResult(order=replay, replayed=True)
+            replay_id = replay_read(
+                product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key
+            )
         order = new_order(
             strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
         )
@@ -439,7 +454,12 @@ def take_in_one_statement(
         if not added:
             # The upsert waited for a twin's units (the same key, sent again while the first was in
             # flight) and found the limit reached: that twin's order, now committed, is the answer.
-            return _twin_order(product_id, customer, key) or SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
+            # No product (deleted since the plain read) adds nothing either: read_shelf says so.
+            twin = _twin_order(product_id, customer, key)
+            if twin is not None:
+                return twin
+            read_shelf(product_id)  # raises Product.DoesNotExist if a delete took the product since
+            return SectionResult(refusal=Refusal(Outcome.LIMIT_REACHED))
         # Nothing taken: undo the units, then say why from the row as it is now.
         roll_back_section()
     twin = _twin_order(product_id, customer, key)  # a twin that took the last units: its order

@@ -258,6 +258,12 @@ def take_update(product_id: int, quantity: int, *, now: datetime) -> Statement:
     return sql, [quantity, product_id, quantity, now, now]
 
 
+def lock_row(product_id: int) -> None:
+    """Lock the product's row for the rest of the transaction (it waits for its holder, if any)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {PRODUCT} WHERE id = %s FOR UPDATE", [product_id])
+
+
 def run_update(statement: Statement) -> bool:
     """Run a one-row UPDATE; True when it changed the row."""
     with connection.cursor() as cursor:
@@ -345,9 +351,14 @@ def sell(
 
 
 # The atomic shape: the units first (within the product's limit, or nothing), the stock only if
-# they were added, the order only if the stock was taken.
+# they were added, the order only if the stock was taken. The units' row comes from the product's
+# (no product: no row, nothing added; a limit read by a subquery would be NULL there, a 500), and
+# that row is locked first, as every other writer of the sale locks it before the customers' units:
+# a reset holds the row and deletes the units, and a purchase that took the customer's units' row
+# before waiting for the product's deadlocked with it (one of the two failed, a 500). Its limit is
+# then the row's latest, not the one from before the wait.
 _TAKE_AND_SELL = f"""WITH units AS (INSERT INTO {ALLOCATION} (product_id, customer, units, cap)
-VALUES (%s, %s, %s, (SELECT per_customer_limit FROM {PRODUCT} WHERE id = %s))
+SELECT id, %s, %s, per_customer_limit FROM (SELECT id, per_customer_limit FROM {PRODUCT} WHERE id = %s FOR UPDATE) p
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap
 WHERE {ALLOCATION}.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units),
@@ -361,7 +372,7 @@ def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
     ``order`` (built, not saved), in one statement: (the units were added, the order's id or None).
     Units added and no order: the caller rolls the units back."""
     take_sql, take_params = take
-    unit_params = [order.product_id, order.customer, order.quantity, order.product_id]
+    unit_params = [order.customer, order.quantity, order.product_id]
     with connection.cursor() as cursor:
         execute(cursor, (_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)]))
         added, order_id = cursor.fetchone()

@@ -69,6 +69,7 @@ def buy_behind(change, *, sku: str = "hot", quantity: int = 1, buy=None) -> Coun
     return outcomes
 
 
+@pytest.mark.slow  # every strategy, waits on the row or a sale's end: the full suite's
 @pytest.mark.django_db(transaction=True)
 def test_a_product_deleted_while_purchases_wait_for_it_answers_404(strategy, make_product):
     """A product with no orders yet is deleted while shoppers are between the plain read and the
@@ -253,6 +254,7 @@ def one_loop():
         loop.close()
 
 
+@pytest.mark.slow  # every strategy on the loop, each waiting on the row: the full suite's
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ON_LOOP)
 def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(name, use_strategy, make_product):
@@ -393,6 +395,7 @@ def test_a_keyed_retry_after_the_limit_was_lowered_gets_its_order(strategy, make
     assert Order.objects.count() == 2 and Product.objects.get().stock == 6
 
 
+@pytest.mark.slow  # every strategy, waits on the row or a sale's end: the full suite's
 @pytest.mark.django_db(transaction=True)
 def test_a_keyed_retry_just_after_the_sale_ended_gets_its_order(strategy, make_product):
     """The sale ends while the process still keeps the row it read (its memory lasts up to 2 s):

@@ -85,6 +85,7 @@ def unmigrated_database():
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow  # creates and drops a database per command: the full suite's
 @pytest.mark.parametrize("command", [["seed"], ["reconcile", "--dry-run"], ["createstaff", "--username", "x"]])
 def test_a_database_not_yet_migrated_is_one_line_saying_to_migrate(command, unmigrated_database):
     """Seen by a helper: after preflight created the database, seed (before migrate) ended in a

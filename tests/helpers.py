@@ -153,3 +153,37 @@ def flashsale_refused(options: dict, *, output: Path, sku: str = "flash-burst") 
     assert not Product.objects.filter(sku=sku).exists()
     assert not BurstRun.objects.exists()
     return message
+
+
+def bought_while_the_service_dies(strategy, members, product_id: int):
+    """One purchase of ``phone-x`` whose write waits for the row (locked elsewhere) while every
+    member of its lock service (``members``: an etcd cluster, a ZooKeeper ensemble) is killed, then
+    the row is freed. Returns its answer (or the exception a shopper would have met as a 500), the
+    seconds from the row's release to the answer, and whether the purchase was still running."""
+    import time
+
+    from inventory.services import purchase
+
+    answers = {}
+
+    def buy() -> None:
+        try:
+            answers["ann"] = purchase(sku="phone-x", customer="ann", quantity=1, strategy=strategy)
+        except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown
+            answers["ann"] = exc
+        finally:
+            connection.close()
+
+    with row_locked_elsewhere(product_id) as unlock:
+        buying = threading.Thread(target=buy)
+        buying.start()
+        deadline = time.monotonic() + 10
+        while not waiting_for_a_row_lock_is(1):
+            assert time.monotonic() < deadline, "the purchase never waited for the row"
+            time.sleep(0.02)
+        for member in members:
+            member.kill()
+        unlock()
+        started = time.monotonic()
+        buying.join(30)
+    return answers.get("ann"), time.monotonic() - started, buying.is_alive()

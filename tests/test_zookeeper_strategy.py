@@ -218,36 +218,13 @@ def test_whole_ensemble_down_answers_busy_within_the_timeout_and_changes_nothing
 def test_the_ensemble_down_while_a_holder_writes_leaves_its_order_confirmed(config, ensemble, make_product):
     """Every member dies while a holder's write waits for the row: the write commits, its release
     cannot reach ZooKeeper, and the shopper is told confirmed (the order stands), within the timeouts."""
-    from tests.helpers import row_locked_elsewhere, waiting_for_a_row_lock_is
+    from tests.helpers import bought_while_the_service_dies
 
     product = make_product(stock=5)
     strategy = ZooKeeperLockStrategy(config=config)
-    answers = {}
-
-    def buy() -> None:
-        try:
-            answers["ann"] = purchase(sku="phone-x", customer="ann", quantity=1, strategy=strategy)
-        except Exception as exc:  # noqa: BLE001 - a shopper's 500, shown
-            answers["ann"] = exc
-        finally:
-            connection.close()
-
-    with row_locked_elsewhere(product.pk) as unlock:
-        buying = threading.Thread(target=buy)
-        buying.start()
-        deadline = time.monotonic() + 10
-        while not waiting_for_a_row_lock_is(1):
-            assert time.monotonic() < deadline, "the purchase never waited for the row"
-            time.sleep(0.02)
-        for member in ensemble:
-            member.kill()
-        unlock()
-        started = time.monotonic()
-        buying.join(30)
-    took = time.monotonic() - started
+    result, took, alive = bought_while_the_service_dies(strategy, ensemble, product.pk)
     strategy.close()
-    assert not buying.is_alive()
-    result = answers["ann"]
+    assert not alive
     assert not isinstance(result, Exception), result
     assert result.confirmed and Order.objects.filter(pk=result.order_id).exists(), result
     assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took

@@ -111,11 +111,20 @@ class MemberGroup:
     def reset(self, *, wait_s: float | None = None) -> None:
         """Every member running and the group healthy, whatever a test did to it (paused, killed)."""
         wait_s = self.ready_wait_s if wait_s is None else wait_s
+        started = []
         for member in self.members:
             member.resume()
-            member.spawn()
+            process = member.spawn()
+            if process is not None:
+                started.append((member, process))
         deadline = time.monotonic() + wait_s
         while not self.running():
+            for member, process in started:
+                if process.poll() is not None:  # e.g. its port taken: no wait can make it healthy
+                    raise self.error(
+                        f"{self.label} not healthy: {member.product} {member.name} exited with "
+                        f"{process.returncode} as it started; see {member.logfile}"
+                    )
             if time.monotonic() > deadline:
                 raise self.error(f"{self.label} not healthy within {wait_s}s; see {self.run_dir}/*.log")
             time.sleep(0.1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from io import StringIO
 
 import pytest
@@ -367,11 +368,15 @@ def test_a_row_that_fails_to_run_leaves_the_rows_before_it_in_the_json_and_the_r
         with socket.socket() as taken:  # the first member's client port: that member cannot start
             taken.bind(("127.0.0.1", ETCD_BASE_PORT))
             taken.listen()
+            started = time.monotonic()
             document, printed, error = burst(
                 tmp_path, backends="db,etcd", requests=100, stock=5, report_path=str(report)
             )
+            took = time.monotonic() - started
 
         assert error is not None and "etcd cluster not healthy" in str(error) and "\n" not in str(error)
+        # The member that exited at once is named at once: the cluster's start waited its whole 20 s.
+        assert "exited with" in str(error) and took < 15, (took, str(error))
         assert [run["row"] for run in document["runs"]] == ["floor", "db"]
         assert document["incomplete"] == str(error)
         assert rows(document)["db"]["invariants_ok"] is True and BurstRun.objects.count() == 1

@@ -187,3 +187,25 @@ def bought_while_the_service_dies(strategy, members, product_id: int):
         started = time.monotonic()
         buying.join(30)
     return answers.get("ann"), time.monotonic() - started, buying.is_alive()
+
+
+def bought_with_the_service_down(strategy, members, *, warm: bool):
+    """Every member of ``strategy``'s lock service (``members``) killed, its session made before
+    (``warm``: one confirmed purchase first) or not yet; then one purchase of ``phone-x``. Returns
+    its answer, its seconds, and (stock, orders) before the kill and after the purchase."""
+    import time
+
+    from inventory.services import purchase
+
+    if warm:
+        assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
+    before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
+    for member in members:
+        member.kill()
+    started = time.monotonic()
+    try:
+        result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
+    finally:
+        took = time.monotonic() - started
+        strategy.close()
+    return result, took, before, (Product.objects.get(sku="phone-x").stock, Order.objects.count())

@@ -166,22 +166,13 @@ def test_whole_cluster_down_answers_busy_within_the_timeout_and_changes_nothing(
 ):
     """Every member down, with the strategy's session made before (warm) or not yet (cold): busy
     within the acquire timeout, never a 500, nothing written."""
+    from tests.helpers import bought_with_the_service_down
+
     make_product(stock=5)
-    strategy = EtcdLockStrategy(config=config)
-    if warm:
-        assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
-    before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
-    for member in etcd_cluster:
-        member.kill()
-    started = time.monotonic()
-    try:
-        result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
-    finally:
-        took = time.monotonic() - started
-        strategy.close()
+    result, took, before, after = bought_with_the_service_down(EtcdLockStrategy(config=config), etcd_cluster, warm=warm)
     assert result.outcome.value == "busy"
     assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took
-    assert (Product.objects.get(sku="phone-x").stock, Order.objects.count()) == before
+    assert after == before
 
 
 @pytest.mark.slow

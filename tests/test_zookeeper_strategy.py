@@ -196,22 +196,14 @@ def test_simulate_pause_with_zookeeper_holds_every_step(config, settings):
 def test_whole_ensemble_down_answers_busy_within_the_timeout_and_changes_nothing(config, ensemble, make_product, warm):
     """Every member down, with the strategy's session made before (warm) or not yet (cold): busy
     within the acquire timeout, never a 500, nothing written."""
+    from tests.helpers import bought_with_the_service_down
+
     make_product(stock=5)
     strategy = ZooKeeperLockStrategy(config=config)
-    if warm:
-        assert purchase(sku="phone-x", customer="warm", quantity=1, strategy=strategy).confirmed
-    before = (Product.objects.get(sku="phone-x").stock, Order.objects.count())
-    for member in ensemble:
-        member.kill()
-    started = time.monotonic()
-    try:
-        result = purchase(sku="phone-x", customer="late", quantity=1, strategy=strategy)
-    finally:
-        took = time.monotonic() - started
-        strategy.close()
+    result, took, before, after = bought_with_the_service_down(strategy, ensemble, warm=warm)
     assert result.outcome.value == "busy"
     assert took < config["ACQUIRE_TIMEOUT_MS"] / 1000 + 1.0, took
-    assert (Product.objects.get(sku="phone-x").stock, Order.objects.count()) == before
+    assert after == before
 
 
 @pytest.mark.slow

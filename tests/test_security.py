@@ -134,6 +134,7 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
         ),
         ({"DATABASE_CONN_MAX_AGE": "-5"}, "DATABASE_CONN_MAX_AGE='-5': use 0 or more"),
         ({"REDLOCK_NODE_COUNT": "0"}, "REDLOCK_NODE_COUNT='0': use 1 or more"),
+        ({"REQUEST_BODY_MAX_BYTES": "100"}, "REQUEST_BODY_MAX_BYTES='100': use 1024 or more"),
         (
             {"REDIS_URL": "garbage"},
             "REDIS_URL='garbage': Redis URL must specify one of the following schemes (redis://, rediss://, unix://)",

@@ -37,7 +37,7 @@ import redis
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from .soldout_local import CHANNEL, MARK_TTL_S, MARKED_CHANNEL, MARKS, Clear, Entry
+from .soldout_local import MARK_TTL_S, MARKS, Clear, Entry, channels, database_of
 from .strategies.contract import generation_key
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def mark(sku: str, *, generation: int, limit: int, ends_at: datetime | None) -> 
     try:
         with client().pipeline() as pipe:  # one MULTI: no process keeps "unmarked" past the mark
             pipe.set(_keys(sku)[1], value, px=int(MARK_TTL_S * 1000))
-            pipe.publish(MARKED_CHANNEL, sku)
+            pipe.publish(channels(database_of(client()))[1], sku)
             pipe.execute()
         MARKS.drop(sku, marked=True)  # this process's next purchase reads the mark, not its message's race
     except redis.RedisError as exc:
@@ -190,7 +190,7 @@ def raise_generation(sku: str) -> None:
     """Raise the sale's generation and tell every process's listener, in one MULTI."""
     with client().pipeline() as pipe:
         pipe.incr(generation_key(sku))
-        pipe.publish(CHANNEL, sku)
+        pipe.publish(channels(database_of(client()))[0], sku)
         pipe.execute()
 
 

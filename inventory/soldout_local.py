@@ -5,7 +5,7 @@ on the first keyed request the product's (customer, Idempotency-Key) → order p
 product marked sold out has no stock for the mark's generation, so its orders are final and every
 later keyed retry is answered from memory too. redis-py's own client-side cache needs Redis 7.4
 (this machine has 7.0), so invalidation is a pub/sub message: whoever raises a sale's generation
-(restock, reset, an edit of the product) publishes the SKU on :data:`CHANNEL` in the same MULTI,
+(restock, reset, an edit of the product) publishes the SKU on its database's :func:`channels` in the same MULTI,
 and a listener thread per process drops that SKU's mark when told.
 
 Never stale for long: a process keeps marks only while its listener is subscribed. When the
@@ -34,11 +34,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "flashsale:sale-changed"
-#: Where :func:`inventory.soldout.mark` says a SKU was just marked: a process that knew it unmarked
-#: (a :class:`Clear`) forgets that and reads Redis again. Kept marks stay (a mark changes nothing
-#: they say), so the sale-changed channel is not used for it.
-MARKED_CHANNEL = "flashsale:sold-out"
+
+def channels(db: int) -> tuple[str, str]:
+    """The sale-changed and sold-out channels of the shop on Redis database ``db``. Redis delivers a
+    PUBLISH to the subscribers of every database of its server, so the names carry the database:
+    another shop on the same server (another checkout, another test worker) selling a SKU of the same
+    name must not drop this one's memory.
+
+    Sold-out is where :func:`inventory.soldout.mark` says a SKU was just marked: a process that knew
+    it unmarked (a :class:`Clear`) forgets that and reads Redis again. Kept marks stay (a mark
+    changes nothing they say), so the sale-changed channel is not used for it."""
+    return f"flashsale:{db}:sale-changed", f"flashsale:{db}:sold-out"
+
+
+def database_of(client: redis.Redis) -> int:
+    """The Redis database number ``client`` talks to."""
+    return int(client.connection_pool.connection_kwargs.get("db", 0))
+
+
 #: The listener's connection name in CLIENT LIST (followed by the pid).
 LISTENER_NAME = "soldout-listener"
 #: How long the listener waits before it subscribes again after its connection broke.
@@ -206,7 +219,7 @@ class LocalMarks:
             )
             pubsub = client.pubsub()
             try:
-                pubsub.subscribe(CHANNEL, MARKED_CHANNEL)
+                pubsub.subscribe(*channels(database_of(client)))
                 self._serve(pubsub, generation)
             except redis.RedisError as exc:
                 logger.warning("sold-out listener lost Redis (%s): local marks dropped", exc)
@@ -227,7 +240,7 @@ class LocalMarks:
             elif message["type"] == "subscribe" and message["data"] == 2:  # both channels
                 self._subscribed_by(generation)
             elif message["type"] == "message" and self._serving(generation):
-                self.drop(message["data"].decode(), marked=message["channel"] == MARKED_CHANNEL.encode())
+                self.drop(message["data"].decode(), marked=message["channel"].endswith(b":sold-out"))
 
     def _subscribed_by(self, generation: int) -> None:
         with self._lock:

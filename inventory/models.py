@@ -7,6 +7,8 @@ product's per-customer limit (an :class:`Allocation` row per product and custome
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -120,6 +122,15 @@ class Order(models.Model):
     # admin's search is icontains, UPPER(...) LIKE '%...%'), and every order insert paid for.
     customer = models.CharField(max_length=64, help_text="The shopper's session identity.")
     quantity = models.PositiveIntegerField()
+    # What one unit cost when it was bought: the price the purchase's own read of the product saw
+    # (the read that decided the sale), so a price staff change later does not rewrite what the
+    # shopper was charged. Orders from before the field have their product's price at the migration.
+    unit_price = models.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        validators=[MinValueValidator(0)],
+        help_text="The price of one unit when it was bought.",
+    )
     strategy = models.CharField(max_length=32, help_text="The strategy that guarded this purchase.")
     fence = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the lock grant, if any.")
     idempotency_key = models.CharField(
@@ -140,10 +151,25 @@ class Order(models.Model):
                 name="order_idempotency_key_once",
             ),
             models.CheckConstraint(condition=Q(quantity__gte=1), name="order_quantity_positive"),
+            models.CheckConstraint(condition=Q(unit_price__gte=0), name="order_unit_price_not_negative"),
         ]
 
     def __str__(self) -> str:
         return f"order {self.pk}: {self.quantity} × {self.product.sku} for {self.customer}"
+
+    @property
+    def total(self) -> Decimal:
+        """What the shopper paid: the units at the price they were bought at."""
+        return self.unit_price * self.quantity
+
+    def save(self, *args, **kwargs) -> None:
+        """An order saved through the ORM without a price (a test's fixture, a narrated demo that
+        writes its own order) takes its product's price as it is now. The purchase path never
+        relies on this: it writes its orders with the price its read saw, in its own SQL, where a
+        missing price is a NOT NULL error, not a second read."""
+        if self.unit_price is None and self.product_id is not None:
+            self.unit_price = Product.objects.values_list("price", flat=True).get(pk=self.product_id)
+        super().save(*args, **kwargs)
 
 
 class BurstRun(models.Model):

@@ -17,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
-from inventory.models import Allocation, Product
+from inventory.models import Allocation, Order, Product
 from inventory.results import PurchaseResult
 from inventory.services import IDEMPOTENCY_KEY, most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
@@ -384,11 +384,21 @@ def buy_answer(
         "result": result,
         "quantity": quantity,
         "order_key": key,  # the busy page's retry is the same order
-        "total": product.price * quantity,
+        # What the order cost at the price it was bought at (the product's may have changed since).
+        "total": order_total(result),
     }
     return purchase_response(
         render(request, "shop/result.html", context, status=STATUS_BY_OUTCOME[result.outcome]), result
     )
+
+
+def order_total(result: PurchaseResult):
+    """A confirmed purchase's total as its order records it (its units at their ``unit_price``);
+    None when there is no order, or a reset has deleted it since."""
+    if result.order_id is None:
+        return None
+    order = Order.objects.filter(pk=result.order_id).values_list("unit_price", "quantity").first()
+    return None if order is None else order[0] * order[1]
 
 
 def only_reads(request: HttpRequest) -> JsonResponse | None:

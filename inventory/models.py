@@ -125,6 +125,9 @@ class Order(models.Model):
     # What one unit cost when it was bought: the price the purchase's own read of the product saw
     # (the read that decided the sale), so a price staff change later does not rewrite what the
     # shopper was charged. Orders from before the field have their product's price at the migration.
+    # A writer that names no price (a test's fixture, the narrated demos' own orders, the hot-row
+    # benchmark's SQL) gets the product's price at its insert from a trigger (migration 0014); the
+    # purchase path always names the one its read saw.
     unit_price = models.DecimalField(
         max_digits=10,
         decimal_places=2,
@@ -161,15 +164,6 @@ class Order(models.Model):
     def total(self) -> Decimal:
         """What the shopper paid: the units at the price they were bought at."""
         return self.unit_price * self.quantity
-
-    def save(self, *args, **kwargs) -> None:
-        """An order saved through the ORM without a price (a test's fixture, a narrated demo that
-        writes its own order) takes its product's price as it is now. The purchase path never
-        relies on this: it writes its orders with the price its read saw, in its own SQL, where a
-        missing price is a NOT NULL error, not a second read."""
-        if self.unit_price is None and self.product_id is not None:
-            self.unit_price = Product.objects.values_list("price", flat=True).get(pk=self.product_id)
-        super().save(*args, **kwargs)
 
 
 class BurstRun(models.Model):

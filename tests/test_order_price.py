@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
 from inventory.errors import InventoryError
@@ -157,3 +158,44 @@ def test_the_order_records_the_price_of_the_read_that_decided_it(name, batch, ma
     assert Product.objects.get(sku="phone-x").price == OLD
     order = Order.objects.get(pk=result.order_id)
     assert (order.quantity, order.unit_price) == (2, NEW)
+
+
+@pytest.mark.django_db
+def test_a_writer_that_names_no_price_gets_the_products_price_at_its_insert(make_product):
+    """Writers outside the purchase path name no price (loadtests/hotrow.py's SQL, the narrated demos'
+    ORM orders): the column's trigger fills in the product's price as it is at the insert."""
+    product = make_product(stock=5, price=OLD)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO inventory_order (product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
+            " VALUES (%s, 'bench', 1, 'db', NULL, '', now()) RETURNING unit_price",
+            [product.pk],
+        )
+        assert cursor.fetchone() == (OLD,)
+    Order.objects.create(product=product, customer="demo", quantity=1, strategy="db")
+    assert Order.objects.get(customer="demo").unit_price == OLD
+    named = Order.objects.create(product=product, customer="named", quantity=1, strategy="db", unit_price=NEW)
+    assert Order.objects.get(pk=named.pk).unit_price == NEW  # a price named is kept
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_fills_older_orders_with_their_products_current_price():
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    executor.migrate([("inventory", "0013_session_generation")])
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO inventory_product (sku, name, price, initial_stock, stock, per_customer_limit, fence,"
+                " version, listed) VALUES ('old', 'Old', 4.50, 5, 4, 1, 0, 1, true) RETURNING id"
+            )
+            (product_id,) = cursor.fetchone()
+            cursor.execute(
+                "INSERT INTO inventory_order (product_id, customer, quantity, strategy, idempotency_key, created_at)"
+                " VALUES (%s, 'then', 1, 'db', '', now())",
+                [product_id],
+            )
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    assert Order.objects.get(customer="then").unit_price == Decimal("4.50")

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import get_object_or_404, render
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
@@ -232,6 +232,11 @@ def product_payload(product: Product) -> dict:
     }
 
 
+def tile(product: Product) -> str:
+    """Which of the stylesheet's tile colours (``art-a`` to ``art-d``) a product's picture takes."""
+    return "abcd"[product.pk % 4]
+
+
 def product_context(product: Product) -> dict:
     """What the product templates show: the API payload plus labels."""
     payload = product_payload(product)
@@ -241,7 +246,7 @@ def product_context(product: Product) -> dict:
         "state": payload["state"],
         "state_label": STATE_LABELS[payload["state"]],
         "button_label": BUTTON_LABELS[payload["state"]],
-        "art": "abcd"[product.pk % 4],  # which of the stylesheet's tile colours to use
+        "art": tile(product),
     }
 
 
@@ -249,6 +254,26 @@ def product_context(product: Product) -> dict:
 def home(request: HttpRequest) -> HttpResponse:
     listed = Product.objects.filter(listed=True)
     return render(request, "shop/home.html", {"products": [product_context(p) for p in listed]})
+
+
+def card_payload(product: Product) -> dict:
+    """A home page card's product: the API payload, its pages' URLs and its tile colour."""
+    return {
+        **product_payload(product),
+        "url": reverse("product", args=[product.sku]),
+        "api": reverse("api-product", args=[product.sku]),
+        "art": tile(product),
+    }
+
+
+def api_products(request: HttpRequest) -> JsonResponse:
+    """``GET``: the products the home page lists now, in its order. Its cards follow it each second:
+    a product listed or created since the page loaded gets a card, one unlisted or deleted loses its own."""
+    if refused := only_reads(request):
+        return refused
+    response = JsonResponse({"products": [card_payload(p) for p in Product.objects.filter(listed=True)]})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_safe

@@ -125,9 +125,9 @@ class Order(models.Model):
     # What one unit cost when it was bought: the price the purchase's own read of the product saw
     # (the read that decided the sale), so a price staff change later does not rewrite what the
     # shopper was charged. Orders from before the field have their product's price at the migration.
-    # A writer that names no price (a test's fixture, the narrated demos' own orders, the hot-row
-    # benchmark's SQL) gets the product's price at its insert from a trigger (migration 0014); the
-    # purchase path always names the one its read saw.
+    # A writer that names no price (a test's fixture, the narrated demos' own orders) gets the
+    # product's price at its insert from a trigger (migration 0014); the purchase path and the
+    # hot-row benchmark always name the one their read saw.
     unit_price = models.DecimalField(
         max_digits=10,
         decimal_places=2,

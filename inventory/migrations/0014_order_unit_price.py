@@ -5,9 +5,9 @@ is now, so a price staff changed after a purchase rewrote what the shopper was c
 before this migration never stored the price they were bought at: they are filled with their
 product's *current* price (the best that is known), then the column is made NOT NULL.
 
-The purchase path names the price its own read saw in every order it writes. A writer that names
-none (the hot-row benchmark's SQL in loadtests/hotrow.py, the narrated demos' and tests' ORM
-orders) gets its product's price at the insert from a trigger, which runs only for such a row
+The purchase path names the price its own read saw in every order it writes, and so do the hot-row
+benchmark's SQL (loadtests/hotrow.py) and scripts/async_routes.py. A writer that names none (the
+narrated demos' and tests' ORM orders) gets its product's price at the insert from a trigger, which runs only for such a row
 (``WHEN (NEW.unit_price IS NULL)``: the purchase path's inserts call no function). Reversed, the
 trigger and the column are dropped.
 """

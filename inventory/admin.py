@@ -365,11 +365,27 @@ class ReadOnlyAdmin(CheckedLookups, admin.ModelAdmin):
 
 @admin.register(Order)
 class OrderAdmin(ReadOnlyAdmin):
-    list_display = ["id", "product", "customer_link", "quantity", "strategy", "fence", "created_at"]
+    list_display = [
+        "id",
+        "product",
+        "customer_link",
+        "quantity",
+        "unit_price",
+        "total",
+        "strategy",
+        "fence",
+        "created_at",
+    ]
     list_filter = ["product", "strategy", CustomerFilter]
     search_fields = ["customer", "product__sku"]
     list_select_related = ["product"]
     date_hierarchy = "created_at"
+    readonly_fields = ["total"]
+
+    @admin.display(description="total")
+    def total(self, order: Order) -> str:
+        """What the shopper paid: the units at the price the order records, not the product's price now."""
+        return f"{order.total:.2f}"
 
     @admin.display(description="customer", ordering="customer")
     def customer_link(self, order: Order) -> str:

@@ -7,6 +7,8 @@ product's per-customer limit (an :class:`Allocation` row per product and custome
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -120,6 +122,18 @@ class Order(models.Model):
     # admin's search is icontains, UPPER(...) LIKE '%...%'), and every order insert paid for.
     customer = models.CharField(max_length=64, help_text="The shopper's session identity.")
     quantity = models.PositiveIntegerField()
+    # What one unit cost when it was bought: the price the purchase's own read of the product saw
+    # (the read that decided the sale), so a price staff change later does not rewrite what the
+    # shopper was charged. Orders from before the field have their product's price at the migration.
+    # A writer that names no price (a test's fixture, the narrated demos' own orders) gets the
+    # product's price at its insert from a trigger (migration 0014); the purchase path and the
+    # hot-row benchmark always name the one their read saw.
+    unit_price = models.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        validators=[MinValueValidator(0)],
+        help_text="The price of one unit when it was bought.",
+    )
     strategy = models.CharField(max_length=32, help_text="The strategy that guarded this purchase.")
     fence = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the lock grant, if any.")
     idempotency_key = models.CharField(
@@ -140,10 +154,16 @@ class Order(models.Model):
                 name="order_idempotency_key_once",
             ),
             models.CheckConstraint(condition=Q(quantity__gte=1), name="order_quantity_positive"),
+            models.CheckConstraint(condition=Q(unit_price__gte=0), name="order_unit_price_not_negative"),
         ]
 
     def __str__(self) -> str:
         return f"order {self.pk}: {self.quantity} × {self.product.sku} for {self.customer}"
+
+    @property
+    def total(self) -> Decimal:
+        """What the shopper paid: the units at the price they were bought at."""
+        return self.unit_price * self.quantity
 
 
 class BurstRun(models.Model):

@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 #: it is refused with the most it can take, not written into an "integer out of range".
 MAX_STOCK = 2**31 - 1
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: How many times the plain read reads the sale again for a keyed order a reset deleted between its
+#: two reads, before the purchase is answered busy (:func:`_plain_read`). One reset is met by one
+#: more read; three in a row, each between the two reads, is a sale being reset under the shopper.
+PLAIN_READ_TRIES = 3
 
 __all__ = [
     "MAX_QUANTITY",
@@ -181,7 +185,11 @@ def prepare(
         answered = _from_memory(strategy, Ready(sku, customer, quantity, idempotency_key, known, seen, began, timings))
         if answered is not None:
             return answered
-    found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
+    try:
+        found, replay = _plain_read(sku, customer=customer, key=idempotency_key)
+    except KeptDeleting:
+        timings.total_ms = _elapsed_ms(began)
+        return PurchaseResult(Outcome.BUSY, strategy.name, timings=timings)
     if found is None:
         soldout.forget_unknown(sku, seen)
         raise ProductNotFound(f"no product with sku {sku!r}")
@@ -199,16 +207,29 @@ def prepare(
     return ready
 
 
+class KeptDeleting(Exception):
+    """The key's order was deleted between the plain read's two reads :data:`PLAIN_READ_TRIES` times."""
+
+
 def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int | None, int] | None, Order | None]:
     """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one). A reset that
-    commits between the two reads deletes that order: the sale is then read again, as it is now."""
-    while True:
+    commits between the two reads deletes that order: the sale is then read again, as it is now,
+    at most :data:`PLAIN_READ_TRIES` times in all.
+
+    Past that (a twin of the key ordering again after each reset, and staff resetting again before
+    each second read) it raises :class:`KeptDeleting`, which the purchase answers busy. Not "as if
+    no order existed": the last read's units were read beside an order that is gone, and deciding on
+    them could refuse (the limit) for units the reset removed, or answer a key that has an order
+    again by now with a new purchase's refusal. Busy writes nothing and claims nothing: the key
+    still orders at most once, and its retry (Retry-After) reads the sale afresh."""
+    for _ in range(PLAIN_READ_TRIES):
         found = shelf_by_sku(sku, customer=customer, key=key)
         if found is None or found[1] is None:
             return found, None
         replay = order_read_as(found[1])
         if replay is not None:
             return found, replay
+    raise KeptDeleting(sku)
 
 
 def _past_the_limit(quantity: object, shelf: Shelf) -> bool:

@@ -52,12 +52,15 @@ class HotRowError(RuntimeError):
 
 
 # The units (refused whole when fewer are left), the orders of one transaction (one row per customer
-# in the array, none when nothing was taken) and the COMMIT, in one message.
+# in the array, none when nothing was taken, each at the price the UPDATE read, as a purchase names
+# the price its read saw) and the COMMIT, in one message.
 TAKE_AND_RECORD = (
     "WITH taken AS (UPDATE inventory_product SET stock = stock - %s, version = version + 1"
-    " WHERE id = %s AND stock >= %s RETURNING id)"
-    " INSERT INTO inventory_order (product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
-    " SELECT taken.id, customer, 1, %s, NULL, '', now() FROM taken, unnest(%s::text[]) AS customer; COMMIT"
+    " WHERE id = %s AND stock >= %s RETURNING id, price)"
+    " INSERT INTO inventory_order"
+    " (product_id, customer, quantity, unit_price, strategy, fence, idempotency_key, created_at)"
+    " SELECT taken.id, customer, 1, taken.price, %s, NULL, '', now() FROM taken, unnest(%s::text[]) AS customer;"
+    " COMMIT"
 )
 
 

@@ -49,7 +49,7 @@ from loadtests.pods import database_url  # noqa: E402
 SKU = "async-routes"
 
 # The section's statements as the ORM sends them (inventory/strategies/section.py), by hand.
-READ = "SELECT id, stock, version, fence, per_customer_limit FROM inventory_product WHERE id = %s"
+READ = "SELECT id, stock, version, fence, per_customer_limit, price FROM inventory_product WHERE id = %s"
 HELD = "SELECT units FROM inventory_allocation WHERE product_id = %s AND customer = %s LIMIT 1"
 WRITE = (
     "UPDATE inventory_product SET stock = %s, version = version + 1, fence = %s"
@@ -61,8 +61,9 @@ ALLOCATE = (
     " cap = EXCLUDED.cap"
 )
 ORDER = (
-    "INSERT INTO inventory_order (product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
-    " VALUES (%s, %s, 1, 'redis', %s, '', now()) RETURNING id"
+    "INSERT INTO inventory_order"
+    " (product_id, customer, quantity, unit_price, strategy, fence, idempotency_key, created_at)"
+    " VALUES (%s, %s, 1, %s, 'redis', %s, '', now()) RETURNING id"
 )
 
 
@@ -70,7 +71,7 @@ async def sql_section(pool: AsyncConnectionPool, product_id: int, customer: str,
     """The route not taken: read, decide (stock and the customer's units), checked write, units, order."""
     async with pool.connection() as conn, conn.transaction():
         await conn.execute("SET LOCAL lock_timeout = 5000")
-        _, stock, version, fence, limit = await (await conn.execute(READ, [product_id])).fetchone()
+        _, stock, version, fence, limit, price = await (await conn.execute(READ, [product_id])).fetchone()
         held = await (await conn.execute(HELD, [product_id, customer])).fetchone()
         if stock < 1 or (held[0] if held else 0) + 1 > limit:
             return False
@@ -78,7 +79,7 @@ async def sql_section(pool: AsyncConnectionPool, product_id: int, customer: str,
         if written.rowcount != 1:
             return False
         await conn.execute(ALLOCATE, [product_id, customer, 1, limit])
-        await conn.execute(ORDER, [product_id, customer, token])
+        await conn.execute(ORDER, [product_id, customer, price, token])
     return True
 
 
@@ -87,7 +88,7 @@ def sql_on_thread(product_id: int, customer: str, token: int) -> bool:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL lock_timeout = 5000")
         cursor.execute(READ, [product_id])
-        _, stock, version, fence, limit = cursor.fetchone()
+        _, stock, version, fence, limit, price = cursor.fetchone()
         cursor.execute(HELD, [product_id, customer])
         held = cursor.fetchone()
         if stock < 1 or (held[0] if held else 0) + 1 > limit:
@@ -96,7 +97,7 @@ def sql_on_thread(product_id: int, customer: str, token: int) -> bool:
         if cursor.rowcount != 1:
             return False
         cursor.execute(ALLOCATE, [product_id, customer, 1, limit])
-        cursor.execute(ORDER, [product_id, customer, token])
+        cursor.execute(ORDER, [product_id, customer, price, token])
     return True
 
 

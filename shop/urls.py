@@ -18,6 +18,7 @@ urlpatterns = [
     path("products/<slug:sku>/", views.product_page, name="product"),
     path("products/<slug:sku>/buy", async_views.buy if ON_LOOP else views.buy, name="buy"),
     path("api/session", views.api_session, name="api-session"),
+    path("api/products", views.api_products, name="api-products"),
     path("api/products/<slug:sku>", views.api_product, name="api-product"),
     path(
         "api/products/<slug:sku>/purchase",

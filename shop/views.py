@@ -11,13 +11,13 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import get_object_or_404, render
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_safe
 
 from inventory.errors import InvalidQuantity, InventoryError, KeyReused, ProductNotFound
-from inventory.models import Allocation, Product
+from inventory.models import Allocation, Order, Product
 from inventory.results import PurchaseResult
 from inventory.services import IDEMPOTENCY_KEY, most_per_request, purchase, sale_state
 from inventory.strategies.contract import Outcome
@@ -232,6 +232,11 @@ def product_payload(product: Product) -> dict:
     }
 
 
+def tile(product: Product) -> str:
+    """Which of the stylesheet's tile colours (``art-a`` to ``art-d``) a product's picture takes."""
+    return "abcd"[product.pk % 4]
+
+
 def product_context(product: Product) -> dict:
     """What the product templates show: the API payload plus labels."""
     payload = product_payload(product)
@@ -241,7 +246,7 @@ def product_context(product: Product) -> dict:
         "state": payload["state"],
         "state_label": STATE_LABELS[payload["state"]],
         "button_label": BUTTON_LABELS[payload["state"]],
-        "art": "abcd"[product.pk % 4],  # which of the stylesheet's tile colours to use
+        "art": tile(product),
     }
 
 
@@ -249,6 +254,26 @@ def product_context(product: Product) -> dict:
 def home(request: HttpRequest) -> HttpResponse:
     listed = Product.objects.filter(listed=True)
     return render(request, "shop/home.html", {"products": [product_context(p) for p in listed]})
+
+
+def card_payload(product: Product) -> dict:
+    """A home page card's product: the API payload, its pages' URLs and its tile colour."""
+    return {
+        **product_payload(product),
+        "url": reverse("product", args=[product.sku]),
+        "api": reverse("api-product", args=[product.sku]),
+        "art": tile(product),
+    }
+
+
+def api_products(request: HttpRequest) -> JsonResponse:
+    """``GET``: the products the home page lists now, in its order. Its cards follow it each second:
+    a product listed or created since the page loaded gets a card, one unlisted or deleted loses its own."""
+    if refused := only_reads(request):
+        return refused
+    response = JsonResponse({"products": [card_payload(p) for p in Product.objects.filter(listed=True)]})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_safe
@@ -384,11 +409,21 @@ def buy_answer(
         "result": result,
         "quantity": quantity,
         "order_key": key,  # the busy page's retry is the same order
-        "total": product.price * quantity,
+        # What the order cost at the price it was bought at (the product's may have changed since).
+        "total": order_total(result),
     }
     return purchase_response(
         render(request, "shop/result.html", context, status=STATUS_BY_OUTCOME[result.outcome]), result
     )
+
+
+def order_total(result: PurchaseResult):
+    """A confirmed purchase's total as its order records it (its units at their ``unit_price``);
+    None when there is no order, or a reset has deleted it since."""
+    if result.order_id is None:
+        return None
+    order = Order.objects.filter(pk=result.order_id).values_list("unit_price", "quantity").first()
+    return None if order is None else order[0] * order[1]
 
 
 def only_reads(request: HttpRequest) -> JsonResponse | None:

@@ -69,7 +69,20 @@ class TestProductEndpoint:
         assert response.status_code == 405 and response.json()["allowed"] == ["GET", "HEAD"]
         assert response["Allow"] == "GET, HEAD"
 
-    @pytest.mark.parametrize("url", ["/api/products/phone-x", "/api/session", "/", "/products/phone-x/"])
+    def test_the_list_is_the_listed_products_as_the_home_page_shows_them(self, client, make_product):
+        make_product("phone-x", stock=3)
+        make_product("burst", stock=3, listed=False)
+        response = client.get("/api/products")
+        assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+        (card,) = response.json()["products"]
+        assert card["sku"] == "phone-x" and card["price"] == "9.99" and card["stock"] == 3
+        assert (card["url"], card["api"]) == ("/products/phone-x/", "/api/products/phone-x")
+        refused = client.post("/api/products")
+        assert refused.status_code == 405 and refused["Allow"] == "GET, HEAD"
+
+    @pytest.mark.parametrize(
+        "url", ["/api/products/phone-x", "/api/products", "/api/session", "/", "/products/phone-x/"]
+    )
     def test_head_is_answered_where_get_is(self, client, make_product, url):
         """Seen by a helper: HEAD was 405 on every page and GET endpoint of the shop."""
         make_product()

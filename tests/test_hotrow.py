@@ -4,6 +4,7 @@ real test database, one purchase per commit and many; exactly the stock sold, ne
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from inventory.audit import audit
 from inventory.models import Order
@@ -17,7 +18,15 @@ from loadtests.table import COLUMNS, hot_row_cells
 @pytest.mark.parametrize("batch", [1, 8])
 def test_several_connections_sell_exactly_the_stock(make_product, batch):
     product = make_product("hot-sku", stock=48)
-    shape = run_shape(database_url(), product_id=product.pk, purchases=48, connections=6, batch=batch)
+    # The hot row names the price its UPDATE read, as a purchase does: no trigger fills it in (the
+    # shape's cost is the purchase's, with no lookup of its own).
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE inventory_order DISABLE TRIGGER inventory_order_unit_price")
+    try:
+        shape = run_shape(database_url(), product_id=product.pk, purchases=48, connections=6, batch=batch)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE inventory_order ENABLE TRIGGER inventory_order_unit_price")
 
     assert (shape.sold, shape.refused, shape.stock_final, shape.orders, shape.oversold) == (48, 0, 0, 48, 0)
     assert shape.ok and shape.commits == 48 // batch and shape.rps > 0
@@ -26,6 +35,7 @@ def test_several_connections_sell_exactly_the_stock(make_product, batch):
     assert orders.count() == 48 and set(orders.values_list("strategy", flat=True)) == {HOT_ROW}
     assert orders.values("customer").distinct().count() == 48  # valid rows: a customer per purchase
     assert set(orders.values_list("quantity", "fence", "idempotency_key").distinct()) == {(1, None, "")}
+    assert set(orders.values_list("unit_price", flat=True)) == {product.price}
     report = audit(sku="hot-sku")
     assert (report.stock, report.orders, report.oversold, report.lost) == (0, 48, 0, 0)
 

@@ -9,9 +9,12 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from inventory import services
 from inventory.errors import InventoryError, KeyReused
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
+from inventory.soldout_local import MARKS
+from inventory.strategies.contract import Outcome
 from tests.helpers import snapshot
 
 
@@ -237,3 +240,40 @@ def test_a_keyed_purchase_leaves_nothing_in_redis(use_strategy, make_product, re
     before = set(redis_client.keys("flashsale:*"))
     assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
     assert set(redis_client.keys("flashsale:*")) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(use_strategy, make_product, monkeypatch):
+    """The plain read found the key's order by id, read it, found it deleted by a reset, and read
+    again, with no bound: a shopper's twin (the same key) ordering again after each reset, and staff
+    resetting again before each second read, kept it reading. Here a real reset and a real twin's
+    purchase commit between the two reads each time, twenty times at most: the purchase answers busy
+    after a few reads, and writes nothing (the one order left is the twin's last)."""
+    use_strategy("db")
+    make_product(stock=5, limit=1)
+    assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
+    reads, main, real = [], threading.current_thread(), services.order_read_as
+
+    def reset_and_twin() -> None:
+        try:
+            reset_sale(sku="phone-x", stock=5)
+            assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
+        finally:
+            connection.close()
+
+    def reset_between_the_reads(order_id: int):
+        if threading.current_thread() is main and len(reads) < 20:
+            reads.append(order_id)
+            staff = threading.Thread(target=reset_and_twin)
+            staff.start()
+            staff.join(10)
+        return real(order_id)
+
+    monkeypatch.setattr(services, "order_read_as", reset_between_the_reads)
+    MARKS.drop_all(subscribed=True)  # no row remembered: the purchase reads the shelf
+    result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+    assert len(reads) == services.PLAIN_READ_TRIES, reads
+    assert result.outcome is Outcome.BUSY and result.order_id is None
+    order = Order.objects.get()
+    assert (order.customer, order.idempotency_key) == ("a", "k-1") and order.pk not in reads
+    assert Product.objects.get(sku="phone-x").stock == 4

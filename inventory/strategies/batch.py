@@ -88,14 +88,16 @@ def held_by(product_id: int, customers: set[str]) -> dict[str, int]:
     return dict(rows.values_list("customer", "units"))
 
 
-def order_for(strategy: SectionParts, product_id: int, ask: Ask, grant: Grant) -> Order:
+def order_for(strategy: SectionParts, shelf: Shelf, ask: Ask, grant: Grant) -> Order:
+    """``ask``'s order at the price of the batch's one read (``shelf``), which decided it."""
     return new_order(
         strategy.name,
-        product_id=product_id,
+        product_id=shelf.product_id,
         customer=ask.customer,
         quantity=ask.quantity,
         token=grant.token,
         key=ask.key,
+        unit_price=shelf.price,
     )
 
 
@@ -169,7 +171,7 @@ def _write_in_bulk(
     for index in sold:
         units[asks[index].customer] += asks[index].quantity
     now = timezone.now()
-    orders = [order_for(strategy, product_id, asks[i], grant) for i in sold]
+    orders = [order_for(strategy, shelf, asks[i], grant) for i in sold]
     for order in orders:
         order.created_at = now
     update = strategy.stock_update(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant)
@@ -201,7 +203,7 @@ def _write_one_by_one(
                     allocate_many(
                         product_id=product_id, units={ask.customer: ask.quantity}, cap=shelf.per_customer_limit
                     )
-                    created[index] = order_for(strategy, product_id, ask, grant)
+                    created[index] = order_for(strategy, shelf, ask, grant)
                     created[index].save()
             except IntegrityError as exc:
                 created.pop(index, None)

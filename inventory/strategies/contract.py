@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -80,6 +81,7 @@ class Shelf:
     per_customer_limit: int
     sale_starts_at: datetime | None
     sale_ends_at: datetime | None
+    price: Decimal  # a unit's price at this read: what an order decided on it records (``Order.unit_price``)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Iterator
 
 from django.db import Error, OperationalError, connection, transaction
@@ -330,13 +331,23 @@ def order_read_as(order_id: int) -> Order | None:
 
 
 def new_order(
-    strategy: str, *, product_id: int, customer: str, quantity: int, token: int | None, key: str = ""
+    strategy: str,
+    *,
+    product_id: int,
+    customer: str,
+    quantity: int,
+    token: int | None,
+    key: str = "",
+    unit_price: Decimal | None = None,
 ) -> Order:
-    """The one place an order is built (not saved): what was bought, by whom, under which strategy and token."""
+    """The one place an order is built (not saved): what was bought, by whom, at what unit price,
+    under which strategy and token. ``unit_price`` is the price the read that decided the sale saw
+    (``Shelf.price``); None only where the write itself reads it (:func:`take_in_one_statement`)."""
     return Order(
         product_id=product_id,
         customer=customer,
         quantity=quantity,
+        unit_price=unit_price,
         strategy=strategy,
         fence=token,
         idempotency_key=key,
@@ -418,7 +429,13 @@ def attempt_section(
         if refusal is not None:
             return SectionResult(refusal=refusal)
         order = new_order(
-            strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
+            strategy.name,
+            product_id=product_id,
+            customer=customer,
+            quantity=quantity,
+            token=grant.token,
+            key=key,
+            unit_price=shelf.price,
         )
         order.created_at = now
         update = strategy.stock_update(shelf, quantity=quantity, grant=grant)

@@ -52,7 +52,7 @@ PRODUCT = Product._meta.db_table
 ORDER = Order._meta.db_table
 ALLOCATION = Allocation._meta.db_table
 
-SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at")
+SHELF_FIELDS = ("id", "stock", "version", "fence", "per_customer_limit", "sale_starts_at", "sale_ends_at", "price")
 _SHELF = ", ".join(f"p.{field}" for field in SHELF_FIELDS)
 #: The first statement's first column: the transaction's bound on every wait for a row lock.
 _LOCK_TIMEOUT = "set_config('lock_timeout', %s, true)"
@@ -282,11 +282,11 @@ _UNITS_FROM_TAKEN = f"""INSERT INTO {ALLOCATION} (product_id, customer, units, c
 SELECT taken.id, v.key, v.value::integer, %s FROM taken, json_each_text(%s::json) AS v
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap"""
-_ORDER_COLUMNS_WRITTEN = "(product_id, customer, quantity, strategy, fence, idempotency_key, created_at)"
-# A section's orders share their strategy, fence (the grant's) and time: those are one parameter
-# each; the rest is a JSON array of [customer, quantity, key], inserted in its order.
+_ORDER_COLUMNS_WRITTEN = "(product_id, customer, quantity, strategy, fence, idempotency_key, created_at, unit_price)"
+# A section's orders share their strategy, fence (the grant's), time and unit price (its one read's):
+# those are one parameter each; the rest is a JSON array of [customer, quantity, key], inserted in its order.
 _ORDERS_FROM_TAKEN = f"""INSERT INTO {ORDER} {_ORDER_COLUMNS_WRITTEN}
-SELECT taken.id, v.e->>0, (v.e->>1)::integer, %s::varchar, %s::bigint, v.e->>2, %s::timestamptz
+SELECT taken.id, v.e->>0, (v.e->>1)::integer, %s::varchar, %s::bigint, v.e->>2, %s::timestamptz, %s::numeric
 FROM taken, json_array_elements(%s::json) WITH ORDINALITY AS v(e, n)
 ORDER BY v.n RETURNING id"""
 # The same for one customer and one order, with a parameter per value: a purchase served alone
@@ -298,9 +298,9 @@ SELECT taken.id, %s::varchar, %s::integer, %s FROM taken
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap"""
 _ORDER_FROM_TAKEN = f"""INSERT INTO {ORDER} {_ORDER_COLUMNS_WRITTEN}
-SELECT taken.id, %s::varchar, %s::integer, %s::varchar, %s::bigint, %s::varchar, %s::timestamptz FROM taken
-RETURNING id"""
-_ORDER_FIELDS = ("customer", "quantity", "strategy", "fence", "idempotency_key", "created_at")
+SELECT taken.id, %s::varchar, %s::integer, %s::varchar, %s::bigint, %s::varchar, %s::timestamptz, %s::numeric
+FROM taken RETURNING id"""
+_ORDER_FIELDS = ("customer", "quantity", "strategy", "fence", "idempotency_key", "created_at", "unit_price")
 
 
 def units_upsert(units: dict[str, int], cap: int) -> Statement:
@@ -317,14 +317,14 @@ def order_values(order: Order) -> list:
 
 
 def orders_insert(orders: list[Order]) -> Statement:
-    """The INSERT of ``orders`` (built, not saved; one section's, so one strategy, fence and time)
-    from ``taken``, returning their ids in the order given."""
+    """The INSERT of ``orders`` (built, not saved; one section's, so one strategy, fence, time and
+    unit price) from ``taken``, returning their ids in the order given."""
     if len(orders) == 1:
         return _ORDER_FROM_TAKEN, order_values(orders[0])
     first = orders[0]
-    shared = (first.strategy, first.fence, first.created_at)
-    if any((order.strategy, order.fence, order.created_at) != shared for order in orders):
-        raise ValueError("one section's orders share their strategy, fence and created_at")
+    shared = (first.strategy, first.fence, first.created_at, first.unit_price)
+    if any((order.strategy, order.fence, order.created_at, order.unit_price) != shared for order in orders):
+        raise ValueError("one section's orders share their strategy, fence, created_at and unit_price")
     values = [[order.customer, order.quantity, order.idempotency_key] for order in orders]
     return _ORDERS_FROM_TAKEN, [*shared, json.dumps(values)]
 
@@ -362,18 +362,25 @@ SELECT id, %s, %s, per_customer_limit FROM (SELECT id, per_customer_limit FROM {
 ON CONFLICT (product_id, customer)
 DO UPDATE SET units = {ALLOCATION}.units + EXCLUDED.units, cap = EXCLUDED.cap
 WHERE {ALLOCATION}.units + EXCLUDED.units <= EXCLUDED.cap RETURNING units),
-taken AS ({{take}} AND EXISTS (SELECT 1 FROM units) RETURNING id),
-placed AS ({_ORDER_FROM_TAKEN})
-SELECT (SELECT count(*) FROM units), (SELECT id FROM placed)"""
+taken AS ({{take}} AND EXISTS (SELECT 1 FROM units) RETURNING id, price),
+placed AS (INSERT INTO {ORDER} {_ORDER_COLUMNS_WRITTEN}
+SELECT taken.id, %s::varchar, %s::integer, %s::varchar, %s::bigint, %s::varchar, %s::timestamptz, taken.price
+FROM taken RETURNING id, unit_price)
+SELECT (SELECT count(*) FROM units), (SELECT id FROM placed), (SELECT unit_price FROM placed)"""
 
 
 def take_and_sell(take: Statement, *, order: Order) -> tuple[bool, int | None]:
     """The customer's units within the limit, then ``take`` (a :func:`take_update`), then the
     ``order`` (built, not saved), in one statement: (the units were added, the order's id or None).
-    Units added and no order: the caller rolls the units back."""
+    Units added and no order: the caller rolls the units back. The order's unit price is the
+    product's as the conditional UPDATE took the units (that UPDATE is this shape's read and
+    decision, under the row's lock), set on ``order`` from the INSERT's RETURNING."""
     take_sql, take_params = take
     unit_params = [order.customer, order.quantity, order.product_id]
+    order_params = order_values(order)[:-1]  # all but the unit price, which comes from ``taken``
     with connection.cursor() as cursor:
-        execute(cursor, (_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_values(order)]))
-        added, order_id = cursor.fetchone()
+        execute(cursor, (_TAKE_AND_SELL.format(take=take_sql), [*unit_params, *take_params, *order_params]))
+        added, order_id, unit_price = cursor.fetchone()
+    if order_id is not None:
+        order.unit_price = unit_price
     return added == 1, order_id

@@ -196,8 +196,49 @@ def test_a_product_gone_from_the_sale_is_not_offered_without_a_reload(live_serve
 
     expect(product_page.locator('[data-role="state"]')).to_have_text("No longer on sale", timeout=5_000)
     expect(product_page.get_by_role("button", name="Not on sale")).to_be_disabled()
-    expect(home.locator("[data-live-sku]")).to_have_count(1, timeout=5_000)
+    # The home page's card under the old sku goes; the product, still listed, has its card under the new one.
+    expect(home.locator('[data-live-sku="phone-x"]')).to_have_count(0, timeout=5_000)
+    expect(home.locator('[data-live-sku="phone-x1"] a[href="/products/phone-x1/"]')).to_have_count(2)
     expect(home.locator('[data-live-sku="watch"]')).to_be_visible()
+
+
+def test_the_home_page_follows_the_catalogue_without_a_reload(live_server, page, make_product):
+    """Seen by a helper: the home page's cards were the products listed when it loaded. A product
+    created (or put back on sale) afterwards never appeared; one unlisted stayed, offering "Buy now"."""
+    make_product("phone-x", stock=5, name="Phone X")
+    make_product("watch", stock=5, name="Watch")
+    page.goto(live_server.url)
+    cards = page.locator("[data-live-sku]")
+    expect(cards).to_have_count(2)
+    page.evaluate("window.loadedOnce = true")
+
+    make_product("lamp", stock=3, name="Lamp", price=Decimal("12.50"))
+    watch = Product.objects.get(sku="watch")
+    watch.listed = False
+    watch.save(update_fields=["listed"])
+
+    lamp = page.locator('[data-live-sku="lamp"]')
+    expect(lamp.locator('[data-role="name"]')).to_have_text("Lamp", timeout=5_000)
+    expect(page.locator('[data-live-sku="watch"]')).to_have_count(0, timeout=5_000)
+    expect(cards).to_have_count(2)
+    assert cards.evaluate_all("cards => cards.map(c => c.dataset.liveSku)") == ["lamp", "phone-x"]  # the sku order
+    expect(lamp.locator(".price")).to_have_text("$12.50")
+    expect(lamp.get_by_role("link", name="Buy Lamp")).to_have_attribute("href", "/products/lamp/")
+    expect(lamp.locator('[data-role="state"]')).to_have_text("Live now")
+    other = Client()
+    assert other.post("/api/products/lamp/purchase", content_type="application/json").status_code == 201
+    expect(lamp.locator('[data-role="stock"]')).to_have_text("2", timeout=5_000)  # the new card is live too
+
+    watch.listed = True
+    watch.save(update_fields=["listed"])
+    expect(cards).to_have_count(3, timeout=5_000)
+    Product.objects.filter(sku__in=["lamp", "phone-x", "watch"]).update(listed=False)
+    expect(cards).to_have_count(0, timeout=5_000)
+    expect(page.get_by_text("No products on sale yet.")).to_be_visible()
+    make_product("kettle", stock=2, name="Kettle")
+    expect(page.locator('[data-live-sku="kettle"]')).to_be_visible(timeout=5_000)
+    expect(page.get_by_text("No products on sale yet.")).to_be_hidden()
+    assert page.evaluate("window.loadedOnce") is True  # still the same document: no reload
 
 
 def test_a_second_click_on_buy_while_the_first_waits_places_one_order(live_server, page, make_product, use_strategy):

@@ -1,7 +1,9 @@
-// Live stock for the storefront: every element with data-live-sku polls its product's JSON
-// each second and updates the stock bar, the sale badge, the countdown, the name, the price, the product
-// page's buy button, limit and quantities, and the home page card's link ("Buy now" while live,
-// "View" otherwise).
+// Live stock for the storefront: the product page polls its product's JSON each second, the home
+// page the list of products it shows (/api/products), and each updates the stock bar, the sale
+// badge, the countdown, the name, the price, the product page's buy button, limit and quantities,
+// and the home page card's link ("Buy now" while live, "View" otherwise). The home page's cards
+// follow the list: a product listed since the page loaded gets a card, one unlisted or deleted
+// loses its own.
 // Without JavaScript the pages still work; they just show the stock as it was when loaded.
 (function () {
   "use strict";
@@ -126,11 +128,11 @@
     this.tick();
   };
 
-  // The product is no longer in the sale (deleted, or its sku renamed: its URLs answer 404): a home
-  // card goes; the product page offers nothing to buy and says so. Its polling stops.
+  // The product is no longer in the sale (deleted, or its sku renamed: its URLs answer 404): the
+  // product page offers nothing to buy and says so. Its polling stops. (A home card goes when the
+  // list no longer has it: Catalogue.sync.)
   LiveProduct.prototype.gone = function () {
     this.state = "gone";
-    if (this.part("card-button")) { this.el.remove(); return; }
     var badge = this.part("state");
     badge.className = "badge badge-ended";
     badge.textContent = "No longer on sale";
@@ -157,9 +159,70 @@
       .then(function () { if (self.state !== "gone") setTimeout(function () { self.poll(); }, POLL_MS); });
   };
 
-  var products = Array.prototype.map.call(document.querySelectorAll("[data-live-sku]"), function (el) {
-    return new LiveProduct(el);
-  });
-  products.forEach(function (p) { p.tick(); p.poll(); });
-  setInterval(function () { products.forEach(function (p) { p.tick(); }); }, 1000);
+  // The home page's cards, kept to the products the server lists now, in its order.
+  function Catalogue(list) {
+    var self = this;
+    this.list = list;
+    this.url = list.getAttribute("data-catalogue");
+    this.template = document.getElementById("card-template");
+    this.empty = list.querySelector(".empty");
+    this.cards = {};
+    Array.prototype.forEach.call(list.querySelectorAll("[data-live-sku]"), function (el) {
+      self.cards[el.getAttribute("data-live-sku")] = new LiveProduct(el);
+    });
+  }
+
+  // A card for a product listed since the page loaded: the template's, its text and links set
+  // (never parsed as markup); render() fills in the rest.
+  Catalogue.prototype.card = function (p) {
+    var el = this.template.content.firstElementChild.cloneNode(true);
+    el.setAttribute("data-live-sku", p.sku);
+    el.setAttribute("data-api", p.api);
+    el.querySelector('[data-role="initial-letter"]').classList.add("art-" + p.art);
+    el.querySelector('[data-role="name"]').href = p.url;
+    el.querySelector('[data-role="card-button"]').href = p.url;
+    return new LiveProduct(el);  // render() sets the name, the initial, the labels and the figures
+  };
+
+  Catalogue.prototype.sync = function (products) {
+    var self = this, seen = {};
+    products.forEach(function (p) { seen[p.sku] = true; });
+    Object.keys(this.cards).forEach(function (sku) {
+      if (seen[sku]) return;
+      self.cards[sku].state = "gone";
+      self.cards[sku].el.remove();
+      delete self.cards[sku];
+    });
+    // In the server's order; a card already in its place is not moved (a focused link keeps its focus).
+    var at = this.list.firstElementChild;
+    products.forEach(function (p) {
+      var card = self.cards[p.sku] || (self.cards[p.sku] = self.card(p));
+      if (card.el === at) at = at.nextElementSibling;
+      else self.list.insertBefore(card.el, at);
+      card.render(p);
+    });
+    if (this.empty) this.empty.hidden = products.length > 0;
+  };
+
+  Catalogue.prototype.tick = function () {
+    var cards = this.cards;
+    Object.keys(cards).forEach(function (sku) { cards[sku].tick(); });
+  };
+
+  Catalogue.prototype.poll = function () {
+    var self = this;
+    if (document.hidden) { setTimeout(function () { self.poll(); }, POLL_MS); return; }
+    fetch(this.url, { headers: { Accept: "application/json" }, cache: "no-store" })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(function (answer) { self.sync(answer.products); })
+      .catch(function () { /* a missed poll is retried in a second */ })
+      .then(function () { setTimeout(function () { self.poll(); }, POLL_MS); });
+  };
+
+  var list = document.querySelector("[data-catalogue]");
+  var live = list ? [new Catalogue(list)] : Array.prototype.map.call(
+    document.querySelectorAll("[data-live-sku]"), function (el) { return new LiveProduct(el); }
+  );
+  live.forEach(function (p) { p.tick(); p.poll(); });
+  setInterval(function () { live.forEach(function (p) { p.tick(); }); }, 1000);
 })();

@@ -33,7 +33,15 @@ from .strategies.base import Strategy
 from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, SectionResult, Shelf
 from .strategies.prepared import again_if_stale
 from .strategies.redis_stock import forget_sale
-from .strategies.section import Spans, decide, lock_timed_out, on_sale, order_read_as, timed_transactions
+from .strategies.section import (
+    REPLAY_READ_TRIES,
+    Spans,
+    decide,
+    lock_timed_out,
+    on_sale,
+    order_read_as,
+    timed_transactions,
+)
 from .strategies.statements import shelf_by_sku
 
 logger = logging.getLogger(__name__)
@@ -42,10 +50,6 @@ logger = logging.getLogger(__name__)
 #: it is refused with the most it can take, not written into an "integer out of range".
 MAX_STOCK = 2**31 - 1
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: How many times the plain read reads the sale again for a keyed order a reset deleted between its
-#: two reads, before the purchase is answered busy (:func:`_plain_read`). One reset is met by one
-#: more read; three in a row, each between the two reads, is a sale being reset under the shopper.
-PLAIN_READ_TRIES = 3
 
 __all__ = [
     "MAX_QUANTITY",
@@ -208,13 +212,13 @@ def prepare(
 
 
 class KeptDeleting(Exception):
-    """The key's order was deleted between the plain read's two reads :data:`PLAIN_READ_TRIES` times."""
+    """The key's order was deleted between the plain read's two reads :data:`REPLAY_READ_TRIES` times."""
 
 
 def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int | None, int] | None, Order | None]:
     """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one). A reset that
     commits between the two reads deletes that order: the sale is then read again, as it is now,
-    at most :data:`PLAIN_READ_TRIES` times in all.
+    at most :data:`REPLAY_READ_TRIES` times in all.
 
     Past that (a twin of the key ordering again after each reset, and staff resetting again before
     each second read) it raises :class:`KeptDeleting`, which the purchase answers busy. Not "as if
@@ -222,7 +226,7 @@ def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int 
     them could refuse (the limit) for units the reset removed, or answer a key that has an order
     again by now with a new purchase's refusal. Busy writes nothing and claims nothing: the key
     still orders at most once, and its retry (Retry-After) reads the sale afresh."""
-    for _ in range(PLAIN_READ_TRIES):
+    for _ in range(REPLAY_READ_TRIES):
         found = shelf_by_sku(sku, customer=customer, key=key)
         if found is None or found[1] is None:
             return found, None

@@ -14,6 +14,7 @@ from inventory.errors import InventoryError, KeyReused
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
 from inventory.soldout_local import MARKS
+from inventory.strategies import section
 from inventory.strategies.contract import Outcome
 from tests.helpers import snapshot
 
@@ -272,8 +273,50 @@ def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(us
     monkeypatch.setattr(services, "order_read_as", reset_between_the_reads)
     MARKS.drop_all(subscribed=True)  # no row remembered: the purchase reads the shelf
     result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
-    assert len(reads) == services.PLAIN_READ_TRIES, reads
+    assert len(reads) == section.REPLAY_READ_TRIES, reads
     assert result.outcome is Outcome.BUSY and result.order_id is None
     order = Order.objects.get()
     assert (order.customer, order.idempotency_key) == ("a", "k-1") and order.pk not in reads
     assert Product.objects.get(sku="phone-x").stock == 4
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("strategy", ["redis", "atomic"])
+def test_the_section_stops_chasing_a_keyed_order_that_resets_keep_deleting(
+    use_strategy, make_product, monkeypatch, strategy
+):
+    """The section's own read of the key's order (the purchase reached it from the row this process
+    remembered, without a plain read) had the plain read's unbounded loop: a reset that takes no
+    guard (a lock strategy's, ``atomic``'s) deleting the order between its two reads, each time,
+    kept it reading inside the guard. It reads :data:`~inventory.strategies.section.REPLAY_READ_TRIES`
+    times, then answers busy and writes nothing."""
+    use_strategy(strategy)
+    make_product(stock=5, limit=1)
+    assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
+    assert purchase(sku="phone-x", customer="b", quantity=1).confirmed  # the row remembered here
+    reads, main, real = [], threading.current_thread(), section.order_read_as
+
+    def reset_and_twin() -> None:
+        try:
+            reset_sale(sku="phone-x", stock=5)
+            # The twin's order, written as the section would (its read must find an order again).
+            product = Product.objects.get(sku="phone-x")
+            Order.objects.create(product=product, customer="a", quantity=1, strategy=strategy, idempotency_key="k-1")
+        finally:
+            connection.close()
+
+    def reset_between_the_reads(order_id: int):
+        if threading.current_thread() is main and len(reads) < 20:
+            reads.append(order_id)
+            staff = threading.Thread(target=reset_and_twin)
+            staff.start()
+            staff.join(10)
+            assert not staff.is_alive(), "the reset waited on the section"
+        return real(order_id)
+
+    monkeypatch.setattr(section, "order_read_as", reset_between_the_reads)
+    result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
+    assert len(reads) == section.REPLAY_READ_TRIES, reads
+    assert result.outcome is Outcome.BUSY and result.order_id is None
+    order = Order.objects.get()
+    assert (order.customer, order.idempotency_key) == ("a", "k-1") and order.pk not in reads

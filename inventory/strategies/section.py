@@ -323,6 +323,13 @@ def _twin_order(product_id: int, customer: str, key: str) -> SectionResult | Non
     return SectionResult(order=order, replayed=True) if order is not None else None
 
 
+#: How many times a read of the sale looks again for the key's order that a reset deleted between
+#: its two reads (the order found by id, then read), before the purchase is answered busy: one reset
+#: is met by one more read; three in a row, each between the two reads, is a sale being reset under
+#: the shopper. The plain read (:func:`inventory.services.prepare`) and the section both stop there.
+REPLAY_READ_TRIES = 3
+
+
 def order_read_as(order_id: int) -> Order | None:
     """The order a read found under a key, or None when a reset has deleted it since (the read and
     this are two statements): the caller reads again, and the key, with no order on the new sale,
@@ -418,12 +425,15 @@ def attempt_section(
     Inside another transaction (:func:`commit_rides`) the section is a savepoint of Django's
     ``atomic``, its write goes alone and the caller commits."""
     with section_transaction(strategy, bound_by_first_statement=True):
-        shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
-        while replay_id is not None:
+        for _ in range(REPLAY_READ_TRIES):
+            shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
+            if replay_id is None:
+                break
             replay = order_read_as(replay_id)
             if replay is not None:
                 return SectionResult(order=replay, replayed=True)
-            shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
+        else:
+            return SectionResult(refusal=Refusal(Outcome.BUSY))  # resets keep deleting the key's order
         now = timezone.now()
         refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
@@ -453,14 +463,17 @@ def take_in_one_statement(
     the COMMIT, or the ROLLBACK that undoes units added when no stock was taken."""
     now = timezone.now()
     with section_transaction(strategy, bound_by_first_statement=True):
-        replay_id = replay_read(product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key)
-        while replay_id is not None:
-            replay = order_read_as(replay_id)
-            if replay is not None:
-                return SectionResult(order=replay, replayed=True)
+        for _ in range(REPLAY_READ_TRIES):
             replay_id = replay_read(
                 product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key
             )
+            if replay_id is None:
+                break
+            replay = order_read_as(replay_id)
+            if replay is not None:
+                return SectionResult(order=replay, replayed=True)
+        else:
+            return SectionResult(refusal=Refusal(Outcome.BUSY))  # resets keep deleting the key's order
         order = new_order(
             strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
         )

@@ -182,7 +182,7 @@ def test_the_section_probe_names_the_row_locks_holder_not_a_worker_waiting_on_it
     args = [sys.executable, "-c", LOCK_ROW, url, str(product.pk)]
     holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     waiter = None
-    probe = SectionProbe(url)
+    probe = SectionProbe(url, sku=product.sku)
     try:
         assert holder.stdout.readline() == "begun\n" and holder.stdout.readline() == "locked\n"
         waiter = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -209,7 +209,9 @@ def test_the_section_probe_names_the_row_locks_holder_not_a_worker_waiting_on_it
 @pytest.mark.django_db(transaction=True)
 def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_replayed_answer(make_product):
     product = make_product(stock=5)
-    with FaultRun("kill-holder", backend="redis", fenced=True, requests=30, database_url=database_url()) as run:
+    with FaultRun(
+        "kill-holder", backend="redis", fenced=True, requests=30, database_url=database_url(), sku=product.sku
+    ) as run:
         run.timer = FaultTimer(run.fault, answered=int, trigger=1)  # never started: the instants are set here
         killed_at = time.monotonic() - 10
         kill = run.timer.to_wall(killed_at)
@@ -228,13 +230,40 @@ def test_a_stall_runs_to_the_first_order_committed_after_the_kill_not_to_a_repla
     assert [k["stalled_s"] for k in figures["kills"]] == [3.0], "the stall runs to b's order, not a's replayed answer"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_stalls_count_only_the_orders_of_the_bursts_own_product(make_product):
+    """Another sale went on in the same database while kill-holder ran: its orders, committed right
+    after each kill, hid both stalls (0.2 s after kill 1, none missing after kill 2)."""
+    burst, other = make_product("burst-x", stock=5), make_product("other-sale", stock=5)
+    with FaultRun(
+        "kill-holder", backend="redis", fenced=True, requests=30, database_url=database_url(), sku=burst.sku
+    ) as run:
+        run.timer = FaultTimer(run.fault, answered=int, trigger=1)  # never started: the instants are set here
+        first_at = time.monotonic() - 20
+        kill = run.timer.to_wall(first_at)
+        run.timer.injected_wall, run.timer.recovered_wall = kill, kill + 9.0
+        run.fault.kills = [{"at": first_at, "pid": 1, "holder": True}, {"at": first_at + 6, "pid": 2, "holder": True}]
+        created = [(burst, "a", -1.0), (other, "x", 0.2), (burst, "b", 3.0), (other, "y", 6.5), (other, "z", 8.0)]
+        for product, customer, after in created:
+            order = Order.objects.create(product=product, customer=customer, quantity=1, strategy="redis")
+            Order.objects.filter(pk=order.pk).update(created_at=datetime.fromtimestamp(kill + after, tz=UTC))
+        sold = run.probe.orders()  # what the fault waits on to grow between kills
+        purchases = [[kill - 1.1, kill - 0.9, 201, 0, [], []], [kill + 0.1, kill + 3.02, 201, 3000, [], []]]
+
+        figures = run.figures(purchases, opened_at=kill - 2.0)
+
+    assert sold == 2, "the other sale's orders are not the burst's"
+    assert [k["stalled_s"] for k in figures["kills"]] == [3.0, None]
+    assert "no order was committed after kill 2 (worker 2)" in figures["fault_problems"]
+
+
 @pytest.mark.django_db
 def test_the_section_probe_says_why_it_could_not_ask():
     # Its answer is then "nobody inside": the fault's row says why, rather than only "not inside".
-    probe = SectionProbe("postgresql://postgres@127.0.0.1:1/nowhere")
+    probe = SectionProbe("postgresql://postgres@127.0.0.1:1/nowhere", sku="phone-x")
     assert probe.inside([os.getpid()]) == {} and "127.0.0.1" in probe.error
     probe.close()
-    probe = SectionProbe(database_url())
+    probe = SectionProbe(database_url(), sku="phone-x")
     try:
         assert probe.inside([os.getpid()]) == {} and probe.error is None
     finally:

@@ -57,6 +57,9 @@ RESUME_LIMIT_S = 2.0
 GAP_FROM_S = 1.0
 #: How a row whose fault outlasted its sale begins its problem (flashsale tells it from a broken invariant).
 NOT_OBSERVED = "recovery not observed"
+#: How a pause-worker row whose pause froze a worker outside its section begins its problem: the
+#: fault did not do what its name says, so nothing the row shows is a paused holder's.
+NO_HOLDER_PAUSED = "no holder was paused"
 POLL_S = 0.02
 #: The burst's product's orders: another sale's, in the same database, are not the burst's.
 OF_PRODUCT = "FROM inventory_order WHERE product_id = (SELECT id FROM inventory_product WHERE sku = %s)"
@@ -209,6 +212,11 @@ class FaultRun:
             detail += f"; worker {paused.pid}, {where}"
             if into_ms is not None:
                 detail += f", {into_ms:.0f} ms into it (lease {self.env['LOCK_TTL_MS']} ms)"
+            if paused.holder is False:
+                problems.append(
+                    f"{NO_HOLDER_PAUSED}: worker {paused.pid} was frozen outside its section "
+                    "(none found inside in time), so this row shows nothing of a paused holder"
+                )
         if detail is not None and self.probe is not None and self.probe.error:
             detail += f"; the section probe's last query failed: {self.probe.error}"
         to_wall = timer.to_wall if timer else lambda _: None

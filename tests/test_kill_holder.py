@@ -70,6 +70,20 @@ def test_kill_holder_waits_for_the_sale_to_move_on_and_stops_when_cancelled(slee
     fault.recover()
 
 
+def test_kill_holder_recovers_as_soon_as_the_sale_moves_on_after_its_last_kill(sleepers):
+    """Seen in test_flashsale_kill_holder_measures_each_stall on a lightly loaded machine: db's row
+    sold at 600/s, and the recovery waited spacing_s (0.5 s, 300 purchases) after the sale had moved
+    on past its last kill, so it came after the last answer ("recovery not observed"). The spacing
+    keeps kills apart; after the last there is none to keep apart."""
+    pids = sorted(process.pid for process in sleepers)
+    sold = itertools.count()
+    fault = KillHolder(workers=lambda: [p for p in pids if alive(p)], holding=set, sold=lambda: next(sold), count=1)
+    fault.search_s, fault.spacing_s = 0.0, 1.0
+    fault.inject()
+    fault.recover()
+    assert fault.recovered_at - fault.kills[0]["at"] < 0.5
+
+
 def test_kill_holder_and_kill_zk_member_say_what_they_miss():
     with pytest.raises(FaultError, match="kill-holder needs the worker pids"):
         make_fault("kill-holder", holding=set, sold=int)

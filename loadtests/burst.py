@@ -183,6 +183,7 @@ def fault_run(backend: str, plan: BurstPlan) -> FaultRun | None:
         fenced=plan.fenced,
         requests=plan.requests,
         database_url=database_url(),
+        sku=plan.sku,
         hold_s=plan.fault_hold_s,
     )
 

@@ -57,16 +57,29 @@ RESUME_LIMIT_S = 2.0
 GAP_FROM_S = 1.0
 #: How a row whose fault outlasted its sale begins its problem (flashsale tells it from a broken invariant).
 NOT_OBSERVED = "recovery not observed"
+#: How a pause-worker row whose pause froze a worker outside its section begins its problem: the
+#: fault did not do what its name says, so nothing the row shows is a paused holder's.
+NO_HOLDER_PAUSED = "no holder was paused"
 POLL_S = 0.02
+#: The burst's product's orders: another sale's, in the same database, are not the burst's.
+OF_PRODUCT = "FROM inventory_order WHERE product_id = (SELECT id FROM inventory_product WHERE sku = %s)"
 #: Every order's creation time (epoch seconds), the clock the pods stamp ``created_at`` with.
-ORDERS_CREATED = "SELECT extract(epoch FROM created_at)::float8 FROM inventory_order ORDER BY created_at"
+ORDERS_CREATED = f"SELECT extract(epoch FROM created_at)::float8 {OF_PRODUCT} ORDER BY created_at"
 
 
 class FaultRun:
-    """The fault ``name`` in one row of ``backend``; use as a context manager around the row."""
+    """The fault ``name`` in one row of ``backend``, a sale of ``sku``; use as a context manager around the row."""
 
     def __init__(
-        self, name: str, *, backend: str, fenced: bool, requests: int, database_url: str, hold_s: float | None = None
+        self,
+        name: str,
+        *,
+        backend: str,
+        fenced: bool,
+        requests: int,
+        database_url: str,
+        sku: str,
+        hold_s: float | None = None,
     ) -> None:
         if name not in FAULT_NAMES:
             raise FaultError(f"unknown fault {name!r}: choose one of {', '.join(FAULT_NAMES)}")
@@ -74,6 +87,7 @@ class FaultRun:
         self.backend = backend
         self.requests = requests
         self.database_url = database_url
+        self.sku = sku
         self.hold_s = hold_s
         self.run_dir = Path(settings.RUN_DIR) / "burst-faults"
         self.env: dict[str, str] = {} if fenced else {"INVENTORY_FENCED": "0"}
@@ -117,13 +131,13 @@ class FaultRun:
         if self.name == "pause-worker":
             lease_ms = PAUSE_LEASE_MS.get(self.backend, PAUSE_LEASE_DEFAULT_MS)
             self.env["LOCK_TTL_MS"] = str(lease_ms)
-            self.probe = SectionProbe(self.database_url)
+            self.probe = SectionProbe(self.database_url, sku=self.sku)
             return make_fault(
                 self.name, workers=self.workers, lease_ttl_ms=lease_ms, holding=self.probe.inside, hold_s=self.hold_s
             )
         if self.name == "kill-holder":
             self.env["LOCK_TTL_MS"] = str(KILL_HOLDER_TTL_MS)
-            self.probe = SectionProbe(self.database_url)
+            self.probe = SectionProbe(self.database_url, sku=self.sku)
             return make_fault(self.name, workers=self.workers, holding=self.probe.inside, sold=self.probe.orders)
         if self.name == "kill-zk-member":
             return make_fault(self.name, zookeeper_ensemble=project_ensemble(), hold_s=self.hold_s)
@@ -198,6 +212,11 @@ class FaultRun:
             detail += f"; worker {paused.pid}, {where}"
             if into_ms is not None:
                 detail += f", {into_ms:.0f} ms into it (lease {self.env['LOCK_TTL_MS']} ms)"
+            if paused.holder is False:
+                problems.append(
+                    f"{NO_HOLDER_PAUSED}: worker {paused.pid} was frozen outside its section "
+                    "(none found inside in time), so this row shows nothing of a paused holder"
+                )
         if detail is not None and self.probe is not None and self.probe.error:
             detail += f"; the section probe's last query failed: {self.probe.error}"
         to_wall = timer.to_wall if timer else lambda _: None
@@ -308,7 +327,8 @@ class SectionProbe:
     UPDATE`` blocks), so a backend waiting on a lock is never the holder, and while any backend
     waits, only those ``pg_blocking_pids()`` names hold what the others wait on. A backend's
     ``client_port`` is the local port of the worker's socket: /proc/net/tcp gives its inode, one
-    of the worker's file descriptors. One connection, opened on first use.
+    of the worker's file descriptors. One connection, opened on first use. Its counts of orders
+    are of ``sku``'s alone: another sale in the same database must not pass for the burst's.
     """
 
     QUERY = (
@@ -324,8 +344,9 @@ class SectionProbe:
         "AND (pid IN (SELECT pid FROM blocking) OR NOT EXISTS (SELECT FROM blocking))"
     )
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, *, sku: str) -> None:
         self.database_url = database_url
+        self.sku = sku
         self._conn: psycopg.Connection | None = None
         #: Why the last :meth:`inside` could not ask PostgreSQL (its answer was then "nobody"), or None.
         self.error: str | None = None
@@ -368,20 +389,22 @@ class SectionProbe:
         return found
 
     def orders(self) -> int:
-        """How many orders the database holds (grows with every confirmed purchase); -1 if it cannot say."""
+        """How many orders of the burst's product the database holds (grows with every confirmed
+        purchase); -1 if it cannot say."""
         try:
             if self._conn is None:
                 self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
-            return self._conn.execute("SELECT count(*) FROM inventory_order").fetchone()[0]
+            return self._conn.execute(f"SELECT count(*) {OF_PRODUCT}", [self.sku]).fetchone()[0]
         except psycopg.Error:
             return -1
 
     def orders_created(self) -> list[float]:
-        """When each order was created (wall clock, in its section just before its commit); [] if it cannot say."""
+        """When each order of the burst's product was created (wall clock, in its section just before
+        its commit); [] if it cannot say."""
         try:
             if self._conn is None:
                 self._conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=2)
-            return [row[0] for row in self._conn.execute(ORDERS_CREATED)]
+            return [row[0] for row in self._conn.execute(ORDERS_CREATED, [self.sku])]
         except psycopg.Error:
             return []
 

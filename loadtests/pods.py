@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.db import connection
 
 from inventory.strategies import strategy_class
-from processes.children import Child, free_port, stop_all, wait_until_answers
+from processes.children import Child, ChildError, free_port, listening_socket, stop_all, wait_until_answers
 from shop.settings import STATIC_ROOT as SHOP_STATIC_ROOT  # where the collect subprocess writes
 from shop.static_lock import static_files
 
@@ -41,6 +42,9 @@ CONNECTION_SAMPLE_INTERVAL_S = 0.05
 POD_NICE = 5
 #: Requests HAProxy lets each pod hold at once, per thread (measured: see docs/distributed.md).
 HAPROXY_POD_QUEUE = 4
+#: How long a pod started again (kill-pod) waits for its port: the killed pod's workers, SIGKILLed
+#: with their master, let go of its socket as they die, a few milliseconds later.
+REBIND_S = 5.0
 
 
 def database_url() -> str:
@@ -92,7 +96,7 @@ def server_environment(
         # Every prepared shopper's connection stays open through preparation and countdown.
         GUNICORN_KEEPALIVE=str(int(keepalive_s(plan))),
         GUNICORN_WORKER_CONNECTIONS=str(plan.requests + plan.threads + 16),
-        GUNICORN_BACKLOG=str(max(2048, plan.requests)),
+        GUNICORN_BACKLOG=str(pod_backlog(plan)),
         # The server's own count of purchase POSTs, to check Locust's against.
         GUNICORN_ACCESSLOG=str(access_log),
     )
@@ -100,6 +104,11 @@ def server_environment(
         env.update(strategy_class(backend).server_env(inventory))
     env.update(overrides or {})
     return env
+
+
+def pod_backlog(plan: BurstPlan) -> int:
+    """A pod's listen queue: every shopper of the spike may connect at once."""
+    return max(2048, plan.requests)
 
 
 #: Left in the collected folder by a collect: the fingerprint of the sources it collected.
@@ -225,6 +234,8 @@ class Row:
         self.scratch = scratch
         self.pods: list[Child | None] = []
         self.ports: list[int] = []
+        # Each pod's listening socket from the choice of its port until its gunicorn has it.
+        self.sockets: list[socket.socket | None] = []
         self.balancer: Child | None = None
         self.balancer_port: int | None = None
         self.master: Child | None = None
@@ -239,8 +250,12 @@ class Row:
 
     def reserve_ports(self) -> None:
         """The pods' (and the balancer's) ports, chosen before anything starts: Locust is started
-        with them while the pods boot, and waits for :meth:`go` before it prepares any shopper."""
-        self.ports = [free_port() for _ in range(self.plan.pods)]
+        with them while the pods boot, and waits for :meth:`go` before it prepares any shopper.
+        Each pod's port is a socket listening from now on, which its gunicorn takes over: no other
+        process can take the port meanwhile, and what answers there is the pod."""
+        self.close_sockets()
+        self.sockets = [listening_socket(backlog=pod_backlog(self.plan)) for _ in range(self.plan.pods)]
+        self.ports = [sock.getsockname()[1] for sock in self.sockets]
         if self.plan.balancer == "haproxy":
             self.balancer_port = free_port()
 
@@ -260,24 +275,60 @@ class Row:
             self.start_balancer()
 
     def start_pod(self, pod: int) -> Child:
-        """Pod ``pod`` on its port, started (again, after a kill: its access log is appended to)."""
+        """Pod ``pod`` on its port, started (again, after a kill: its access log is appended to).
+        Its gunicorn inherits the port's listening socket (``fd://N``): the one :meth:`reserve_ports`
+        holds, or after a kill one bound again here, a ChildError if another process took the port."""
+        sock = self.sockets[pod] if pod < len(self.sockets) else None
+        if sock is None:
+            sock = self.rebind(pod)
+        env = server_environment(
+            backend=self.backend,
+            port=self.ports[pod],
+            plan=self.plan,
+            access_log=self.access_log(pod),
+            overrides=self.env,
+        )
+        env["GUNICORN_BIND"] = f"fd://{sock.fileno()}"
         child = Child(
             f"gunicorn pod {pod}",
             [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
             cwd=settings.BASE_DIR,
-            env=server_environment(
-                backend=self.backend,
-                port=self.ports[pod],
-                plan=self.plan,
-                access_log=self.access_log(pod),
-                overrides=self.env,
-            ),
+            env=env,
             log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
             nice=POD_NICE,
             append=True,
+            pass_fds=(sock.fileno(),),
         )
-        child.start()
+        try:
+            child.start()
+        finally:
+            # The child has its own copy: a pod killed later lets go of its port, as a dead server does.
+            sock.close()
+            if pod < len(self.sockets):
+                self.sockets[pod] = None
         return child
+
+    def rebind(self, pod: int) -> socket.socket:
+        """Pod ``pod``'s port listening again, for its start after a kill."""
+        port = self.ports[pod]
+        deadline = time.monotonic() + REBIND_S
+        while True:
+            try:
+                return listening_socket(port, backlog=pod_backlog(self.plan))
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ChildError(
+                        f"gunicorn pod {pod}: port {port} was taken by another process while the pod was down "
+                        f"({exc.strerror or exc}); not started on it"
+                    ) from exc
+            time.sleep(0.02)
+
+    def close_sockets(self) -> None:
+        """Let go of the ports of pods that never started."""
+        for sock in self.sockets:
+            if sock is not None:
+                sock.close()
+        self.sockets = []
 
     def wait_for_pod(self, pod: int) -> None:
         wait_until_answers(self.pods[pod], f"http://127.0.0.1:{self.ports[pod]}{self.health_path}")
@@ -405,6 +456,7 @@ class Row:
         # core could lose its last ones (seen: 498 logged of 500 answered, a spike's invariants
         # judged broken). With Locust's connections gone the workers have nothing left to finish.
         stop_all(self.pods)
+        self.close_sockets()
         # The master writes Locust's HTML and CSV reports as it quits (about 1.5 s): the next row
         # goes on meanwhile, and waits for it only before it starts its own master on the same port.
         if self.master is not None:

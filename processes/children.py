@@ -27,9 +27,29 @@ class ChildError(RuntimeError):
 
 
 def free_port() -> int:
+    """A port free now. Another process may take it before the caller binds it: a server that can
+    inherit its socket gets :func:`listening_socket` instead."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def listening_socket(port: int = 0, *, backlog: int) -> socket.socket:
+    """A TCP socket listening on 127.0.0.1:``port`` (0: a free one), inheritable, for a child server
+    to take over (gunicorn's ``--bind fd://N``): the port is held from the moment it is chosen, with
+    no window in which another process can take it. ``listen`` here, with the server's backlog:
+    gunicorn does not listen again on a socket that already listens. OSError if the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if port:  # a port a killed server left has its connections in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 def _die_with_parent() -> None:
@@ -68,11 +88,14 @@ class Child:
         log_path: Path,
         nice: int = 0,
         append: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         """``nice`` > 0 lowers the child's CPU priority (any user may); ``append`` keeps the log's
-        earlier lines (a process started again)."""
+        earlier lines (a process started again); ``pass_fds`` stay open in the child, under the
+        same numbers (a listening socket it takes over)."""
         self.name, self.args, self.cwd, self.env, self.nice = name, args, cwd, env, nice
         self.append = append
+        self.pass_fds = pass_fds
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
 
@@ -94,6 +117,7 @@ class Child:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_before_exec(self.nice),
+            pass_fds=self.pass_fds,
         )
 
     def running(self) -> bool:

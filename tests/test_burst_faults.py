@@ -10,6 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
+import sys
+import time
 from io import StringIO
 
 import pytest
@@ -18,11 +21,14 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count
 
 from inventory.models import BurstRun, Order, Product
-from loadtests.faultrun import PAUSE_LEASE_DEFAULT_MS, PRIVATE_PORT_OFFSET, RESUME_LIMIT_S, timing_problem
+from loadtests.faultrun import PAUSE_LEASE_DEFAULT_MS, PRIVATE_PORT_OFFSET, RESUME_LIMIT_S, FaultRun, timing_problem
 from loadtests.figures import fault_phases, longest_gap, resumed_after
 from loadtests.judge import GAP_LIMIT_S, judge
+from loadtests.management.commands.flashsale import Command as Flashsale
 from loadtests.plan import BurstPlan
+from loadtests.pods import database_url
 from processes.nodes import RedisNode
+from processes.pidfile import child_pids
 from tests.helpers import flashsale_refused
 from tests.slots import LOCUST_MASTER_PORT
 
@@ -118,6 +124,58 @@ def test_a_fault_that_outlasts_the_sale_says_recovery_was_not_observed():
     assert timing_problem("kill-pod", error=None, injected=None, recovered=None, resumed=None, last_answer=3.0) == (
         "the burst ended before kill-pod was injected: use more --requests"
     )
+
+
+@pytest.fixture
+def master_of_one_idle_worker():
+    """A process with one child, as a gunicorn master whose one worker never enters its section."""
+    spawn = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])"
+    parent = subprocess.Popen([sys.executable, "-c", f"{spawn}; time.sleep(30)"])
+    deadline = time.monotonic() + 5
+    while not child_pids(parent.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield parent.pid
+    for pid in child_pids(parent.pid):
+        subprocess.run(["kill", "-CONT", str(pid)])
+        subprocess.run(["kill", str(pid)])
+    parent.kill()
+    parent.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pause_that_froze_no_holder_is_the_rows_problem(master_of_one_idle_worker):
+    """pause-worker saw no worker inside its section in time and froze one outside it: the row
+    passed, its figures read as a paused holder's, and only its description said "not inside"."""
+    [worker] = child_pids(master_of_one_idle_worker)
+    with FaultRun(
+        "pause-worker", backend="redis", fenced=True, requests=30, database_url=database_url(), sku=SKU
+    ) as run:
+        run.fault.search_s = 0.05  # nobody is ever inside (the probe asks PostgreSQL): it gives up soon
+        run.start(pod_pid=lambda: master_of_one_idle_worker, answered=lambda: 30)
+        deadline = time.monotonic() + 10
+        while run.timer.injected_wall is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        run.finish()  # recovered at once
+        back = run.timer.recovered_wall
+        purchases = [[back - 1.0, back - 0.5, 201, 1.0, []], [back + 0.05, back + 0.1, 201, 1.0, []]]
+        figures = run.figures(purchases, opened_at=back - 2.0)
+
+    assert (run.fault.pid, run.fault.holder) == (worker, False)
+    assert figures["paused_into_section_ms"] is None
+    assert figures["fault_problems"] == [
+        f"no holder was paused: worker {worker} was frozen outside its section (none found inside in time), "
+        "so this row shows nothing of a paused holder"
+    ]
+
+
+def test_an_unfenced_pause_of_no_holder_is_not_read_as_a_missed_race():
+    run = {"row": "redlock", "fault": "pause-worker", "invariants_ok": False, "oversold": 0}
+    run["problems"] = ["no holder was paused: worker 7 was frozen outside its section (none found inside in time)"]
+    out = StringIO()
+    with pytest.raises(CommandError, match=r"^no holder was paused in redlock: no holder was paused: worker 7"):
+        Flashsale(stdout=out).check_runs([run], fault="pause-worker", unfenced=True)
+    assert "the race was not hit" not in out.getvalue()
+    assert "pause-worker froze no holder in redlock: the run shows nothing of the race" in out.getvalue()
 
 
 def fault_run(tmp_path, requests: int = REQUESTS, **options) -> tuple[dict, str, CommandError | None]:

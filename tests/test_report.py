@@ -238,6 +238,7 @@ class TestCommand:
             (None, "no such file; write one with `manage.py flashsale --json"),
             ("{not json", "not valid JSON (Expecting property name"),
             ('{"runs": [{"rps": 3}]}', 'runs[0] has no "row" name'),
+            ('{"runs": []}', 'its "runs" list is empty: there is nothing to report'),
             (b"\xff\xfe", "cannot read it"),
         ],
     )

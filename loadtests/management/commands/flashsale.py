@@ -23,7 +23,7 @@ from inventory.services import reset_sale
 from inventory.strategies import needs_of, strategy_class
 from loadtests.balancer import BalancerError
 from loadtests.burst import batch_linger_ms, floor_row, prepare_product, run_row
-from loadtests.faultrun import NOT_OBSERVED
+from loadtests.faultrun import NO_HOLDER_PAUSED, NOT_OBSERVED
 from loadtests.figures import median_run, with_hot_row_ratio
 from loadtests.hotrow import CONNECTION_COUNTS, HotRowError, best_shape, spare_connections
 from loadtests.options import add_arguments, planned_rows, row_plan
@@ -53,6 +53,8 @@ from processes.protocol import ProcessUnavailable
 SPARE_CONNECTIONS = 10
 #: Purchases per commit of the hot row's batched shape when no --batch size above 1 was given.
 HOT_ROW_BATCH = 64
+#: How the problems of a row that broke nothing begin: its fault could not show what it is for.
+UNSEEN = (NOT_OBSERVED, NO_HOLDER_PAUSED)
 
 
 class Command(BaseCommand):
@@ -121,28 +123,22 @@ class Command(BaseCommand):
 
     def check_runs(self, runs: list[dict], *, fault: str | None, unfenced: bool) -> None:
         """kill-holder's note; say what --unfenced was expected to show; refuse (exit non-zero) when a
-        run broke an invariant."""
+        run broke an invariant, or its fault could not show what it is for."""
         for line in holder_note(runs):
             self.stdout.write(line)
         failed = [run for run in runs if not run["invariants_ok"]]
-        # A fault that outlasted the sale broke nothing: the run only could not show the recovery.
-        unseen = [run for run in failed if all(p.startswith(NOT_OBSERVED) for p in run["problems"])]
+        # A fault that outlasted the sale, or a pause that froze no holder, broke nothing: the run
+        # only could not show what the fault is for.
+        unseen = [run for run in failed if all(p.startswith(UNSEEN) for p in run["problems"])]
         broken = [f"{run['row']} ({'; '.join(run['problems'])})" for run in failed if run not in unseen]
         if unfenced and fault in OVERSELL_UNFENCED:
-            oversold = sum(run["oversold"] for run in runs)
-            self.stdout.write(
-                f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
-                + (
-                    f"the audit found {oversold} unit(s) oversold, which the fence prevents"
-                    if oversold
-                    else "this time no unit was oversold (the race was not hit)"
-                )
-            )
+            self.stdout.write(unfenced_line(runs, fault))
         if broken:
             raise CommandError(f"invariants broken: {', '.join(broken)}")
         if unseen:
             rows = ", ".join(run["row"] for run in unseen)
-            raise CommandError(f"{NOT_OBSERVED} in {rows}: {unseen[0]['problems'][0]}")
+            first = unseen[0]["problems"][0]
+            raise CommandError(f"{next(p for p in UNSEEN if first.startswith(p))} in {rows}: {first}")
 
     def run_rows(
         self,
@@ -407,3 +403,16 @@ def _linger() -> str:
     """What the batched rows' leaders without a lock do first (``INVENTORY_BATCH_LINGER_MS``)."""
     linger = batch_linger_ms()
     return f"a leader without a lock lingers {linger} ms" if linger else "no linger"
+
+
+def unfenced_line(runs: list[dict], fault: str) -> str:
+    """What an --unfenced run of ``fault`` was expected to show, and what it showed: the oversell, no
+    oversell (the race was not hit), or nothing of it (a pause that froze no holder)."""
+    expected = f"expected: with the storage check off, {fault} lets a second holder write from a stale read; "
+    oversold = sum(run["oversold"] for run in runs)
+    if oversold:
+        return expected + f"the audit found {oversold} unit(s) oversold, which the fence prevents"
+    missed = [run["row"] for run in runs if any(p.startswith(NO_HOLDER_PAUSED) for p in run["problems"])]
+    if missed:
+        return expected + f"{fault} froze no holder in {', '.join(missed)}: the run shows nothing of the race"
+    return expected + "this time no unit was oversold (the race was not hit)"

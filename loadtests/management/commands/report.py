@@ -56,9 +56,15 @@ class Command(BaseCommand):
             raise CommandError(f"--out {out}: is the --json it reads: give another file")
         check_output("--out", out)
         try:
-            validate(data)
+            runs = validate(data)
         except ReportError as exc:
             raise CommandError(f"--json {json_path}: {exc}") from exc
+        if not runs:
+            # A page that says "0 runs: none." would pass for a report; a burst always records a row.
+            raise CommandError(
+                f'--json {json_path}: its "runs" list is empty: there is nothing to report; '
+                "write one with manage.py flashsale --json"
+            )
         data = {**data, "machine": complete_machine(data.get("machine"))}
         try:
             path = write_report(data, target)

@@ -1,0 +1,76 @@
+"""A burst pod's port is the pod's from the moment the runner chooses it: held through gunicorn's
+start (and again when kill-pod starts the pod anew), so no other process can take it in between
+and the balancer and Locust never talk to a stranger on it. Real gunicorn, real sockets."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from loadtests import pods
+from loadtests.plan import BurstPlan
+from loadtests.pods import RestartablePod, Row
+from processes.children import ChildError
+
+SKU = "pod-port"
+
+
+def take(port: int) -> socket.socket | None:
+    """Another process's server on ``port`` (listening, as a stranger would), or None if it cannot bind."""
+    stranger = socket.socket()
+    stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        stranger.bind(("127.0.0.1", port))
+        stranger.listen()
+    except OSError:
+        stranger.close()
+        return None
+    return stranger
+
+
+@pytest.fixture
+def row(tmp_path, make_product):
+    make_product(SKU, stock=1)
+    plan = BurstPlan(requests=8, stock=1, sku=SKU, pods=1, workers=1, threads=1, pool_max_size=1)
+    started = Row(backend="db", plan=plan, run_dir=tmp_path, scratch=tmp_path)
+    yield started
+    started.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(row):
+    row.reserve_ports()  # Locust is started with these while the pods boot
+    [port] = row.ports
+    stranger = take(port)  # the moment between the choice and gunicorn's bind, held open
+    try:
+        assert stranger is None, f"another process took port {port} after the runner chose it for the pod"
+        row.start_pods()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        if stranger is not None:
+            stranger.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_pod_whose_port_was_taken_meanwhile_is_not_started_on_it(row, monkeypatch):
+    monkeypatch.setattr(pods, "REBIND_S", 0.5)  # how long it waits for the killed pod's workers to let go
+    row.start_pods()
+    [port] = row.ports
+    pod = RestartablePod(row, 0)
+    pod.kill()  # kill-pod: while the pod is down its port is free, as for any server that died
+    deadline = time.monotonic() + 5
+    while (stranger := take(port)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the killed master's workers, SIGKILLed with it, let go of it as they die
+    assert stranger is not None, f"port {port} was still held after the pod was killed"
+    try:
+        with pytest.raises(ChildError, match=f"gunicorn pod 0: port {port} was taken by another process"):
+            pod.start()
+    finally:
+        stranger.close()
+    pod.start()  # the port free again: the pod takes it, past the killed one's connections in TIME_WAIT
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
+        assert answer.status == 200

@@ -8,6 +8,7 @@ registration, and the next acquirer is granted at once (not after the TTL).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -16,7 +17,7 @@ import redis.asyncio as aioredis
 from locks import AsyncRedisLock, AsyncRedlock
 
 from .conftest import run
-from .netfaults import Proxy
+from .netfaults import Proxy, Unreachable
 
 KINDS = ["single", "redlock"]
 
@@ -34,6 +35,15 @@ def _clients(ports) -> list[aioredis.Redis]:
 async def _close(clients) -> None:
     for client in clients:
         await client.aclose()
+
+
+def _report_to(reported: list[str]) -> None:
+    """What the running loop would log (an exception never retrieved, …) goes to ``reported`` instead."""
+
+    def report(loop, context) -> None:
+        reported.append(f"{context['message']}: {context.get('future')!r:.200}")
+
+    asyncio.get_running_loop().set_exception_handler(report)
 
 
 def _registered(sync_clients, name: str) -> int:
@@ -80,3 +90,37 @@ def test_a_woken_waiter_cancelled_passes_the_wake_up_on(cluster, name, kind):
     finally:
         proxy.close()
     assert took < 1.5, took
+
+
+def test_a_round_cancelled_while_a_node_connects_leaves_no_task_exception_unretrieved(cluster, name):
+    """Before: a Redlock acquire cancelled while one node's connect was still running (a host that
+    drops SYNs) left that connect task to nobody: when it failed, later, asyncio logged "Task
+    exception was never retrieved" (and its connection was never closed)."""
+    nodes, sync_clients = cluster
+    unreachable = Unreachable()
+    reported: list[str] = []
+
+    async def scenario() -> None:
+        _report_to(reported)
+        clients = _clients([node.port for node in list(nodes)[:4]] + [unreachable.port])
+        try:
+            lock = AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=5_000, node_timeout_ms=1_000)
+            task = asyncio.ensure_future(lock.acquire())
+            await asyncio.sleep(0.3)  # four nodes answered; the fifth's connect runs on
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            unreachable.close()  # the connect's next SYN is refused: it fails about a second later
+            await asyncio.sleep(2.5)
+            gc.collect()
+            await asyncio.sleep(0)
+        finally:
+            await _close(clients)
+
+    try:
+        run(scenario())
+    finally:
+        unreachable.close()
+    assert [message for message in reported if "never retrieved" in message] == []
+    assert [client.exists(name) for client in sync_clients[:4]] == [0] * 4
+

@@ -124,3 +124,119 @@ def test_a_round_cancelled_while_a_node_connects_leaves_no_task_exception_unretr
     assert [message for message in reported if "never retrieved" in message] == []
     assert [client.exists(name) for client in sync_clients[:4]] == [0] * 4
 
+
+class _CancelledAt:
+    """Awaits ``coro`` and cancels the task awaiting it at the coroutine's ``at``-th suspension (0:
+    never), as ``task.cancel()`` from outside would there: the future it waits on is cancelled.
+    ``count`` is how many suspensions it went through."""
+
+    def __init__(self, coro, at: int) -> None:
+        self.coro, self.at, self.count = coro, at, 0
+
+    def __await__(self):
+        steps = self.coro.__await__()
+        send, value = steps.send, None
+        while True:
+            try:
+                waiting_on = send(value)
+            except StopIteration as done:
+                return done.value
+            self.count += 1
+            if self.count == self.at:
+                asyncio.current_task().cancel()
+            try:
+                value, send = (yield waiting_on), steps.send
+            except BaseException as error:  # noqa: BLE001 - the cancellation among them, passed in
+                value, send = error, steps.throw
+
+
+async def _until_alone(bound_s: float = 3.0) -> None:
+    """Until the clean-up tasks a cancellation started have ended."""
+    deadline = time.monotonic() + bound_s
+    while len(asyncio.all_tasks()) > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def _prepare(scenario: str, kind: str, clients: list, sync_clients: list, name: str):
+    """Set the nodes up for ``scenario``; returns a task to await after the acquire, or None."""
+    if scenario == "warm":
+        async with _lock(kind, clients, f"{name}:warm", ttl_ms=10_000, timeout_ms=0):
+            pass
+    elif scenario == "waiting":
+        holder = _lock(kind, clients, name, ttl_ms=10_000, timeout_ms=0)
+        await holder.acquire()
+
+        async def release_soon() -> None:
+            await asyncio.sleep(0.1)
+            await holder.release()
+
+        return asyncio.ensure_future(release_soon())
+    elif scenario == "laggards":  # the grant raises two nodes' fences to the majority's (RAISE_FENCE)
+        for client in sync_clients[:3]:
+            client.set(f"{name}:fence", 100)
+    elif scenario == "split":  # two grants of five, undone; a pause, and a retry once the others' keys expire
+        for client in sync_clients[:3]:
+            client.set(name, "someone", px=150)
+    return None
+
+
+SCENARIOS = [
+    ("single", "cold"),
+    ("single", "warm"),
+    ("single", "waiting"),
+    ("redlock", "cold"),
+    ("redlock", "warm"),
+    ("redlock", "waiting"),
+    ("redlock", "laggards"),
+    ("redlock", "split"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "scenario"), SCENARIOS)
+def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_gets_it_at_once(
+    cluster, name, kind, scenario
+):
+    """Sound (kept): an acquire cancelled at each of its suspensions in turn (the round's connects,
+    sends and reads, the fence write-back, the undo of a split vote, the pause before a retry, the
+    wait for a release's signal and the attempt after it). After each: no node holds the key or
+    counts a waiter, a try-lock is granted at once, and the loop reported nothing."""
+    nodes, sync_clients = cluster
+    count = 1 if kind == "single" else len(nodes)
+    counted = sync_clients[:count]
+    at, cancelled = 0, True
+    while cancelled:  # until the acquire ends before its at-th suspension
+        at += 1
+        for client in counted:
+            client.flushdb()
+        reported: list[str] = []
+
+        async def attempt(at: int = at, reported: list = reported) -> tuple[bool, float]:
+            _report_to(reported)
+            clients = _clients([node.port for node in list(nodes)[:count]])
+            try:
+                releasing = await _prepare(scenario, kind, clients, counted, name)
+                step = _CancelledAt(_lock(kind, clients, name, ttl_ms=10_000, timeout_ms=5_000).acquire(), at)
+                try:
+                    await asyncio.ensure_future(step)
+                except asyncio.CancelledError:
+                    pass
+                else:
+                    return False, 0.0
+                if releasing is not None:
+                    await releasing
+                await _until_alone()
+                await asyncio.sleep(0.2 if scenario == "split" else 0)  # the other holders' keys expire
+                left = [(client.exists(name), client.scard(f"{name}:waiters")) for client in counted]
+                assert left == [(0, 0)] * count, (at, left)
+                started = time.monotonic()  # a release's hand-off window may still be open for 20 ms
+                async with _lock(kind, clients, name, ttl_ms=10_000, timeout_ms=1_000):
+                    return True, time.monotonic() - started
+            finally:
+                await _close(clients)
+
+        cancelled, took = run(attempt())
+        gc.collect()
+        assert reported == [], (at, reported)
+        assert took < 0.2, (at, took)
+    assert at > 1, "cancelled at least once"

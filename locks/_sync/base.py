@@ -208,7 +208,13 @@ class BaseLock:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._stop_watchdog()
         self._lease = None
-        outcome = self._unlock(lease.token)
+        try:
+            outcome = self._unlock(lease.token)
+        except Exception:
+            raise
+        except BaseException as error:
+            self._release_anyway(error, lease.token)
+            raise
         if outcome == AMBIGUOUS:
             log_ambiguous_release(self.name, lease.fence)
         elif outcome != RELEASED:
@@ -301,8 +307,25 @@ class BaseLock:
 
     def _stop_watchdog(self) -> None:
         watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None:
+        if watchdog is None:
+            return
+        try:
             watchdog.stop()
+        except Exception:
+            raise
+        except BaseException as error:
+            # Cancelled while awaiting the watchdog's renewal in flight (which cancels the watchdog
+            # too): the block's exit, or the release, goes no further, so the release is sent here.
+            lease, self._lease = self._lease, None
+            if lease is not None:
+                self._release_anyway(error, lease.token)
+            raise
+
+    def _release_anyway(self, error: BaseException, token: str) -> None:
+        """A release cancelled (asyncio) or interrupted before its round trip was done: sent all the
+        same, after a cancellation in a task of its own (as an acquire's clean-up), or the key would
+        stay its whole TTL on a healthy node; one that already ran is refused again, harmlessly."""
+        _io.clean_up(error, self._unlock, token)
 
     def __enter__(self) -> Lease:
         return self.acquire()

@@ -240,3 +240,85 @@ def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_
         assert reported == [], (at, reported)
         assert took < 0.2, (at, took)
     assert at > 1, "cancelled at least once"
+
+
+def _watchdogs() -> list[asyncio.Task]:
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith("lock-watchdog:")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_block_cancelled_inside_releases_at_once_and_stops_its_watchdog(cluster, name, kind):
+    """Sound (kept): the task cancelled while its block awaits: the lock is released on the way out
+    (no node keeps the key), the watchdog's task is gone, and the next acquirer is granted at once."""
+    nodes, sync_clients = cluster
+    count = 1 if kind == "single" else len(nodes)
+
+    async def scenario() -> None:
+        clients = _clients([node.port for node in list(nodes)[:count]])
+        entered = asyncio.Event()
+
+        async def hold() -> None:
+            async with _lock(kind, clients, name, ttl_ms=900, timeout_ms=0, watchdog=True):
+                entered.set()
+                await asyncio.sleep(60)
+
+        try:
+            task = asyncio.ensure_future(hold())
+            await entered.wait()
+            await asyncio.sleep(0.5)  # renewed once by now
+            assert len(_watchdogs()) == 1
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert _watchdogs() == []
+            assert [client.exists(name) for client in sync_clients[:count]] == [0] * count
+            async with _lock(kind, clients, name, ttl_ms=10_000, timeout_ms=0):
+                pass
+        finally:
+            await _close(clients)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_release_cancelled_while_the_watchdog_renews_still_releases(cluster, name, kind):
+    """Before: the block ended while its watchdog's renewal was on its way (a slow link), and the
+    task was cancelled while the release waited for that renewal: the watchdog was cancelled with
+    it and the release never sent, so the key stayed its whole TTL on a healthy node, the next
+    acquirer refused."""
+    nodes, sync_clients = cluster
+    count = 1 if kind == "single" else len(nodes)
+    proxy = Proxy(nodes[0].port)
+
+    async def scenario() -> float:
+        clients = _clients([proxy.port, *(node.port for node in list(nodes)[1:count])])
+        renewing = asyncio.Event()
+
+        async def hold() -> None:
+            async with _lock(kind, clients, name, ttl_ms=3_000, timeout_ms=0, watchdog=True):
+                proxy.reply_delay_s = 0.5  # node 0's replies come late: the renewal at 1 s takes 0.5 s
+                await asyncio.sleep(1.1)
+                renewing.set()
+
+        try:
+            task = asyncio.ensure_future(hold())
+            await renewing.wait()  # the block ends; its release waits for the renewal in flight
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            cancelled = time.monotonic()
+            assert _watchdogs() == []
+            proxy.reply_delay_s = 0
+            await asyncio.sleep(0.6)  # the delayed replies drain
+            clients += _clients([node.port for node in list(nodes)[:count]])
+            async with _lock(kind, clients[count:], name, ttl_ms=10_000, timeout_ms=0):
+                return time.monotonic() - cancelled
+        finally:
+            await _close(clients)
+
+    try:
+        took = run(scenario())
+    finally:
+        proxy.close()
+    assert took < 1.5, took

@@ -283,7 +283,11 @@ class _Round(Round):
     async def send(self, index: int, conn) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
         if not conn.is_connected:
-            task = self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
+            # As EVAL, not EVALSHA: a node this round connects to may be new (restarted) and lack the
+            # script, and its NOSCRIPT would need one more round trip after the wait for every
+            # connect, which a connect that never finishes (SYNs dropped) has taken to the deadline.
+            packed = pack_eval(self.script, self.keys, self.argv)
+            task = self.connects[index] = self.loop.create_task(_connect_and_send(conn, packed, self.round_open))
             # A connect can end after every round that could read it (one left pending, then never
             # asked for again; one the cancelled round no longer waits for): its error is read here,
             # so asyncio never reports it as never retrieved.

@@ -12,9 +12,10 @@ import gc
 import time
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
-from locks import AsyncRedisLock, AsyncRedlock
+from locks import AsyncRedisLock, AsyncRedlock, QuorumUnavailable, Redlock
 
 from .conftest import run
 from .netfaults import Proxy, Unreachable
@@ -322,6 +323,100 @@ def test_a_release_cancelled_while_the_watchdog_renews_still_releases(cluster, n
     finally:
         proxy.close()
     assert took < 1.5, took
+
+
+async def _latest_tick(work, period_s: float = 0.005) -> tuple[float, object]:
+    """Run ``work()`` beside a task that sleeps ``period_s`` over and over: how late its latest
+    wake-up was (s), and what ``work()`` gave back or raised."""
+    latest = 0.0
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        nonlocal latest
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            due = loop.time() + period_s
+            await asyncio.sleep(period_s)
+            latest = max(latest, loop.time() - due)
+
+    ticker = asyncio.ensure_future(tick())
+    await asyncio.sleep(0.02)
+    try:
+        result = await work()
+    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
+        result = error
+    stop.set()
+    await ticker
+    return latest, result
+
+
+def test_the_asyncio_twins_never_block_the_loop_while_they_wait(cluster, name):
+    """Sound (kept): another task's 5 ms timer stays on time (under 50 ms late) while an AsyncRedlock
+    waits a node timeout on three frozen nodes, connects to a host that drops SYNs, and waits for a
+    release; the blocking twin called on the loop instead (the control) makes it a node timeout late."""
+    nodes, sync_clients = cluster
+    unreachable = Unreachable()
+
+    async def scenario() -> dict:
+        clients = _clients([node.port for node in nodes])
+        far: list = []
+        late: dict = {}
+        try:
+            unreachable_clients = _clients([node.port for node in list(nodes)[:4]] + [unreachable.port])
+            far += unreachable_clients
+
+            async def connecting():
+                lock = AsyncRedlock(unreachable_clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=300)
+                await lock.acquire()
+                await lock.release()
+
+            late["connecting"] = await _latest_tick(connecting)
+            holder = AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=300)
+            await holder.acquire()
+
+            async def waiting():
+                asyncio.get_running_loop().call_later(0.5, lambda: asyncio.ensure_future(holder.release()))
+                async with AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=2_000, node_timeout_ms=300):
+                    pass
+
+            late["waiting"] = await _latest_tick(waiting)
+            frozen = list(nodes)[2:]
+            for node in frozen:
+                node.pause()
+            try:
+
+                async def on_frozen():
+                    return await AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=300).acquire()
+
+                late["frozen"] = await _latest_tick(on_frozen)
+
+                def blocking():
+                    sync = [redis.Redis(port=node.port, socket_timeout=1.0) for node in nodes]
+                    try:
+                        return Redlock(sync, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=300).acquire()
+                    finally:
+                        for client in sync:
+                            client.close()
+
+                async def control():
+                    return blocking()
+
+                late["control"] = await _latest_tick(control)
+            finally:
+                for node in frozen:
+                    node.resume()
+            return late
+        finally:
+            await _close(clients + far)
+
+    try:
+        late = run(scenario())
+    finally:
+        unreachable.close()
+    assert isinstance(late["frozen"][1], QuorumUnavailable), late
+    assert late["connecting"][1] is None and late["waiting"][1] is None, late
+    assert isinstance(late["control"][1], QuorumUnavailable) and late["control"][0] > 0.25, late
+    assert max(late[case][0] for case in ("frozen", "connecting", "waiting")) < 0.05, late
 
 
 def test_a_first_round_that_waits_out_an_unreachable_connect_still_reads_the_others_grants(twin, cluster, name):

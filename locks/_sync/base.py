@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 import time
+import weakref
 from typing import Callable
 
 from .._core import (
@@ -152,7 +154,9 @@ class BaseLock:
                 if lease is not None:
                     self._lease, self._lost, self._extensions = lease, None, 0
                     if self.watchdog:
-                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", self._watch)
+                        # A weak reference: the watchdog ends with a lock object dropped while held.
+                        body = functools.partial(_watch, weakref.ref(self))
+                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
                     return lease
                 if last:
                     raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -276,25 +280,6 @@ class BaseLock:
         self._lease = self._extend_nodes(lease, int(ttl_ms or self.ttl_ms))
         return self._lease
 
-    def _watch(self, dog: _io.Watchdog) -> None:
-        """Renew every ttl/3, at most ``max_renewals`` times; report a failed renewal, or the
-        lease running out after the last one, as the loss of the lock."""
-        interval = self.ttl_ms / 3000.0
-        renewals = 0
-        while not dog.wait(interval):
-            if renewals >= self.max_renewals:
-                lease = self._lease
-                if lease is not None and not dog.wait(lease.valid_until - time.monotonic()):
-                    self._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
-                return
-            try:
-                self._renew()
-            except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
-                if not dog.stopped():
-                    self._mark_lost(error, "the watchdog could not renew the lease")
-                return
-            renewals += 1
-
     def _mark_lost(self, cause: BaseException | None, message: str) -> None:
         lost = self._error(LockLost, message)
         lost.__cause__ = cause
@@ -347,3 +332,39 @@ class BaseLock:
             # Redis may not have expired the key yet, but the safety margin was spent: another
             # holder could have been granted, so the block's writes were unprotected by time.
             raise self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
+
+
+def _watch(lock_of: Callable[[], BaseLock | None], dog: _io.Watchdog) -> None:
+    """The watchdog's body: renew every ttl/3, at most ``max_renewals`` times; report a failed
+    renewal, or the lease running out after the last one, as the loss of the lock.
+
+    It holds its lock only through ``lock_of`` (a weak reference) and never across a wait: a lock
+    object dropped while held (``await lock.acquire()`` in a task cancelled before its release) ends
+    its watchdog, and the key expires by its TTL. Held strongly, it had been renewed up to 1,000 times
+    (55 min at a 10 s TTL) for nobody."""
+    renewals = 0
+    while not dog.wait(_renewal_interval_s(lock_of)):
+        lock = lock_of()
+        if lock is None:
+            return
+        if renewals >= lock.max_renewals:
+            lease = lock.lease
+            del lock
+            if lease is not None and not dog.wait(lease.valid_until - time.monotonic()):
+                lock = lock_of()
+                if lock is not None:
+                    lock._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
+            return
+        try:
+            lock._renew()
+        except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
+            if not dog.stopped():
+                lock._mark_lost(error, "the watchdog could not renew the lease")
+            return
+        del lock
+        renewals += 1
+
+
+def _renewal_interval_s(lock_of: Callable[[], BaseLock | None]) -> float:
+    lock = lock_of()
+    return 0.0 if lock is None else lock.ttl_ms / 3000.0

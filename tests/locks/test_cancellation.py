@@ -435,3 +435,49 @@ def test_a_first_round_that_waits_out_an_unreachable_connect_still_reads_the_oth
         assert [client.get(name) for client in sync_clients[:4]] == [lease.token.encode()] * 4
     finally:
         unreachable.close()
+
+
+def test_a_task_cancelled_holding_a_lock_it_never_releases_is_not_renewed_for_ever(cluster, name):
+    """Before: a task took the lock with ``await lock.acquire()`` (watchdog on), no ``async with``,
+    and was cancelled before its release: the lock object was gone with the task, but its watchdog
+    kept renewing the key (1,000 renewals: 200 s at a 600 ms TTL, 55 min at 10 s). Now the watchdog
+    ends with its lock object and the key expires by its TTL."""
+    nodes, sync_clients = cluster
+
+    async def scenario() -> None:
+        clients = _clients([nodes[0].port])
+        try:
+
+            async def forgetful() -> None:
+                lock = AsyncRedisLock(clients[0], name, ttl_ms=600, timeout_ms=0, watchdog=True)
+                await lock.acquire()
+                await asyncio.sleep(60)  # cancelled here; no release anywhere
+
+            task = asyncio.ensure_future(forgetful())
+            await asyncio.sleep(0.1)
+            task.cancel()
+            await asyncio.wait([task])
+            del task
+            gc.collect()
+            await asyncio.sleep(1.5)  # more than twice the TTL: a renewed key would still be there
+            assert sync_clients[0].exists(name) == 0
+            assert _watchdogs() == []
+        finally:
+            await _close(clients)
+
+    run(scenario())
+
+
+def test_a_lock_object_dropped_while_held_stops_its_watchdog(twin, cluster, name):
+    """Before: the watchdog kept a lock object nobody held any more alive and renewed its key up to
+    1,000 times (200 s at a 600 ms TTL); now it ends with the object and the key expires by its TTL."""
+    nodes, sync_clients = cluster
+    lock = twin.RedisLock(twin.client(nodes[0].port), name, ttl_ms=600, timeout_ms=0, watchdog=True)
+    twin(lock.acquire())
+    del lock
+    gc.collect()
+    if twin.is_async:
+        twin(asyncio.sleep(1.5))
+    else:
+        time.sleep(1.5)
+    assert sync_clients[0].exists(name) == 0

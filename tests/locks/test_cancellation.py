@@ -481,3 +481,36 @@ def test_a_lock_object_dropped_while_held_stops_its_watchdog(twin, cluster, name
     else:
         time.sleep(1.5)
     assert sync_clients[0].exists(name) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_block_cancelled_after_its_lease_ran_out_stays_cancelled(cluster, name, kind):
+    """Before: the block was cancelled after its lease had run out, and the exit raised LockLost in
+    place of the CancelledError: the task ended with an error, not cancelled, so ``asyncio.timeout``
+    said LockLost instead of TimeoutError and a caller's ``except CancelledError`` never ran. The
+    cancellation now comes through (the loss is logged), and the key is gone."""
+    nodes, sync_clients = cluster
+    count = 1 if kind == "single" else len(nodes)
+
+    async def scenario() -> BaseException | None:
+        clients = _clients([node.port for node in list(nodes)[:count]])
+        try:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.6):
+                    async with _lock(kind, clients, name, ttl_ms=300, timeout_ms=0):
+                        await asyncio.sleep(5)  # past the lease, then the timeout cancels it
+            holder = asyncio.ensure_future(_hold_past_lease(kind, clients, name))
+            await asyncio.sleep(0.6)
+            holder.cancel()
+            await asyncio.wait([holder])
+            return None if holder.cancelled() else holder.exception()
+        finally:
+            await _close(clients)
+
+    assert run(scenario()) is None
+    assert [client.exists(name) for client in sync_clients[:count]] == [0] * count
+
+
+async def _hold_past_lease(kind: str, clients: list, name: str) -> None:
+    async with _lock(kind, clients, name, ttl_ms=300, timeout_ms=0):
+        await asyncio.sleep(5)

@@ -287,7 +287,7 @@ def test_a_shopper_who_hangs_up_while_waiting_for_the_guard_gets_one_order(
     assert (retried[0], retried[2]["order_id"]) == (201, order.id)
     assert (again[0], again[2]["order_id"]) == (201, order.id)
     assert (bought[0], bought[2]["outcome"]) == (201, "confirmed")
-    assert freed_in < 1.0
+    assert freed_in < 2.0  # at once, not the 10 s TTL
     report = audit(sku=SKU)
     assert report.ok, report.problems
     assert Product.objects.get(sku=SKU).stock == 3

@@ -268,7 +268,7 @@ def test_a_hold_cancelled_while_its_section_runs_on_is_refused_by_the_fence(
         assert await asyncio.to_thread(done.wait, 10), "A's section never ended"
 
     asyncio.run(scenario())
-    assert results["b"].confirmed and results["b waited"] < 1.0, results
+    assert results["b"].confirmed and results["b waited"] < 3.0, results  # released at once, not at the 10 s TTL
     if fenced:
         assert (results["a"].outcome.value, results["a"].conflicts) == ("busy", 1), results
         assert audit(sku="phone-x").ok and Order.objects.count() == 1

@@ -90,7 +90,7 @@ def test_a_woken_waiter_cancelled_passes_the_wake_up_on(cluster, name, kind):
         took = run(scenario())
     finally:
         proxy.close()
-    assert took < 1.5, took
+    assert took < 2.5, took  # at once; unwoken, it slept 8.9 s
 
 
 def test_a_round_cancelled_while_a_node_connects_leaves_no_task_exception_unretrieved(cluster, name):
@@ -239,7 +239,7 @@ def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_
         cancelled, took = run(attempt())
         gc.collect()
         assert reported == [], (at, reported)
-        assert took < 0.2, (at, took)
+        assert took < 0.5, (at, took)  # at once: a TTL (10 s) apart from a key left behind
     assert at > 1, "cancelled at least once"
 
 
@@ -322,7 +322,7 @@ def test_a_release_cancelled_while_the_watchdog_renews_still_releases(cluster, n
         took = run(scenario())
     finally:
         proxy.close()
-    assert took < 1.5, took
+    assert took < 2.5, took  # the try-lock above was granted: released, not left for the 3 s TTL
 
 
 async def _latest_tick(work, period_s: float = 0.005) -> tuple[float, object]:
@@ -380,7 +380,7 @@ async def _while_frozen(nodes, clients: list, name: str) -> dict:
 
 
 def test_the_asyncio_twins_never_block_the_loop_while_they_wait(cluster, name):
-    """Sound (kept): another task's 5 ms timer stays on time (under 50 ms late) while an AsyncRedlock
+    """Sound (kept): another task's 5 ms timer stays on time (under 200 ms late) while an AsyncRedlock
     waits a node timeout on three frozen nodes, connects to a host that drops SYNs, and waits for a
     release; the blocking twin called on the loop instead (the control) makes it a node timeout late."""
     nodes, sync_clients = cluster
@@ -418,7 +418,9 @@ def test_the_asyncio_twins_never_block_the_loop_while_they_wait(cluster, name):
     assert isinstance(late["frozen"][1], QuorumUnavailable), late
     assert late["connecting"][1] is None and late["waiting"][1] is None, late
     assert isinstance(late["control"][1], QuorumUnavailable) and late["control"][0] > 0.25, late
-    assert max(late[case][0] for case in ("frozen", "connecting", "waiting")) < 0.05, late
+    # A block of one node timeout (300 ms) would show; a loaded two-core machine shared by other
+    # checkouts was seen 98 ms late on an unblocked loop.
+    assert max(late[case][0] for case in ("frozen", "connecting", "waiting")) < 0.2, late
 
 
 def test_a_first_round_that_waits_out_an_unreachable_connect_still_reads_the_others_grants(twin, cluster, name):

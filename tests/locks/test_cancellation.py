@@ -518,3 +518,34 @@ def test_a_block_cancelled_after_its_lease_ran_out_stays_cancelled(cluster, name
 async def _hold_past_lease(kind: str, clients: list, name: str) -> None:
     async with _lock(kind, clients, name, ttl_ms=300, timeout_ms=0):
         await asyncio.sleep(5)
+
+
+def test_a_redlock_release_cancelled_before_it_reached_a_node_still_unregisters_there(cluster, name):
+    """Before: a Redlock granted by three nodes while two refused (it was registered there as a
+    waiter) was released, and cancelled while the round still connected to one of those two (its
+    old connection cut): the release sent afterwards had forgotten that registration, which stayed
+    in that node's waiter set, so that node's next release opened its hand-off window for nobody."""
+    nodes, sync_clients = cluster
+    proxy = Proxy(nodes[0].port)
+    for client in sync_clients[:2]:
+        client.set(name, "someone", px=5_000)
+
+    async def scenario() -> None:
+        clients = _clients([proxy.port, *(node.port for node in list(nodes)[1:])])
+        try:
+            lock = AsyncRedlock(clients, name, ttl_ms=10_000, timeout_ms=2_000, node_timeout_ms=1_000)
+            await lock.acquire()  # granted by three; registered as a waiter on the two that refused
+            assert sync_clients[0].scard(f"{name}:waiters") == 1
+            proxy.cut()  # node 0's connection is gone: the release's round connects anew
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.ensure_future(_CancelledAt(lock.release(), 1))
+            await _until_alone()
+        finally:
+            await _close(clients)
+
+    try:
+        run(scenario())
+    finally:
+        proxy.close()
+    assert [client.scard(f"{name}:waiters") for client in sync_clients] == [0] * 5
+    assert [client.exists(name) for client in sync_clients[2:]] == [0] * 3

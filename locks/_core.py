@@ -119,9 +119,25 @@ return 0
 
 # RELEASE, after first taking this caller's waiter ids off the waiter set: the undo of an acquire
 # that gave up (cancelled, its reply lost, a round that could not reach a majority) and the release
-# of a Redlock grant that left the caller registered on the nodes that refused it.
+# of a Redlock grant that left the caller registered on the nodes that refused it. Unlike RELEASE it
+# also wakes the next waiter when the lock is free: a release wakes one waiter, and the one that gives
+# up may be the one woken (its BLPOP took the signal, then it was cancelled), whose clean-up finds
+# the lock free; the other waiters would sleep until the first holder's TTL had run out.
 # KEYS as RELEASE.  ARGV[1..3] as RELEASE; ARGV[4..] the ids to unregister.  Returns as RELEASE.
-ABANDON = Script("redis.call('srem', KEYS[3], unpack(ARGV, 4))" + RELEASE.text)
+ABANDON = Script("""
+redis.call('srem', KEYS[3], unpack(ARGV, 4))
+local holder = redis.call('get', KEYS[1])
+if holder and holder ~= ARGV[1] then return -1 end
+if holder then redis.call('del', KEYS[1]) end
+if redis.call('scard', KEYS[3]) > 0 then
+  redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
+  redis.call('del', KEYS[2])
+  redis.call('rpush', KEYS[2], 1)
+  redis.call('pexpire', KEYS[2], ARGV[2])
+end
+if holder then return 1 end
+return 0
+""")
 
 # Reset the lock's lifetime if this token still holds it.
 # KEYS[1] lock key.  ARGV[1] token; ARGV[2] new ttl in ms.  Returns 1 when extended, else 0.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ import pytest
 from django.conf import settings
 from redis import Redis
 
+from inventory.audit import audit
 from inventory.models import Order, Product
-from inventory.strategies import strategy_class
+from inventory.strategies import get_strategy, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from tests.helpers import WORKING_STRATEGIES, asgi_pod
 
@@ -219,3 +221,75 @@ def test_a_blocked_event_loop_writes_late_and_the_fence_refuses_it(fenced, use_s
     else:
         assert (a[0], a[2]["outcome"]) == (201, "confirmed")
         assert orders.count() == 2  # one unit, two orders: the lost update the fence prevents
+
+
+def hang_up_mid_purchase(base: str, *, shopper: str, key: str) -> socket.socket:
+    """A keyed purchase sent whole from a raw socket, its answer not read yet: close it to hang up."""
+    body = b'{"quantity": 1}'
+    head = (
+        f"POST /api/products/{SKU}/purchase HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nX-CSRFToken: {CSRF}\r\nCookie: csrftoken={CSRF}; {shopper}\r\n"
+        f"Idempotency-Key: {key}\r\n\r\n"
+    )
+    port = int(base.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def lock_nodes(lock) -> list[Redis]:
+    return list(getattr(lock, "clients", None) or [lock.client])
+
+
+def wait_until(predicate, bound_s: float = 10.0) -> float:
+    """Poll ``predicate`` until true (within ``bound_s``); how long that took."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < bound_s, "not within the bound"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("name", "batch"), [("redis", 1), ("redlock", 1), ("redis", 4)])
+def test_a_shopper_who_hangs_up_while_waiting_for_the_guard_gets_one_order(
+    name, batch, use_strategy, make_product, tmp_path
+):
+    """Sound (kept): on a real uvicorn worker, a keyed purchase waits for the lock (held by the test),
+    and its client hangs up (Django cancels the view). The shopper's retry, sent while the first is
+    still waiting, and again after, gets the one order the hung-up purchase wrote; the lock is free
+    at once after, a new shopper buys, and the audit holds."""
+    use_strategy(name)
+    make_product(SKU, stock=5, limit=1)
+    lock_key = FencedLockStrategy.lock_name(SKU)
+    holder = get_strategy().make_lock(lock_key)
+    nodes = lock_nodes(holder)
+    env = {"ACQUIRE_TIMEOUT_MS": "10000", "INVENTORY_BATCH": str(batch)}
+    with asgi_pod(tmp_path, name, sku=SKU, workers=1, **env) as base, ThreadPoolExecutor(1) as pool:
+        shopper, other = session_cookie(base), session_cookie(base)
+        holder.acquire()
+        sock = hang_up_mid_purchase(base, shopper=shopper, key="hung-up-1")
+        wait_until(lambda: sum(node.scard(f"{lock_key}:waiters") for node in nodes) >= 1)
+        sock.close()  # the client hangs up while its purchase waits for the guard
+        time.sleep(0.3)
+        retry = pool.submit(post, base, shopper=shopper, key="hung-up-1")  # sent while the first still waits
+        time.sleep(0.3)
+        assert not Order.objects.filter(product__sku=SKU).exists()
+        holder.release()
+        retried = retry.result()
+        freed_in = wait_until(lambda: not any(node.exists(lock_key) for node in nodes), 5)
+        again = post(base, shopper=shopper, key="hung-up-1")
+        bought = post(base, shopper=other)
+    orders = Order.objects.filter(product__sku=SKU, idempotency_key="hung-up-1")
+    assert orders.count() == 1
+    order = orders.get()
+    assert (retried[0], retried[2]["order_id"]) == (201, order.id)
+    assert (again[0], again[2]["order_id"]) == (201, order.id)
+    assert (bought[0], bought[2]["outcome"]) == (201, "confirmed")
+    assert freed_in < 2.0  # at once, not the 10 s TTL
+    report = audit(sku=SKU)
+    assert report.ok, report.problems
+    assert Product.objects.get(sku=SKU).stock == 3
+    posts = [line for line in (tmp_path / "access.log").read_text().splitlines() if "POST" in line]
+    assert len(posts) == 3, posts  # the hung-up purchase was never answered: Django cancelled its view

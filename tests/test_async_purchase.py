@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -17,7 +18,7 @@ from inventory.audit import audit
 from inventory.batched import combiners_of
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
-from inventory.services import purchase, reset_sale
+from inventory.services import prepare, purchase, reset_sale, section_of
 from inventory.strategies import get_strategy, load_strategy, strategy_class
 from tests.helpers import WORKING_STRATEGIES, row_locked_elsewhere, waiting_for_a_row_lock_is
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
@@ -222,3 +223,55 @@ def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it
     assert [result.timings.batch for result in results] == [3, 3, 3]
     assert all(result.confirmed for result in results)
     assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+def test_a_hold_cancelled_while_its_section_runs_on_is_refused_by_the_fence(
+    fenced, settings, use_strategy, make_product
+):
+    """Sound (kept): the task holding the guard is cancelled while its section runs on an ORM thread
+    (what ``apurchase``'s shield prevents; code awaiting ``aguard`` without it): the cancellation
+    releases the lock at once (TTL 10 s) though the section runs on; B takes it, buys the unit and
+    commits; then A's section writes from its stale read. Fenced: refused, busy, one order. Unfenced:
+    two orders for one unit (the test reaches the race)."""
+    use_strategy("redis", LOCK_TTL_MS=10_000, ACQUIRE_TIMEOUT_MS=2_000, OPTIONS={"FENCED": fenced})
+    make_product(stock=1)
+    holder = PausingRedis(config=settings.INVENTORY)
+    holder.resume, holder.paused = threading.Event(), threading.Event()
+    resume, results, done = holder.resume, {}, threading.Event()
+
+    def section(strategy, grant, ready) -> None:
+        try:
+            results["a"] = section_of(strategy, grant, ready)
+        except Exception as exc:  # said by the assertion below, not lost in the thread
+            results["a"] = exc
+        finally:
+            done.set()
+
+    async def hold() -> None:
+        ready = await on_thread(prepare, holder, sku="phone-x", customer="a", quantity=1, idempotency_key="")
+        async with holder.aguard(ready.sku) as grant:
+            await on_thread(section, holder, grant, ready)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(hold())
+        assert await asyncio.to_thread(holder.paused.wait, 10), "A never paused in its section"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other = load_strategy("redis")
+        started = time.monotonic()
+        results["b"] = await on_thread(purchase, sku="phone-x", customer="b", quantity=1, strategy=other)
+        results["b waited"] = time.monotonic() - started
+        other.close()
+        resume.set()  # A's section wakes only after B has committed
+        assert await asyncio.to_thread(done.wait, 10), "A's section never ended"
+
+    asyncio.run(scenario())
+    assert results["b"].confirmed and results["b waited"] < 3.0, results  # released at once, not at the 10 s TTL
+    if fenced:
+        assert (results["a"].outcome.value, results["a"].conflicts) == ("busy", 1), results
+        assert audit(sku="phone-x").ok and Order.objects.count() == 1
+    else:
+        assert results["a"].confirmed, results
+        assert Order.objects.count() == 2  # one unit, two orders: the late write the fence refuses

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import weakref
 from collections import deque
@@ -230,6 +231,7 @@ async def eval_all(
         await round_.read_all()
     except BaseException:
         round_.round_open[0] = False  # cancelled: a connect that completes later sends nothing
+        await round_.abandon()
         raise
     round_.give_back(held)
     return round_.replies
@@ -281,7 +283,15 @@ class _Round(Round):
     async def send(self, index: int, conn) -> None:
         """Write the command to one node, or start its connect; a failure is that node's reply."""
         if not conn.is_connected:
-            self.connects[index] = self.loop.create_task(_connect_and_send(conn, self.packed, self.round_open))
+            # As EVAL, not EVALSHA: a node this round connects to may be new (restarted) and lack the
+            # script, and its NOSCRIPT would need one more round trip after the wait for every
+            # connect, which a connect that never finishes (SYNs dropped) has taken to the deadline.
+            packed = pack_eval(self.script, self.keys, self.argv)
+            task = self.connects[index] = self.loop.create_task(_connect_and_send(conn, packed, self.round_open))
+            # A connect can end after every round that could read it (one left pending, then never
+            # asked for again; one the cancelled round no longer waits for): its error is read here,
+            # so asyncio never reports it as never retrieved.
+            task.add_done_callback(_retrieve)
             return
         try:
             await conn.send_packed_command(self.packed, check_health=False)
@@ -336,6 +346,21 @@ class _Round(Round):
             await self.nodes[index].drop_idle()
         self.replies[index] = error
 
+    async def abandon(self) -> None:
+        """The round was cancelled: a connection whose reply was read goes back to its node, one whose
+        reply is still owed (or that may have sent nothing) is closed, and a connect still running
+        gives its connection back to its node once it has connected (it sends nothing now)."""
+        for index, task in self.connects.items():
+            if not task.done():
+                task.add_done_callback(functools.partial(_connected_late, self.nodes[index], self.conns[index]))
+                self.conns[index] = None
+        for index, conn in enumerate(self.conns):
+            if conn is None:
+                continue
+            if self.replies[index] is None:
+                await _disconnect(conn)
+            self.nodes[index].give(conn)
+
     def give_back(self, held: list | None) -> None:
         """Every connection back to its node, but the first refusing one when ``held`` asks for it."""
         for index, conn in enumerate(self.conns):
@@ -346,6 +371,18 @@ class _Round(Round):
                 held.append((index, conn))
             else:
                 self.nodes[index].give(conn)
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _connected_late(node: NodeConnections, conn, task: asyncio.Task) -> None:
+    """A connect its cancelled round stopped waiting for has ended: its connection, connected and
+    unused, is the node's; a failed one was closed by redis-py."""
+    if not task.cancelled() and task.exception() is None and conn.is_connected:
+        node.give(conn)
 
 
 async def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> None:

@@ -293,8 +293,10 @@ class AsyncRedlock(BaseLock):
         """Release on every node; nodes that failed for a transport reason are tried once more on
         fresh connections, within one node timeout. Each node that still failed is logged: its
         key stays until its TTL ends."""
-        waiter_ids, self._stray_waiter = self._stray_waiter, ()
-        replies = await self._unlock_all(token, waiter_ids)
+        # Forgotten only once the round is done: a release cancelled before it reached every node
+        # is sent again (BaseLock._release_anyway), and must still unregister the waiter there.
+        replies = await self._unlock_all(token, self._stray_waiter)
+        self._stray_waiter = ()
         if replies.count(1) == len(replies):
             return RELEASED  # every node released it, the usual case: no outcome to weigh
         again = [index for index, reply in enumerate(replies) if transport_error(reply)]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 import time
+import weakref
 from typing import Callable
 
 from .._core import (
@@ -152,7 +154,9 @@ class BaseLock:
                 if lease is not None:
                     self._lease, self._lost, self._extensions = lease, None, 0
                     if self.watchdog:
-                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", self._watch)
+                        # A weak reference: the watchdog ends with a lock object dropped while held.
+                        body = functools.partial(_watch, weakref.ref(self))
+                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
                     return lease
                 if last:
                     raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -208,7 +212,13 @@ class BaseLock:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._stop_watchdog()
         self._lease = None
-        outcome = self._unlock(lease.token)
+        try:
+            outcome = self._unlock(lease.token)
+        except Exception:
+            raise
+        except BaseException as error:
+            self._release_anyway(error, lease.token)
+            raise
         if outcome == AMBIGUOUS:
             log_ambiguous_release(self.name, lease.fence)
         elif outcome != RELEASED:
@@ -270,25 +280,6 @@ class BaseLock:
         self._lease = self._extend_nodes(lease, int(ttl_ms or self.ttl_ms))
         return self._lease
 
-    def _watch(self, dog: _io.Watchdog) -> None:
-        """Renew every ttl/3, at most ``max_renewals`` times; report a failed renewal, or the
-        lease running out after the last one, as the loss of the lock."""
-        interval = self.ttl_ms / 3000.0
-        renewals = 0
-        while not dog.wait(interval):
-            if renewals >= self.max_renewals:
-                lease = self._lease
-                if lease is not None and not dog.wait(lease.valid_until - time.monotonic()):
-                    self._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
-                return
-            try:
-                self._renew()
-            except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
-                if not dog.stopped():
-                    self._mark_lost(error, "the watchdog could not renew the lease")
-                return
-            renewals += 1
-
     def _mark_lost(self, cause: BaseException | None, message: str) -> None:
         lost = self._error(LockLost, message)
         lost.__cause__ = cause
@@ -301,8 +292,25 @@ class BaseLock:
 
     def _stop_watchdog(self) -> None:
         watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None:
+        if watchdog is None:
+            return
+        try:
             watchdog.stop()
+        except Exception:
+            raise
+        except BaseException as error:
+            # Cancelled while awaiting the watchdog's renewal in flight (which cancels the watchdog
+            # too): the block's exit, or the release, goes no further, so the release is sent here.
+            lease, self._lease = self._lease, None
+            if lease is not None:
+                self._release_anyway(error, lease.token)
+            raise
+
+    def _release_anyway(self, error: BaseException, token: str) -> None:
+        """A release cancelled (asyncio) or interrupted before its round trip was done: sent all the
+        same, after a cancellation in a task of its own (as an acquire's clean-up), or the key would
+        stay its whole TTL on a healthy node; one that already ran is refused again, harmlessly."""
+        _io.clean_up(error, self._unlock, token)
 
     def __enter__(self) -> Lease:
         return self.acquire()
@@ -313,14 +321,66 @@ class BaseLock:
         if lost is not None:
             with contextlib.suppress(LockError):
                 self.release()
-            raise lost
+            _raise_unless_interrupted(lost, exc)
+            return
         lease = self._lease
         try:
             self.release()
         except NotOwned as error:
-            raise self._error(LockLost, "the lease expired while the block held it") from error
+            lost = self._error(LockLost, "the lease expired while the block held it")
+            lost.__cause__ = error
+            _raise_unless_interrupted(lost, exc)
+            return
         overrun_ms = -lease.remaining_ms()
         if overrun_ms > 0:
             # Redis may not have expired the key yet, but the safety margin was spent: another
             # holder could have been granted, so the block's writes were unprotected by time.
-            raise self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
+            lost = self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
+            _raise_unless_interrupted(lost, exc)
+
+
+def _raise_unless_interrupted(lost: LockLost, exc: BaseException | None) -> None:
+    """Raise ``lost``, unless the block is ending by a cancellation (asyncio) or an interruption
+    (KeyboardInterrupt, SystemExit): that comes through as it is and the loss is logged. Raised in
+    its place, LockLost had turned a task's cancellation into an error (``asyncio.timeout`` said
+    LockLost, not TimeoutError) and Ctrl-C into an exception an ``except Exception`` could swallow."""
+    if exc is not None and not isinstance(exc, Exception):
+        logger.warning("%s; the block was ending by %s, which goes on", lost, type(exc).__name__)
+        return
+    raise lost
+
+
+def _watch(lock_of: Callable[[], BaseLock | None], dog: _io.Watchdog) -> None:
+    """The watchdog's body: renew every ttl/3, at most ``max_renewals`` times; report a failed
+    renewal, or the lease running out after the last one, as the loss of the lock.
+
+    It holds its lock only through ``lock_of`` (a weak reference) and never across a wait: a lock
+    object dropped while held (``await lock.acquire()`` in a task cancelled before its release) ends
+    its watchdog, and the key expires by its TTL. Held strongly, it had been renewed up to 1,000 times
+    (55 min at a 10 s TTL) for nobody."""
+    renewals = 0
+    while not dog.wait(_renewal_interval_s(lock_of)):
+        lock = lock_of()
+        if lock is None:
+            return
+        if renewals >= lock.max_renewals:
+            lease = lock.lease
+            del lock
+            if lease is not None and not dog.wait(lease.valid_until - time.monotonic()):
+                lock = lock_of()
+                if lock is not None:
+                    lock._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
+            return
+        try:
+            lock._renew()
+        except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
+            if not dog.stopped():
+                lock._mark_lost(error, "the watchdog could not renew the lease")
+            return
+        del lock
+        renewals += 1
+
+
+def _renewal_interval_s(lock_of: Callable[[], BaseLock | None]) -> float:
+    lock = lock_of()
+    return 0.0 if lock is None else lock.ttl_ms / 3000.0

@@ -500,6 +500,15 @@ REFUSALS = {
 }
 
 
+def forked_message(parent: int) -> str:
+    """Why a lock object's lease is refused in a child forked while ``parent`` held it: the child
+    has a copy of the lease (token, key, fence), not the lock, and must not release the parent's."""
+    return (
+        f"this lock's lease was granted to process {parent}, and this is process {os.getpid()}, forked from it "
+        "while it held the lock: a forked child does not hold its parent's lock (nothing was released)"
+    )
+
+
 def log_failed_release(name: str, node: str, error) -> None:
     logger.warning("release of %s failed on %s (%s); the key there expires by its TTL", name, node, error)
 

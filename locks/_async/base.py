@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
 import random
 import time
+import weakref
 from typing import Callable
 
 from .._core import (
@@ -27,6 +30,7 @@ from .._core import (
     checked_fence,
     checked_ttl,
     drift_ms,
+    forked_message,
     log_ambiguous_release,
     logger,
     new_token,
@@ -51,6 +55,9 @@ class BaseLock:
     # (node, connection) of the refused attempt a waiter blocks on: the same server session that
     # registered it as a waiter, so a restart of that server ends the wait at once.
     _held: tuple | None = None
+    # The process the lease was granted to: a child forked while it held the lock has a copy of
+    # the lease, not the lock.
+    _pid = 0
 
     def __init__(
         self,
@@ -114,6 +121,9 @@ class BaseLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
 
     @property
@@ -138,8 +148,23 @@ class BaseLock:
         in one more round bounded by the node timeout; in asyncio that round runs as a task of its
         own after a cancellation, so the cancellation is not held up.
         """
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        self._forget_if_forked()
+        claim = object()
+        # setdefault is one atomic step: of two threads (or tasks) acquiring one object at once,
+        # or one acquiring an object another holds, only the first gets it; the other is refused.
+        if self.__dict__.setdefault("_claim", claim) is not claim:
+            raise self._error(
+                LockError,
+                "this lock object already holds a lease or is being acquired (by another thread or task); "
+                "make one per acquisition",
+            )
+        try:
+            return await self._acquire()
+        except BaseException:
+            self.__dict__.pop("_claim", None)
+            raise
+
+    async def _acquire(self) -> Lease:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         waiter_id = token = ""
         try:
@@ -148,9 +173,12 @@ class BaseLock:
                 last = time.monotonic() >= deadline
                 lease, hint_ms, split = await self._attempt(token, waiter_id, not last)
                 if lease is not None:
-                    self._lease, self._lost, self._extensions = lease, None, 0
+                    self._lease, self._lost, self._extensions, self._pid = lease, None, 0, os.getpid()
                     if self.watchdog:
-                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", self._watch)
+                        # The watchdog keeps only a weak reference: a lock object nobody can release
+                        # any more (dropped, or its thread died) is not renewed; it expires by its TTL.
+                        body = functools.partial(_watch, weakref.ref(self))
+                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
                     return lease
                 if last:
                     raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -199,13 +227,30 @@ class BaseLock:
         finally:
             node.give(conn)
 
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (no node is
+        touched: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._watchdog = self._held = None
+        self.__dict__.pop("_claim", None)
+        raise self._error(LockError, forked_message(parent))
+
     async def release(self) -> None:
-        """Give the lock up; raises :class:`NotOwned` if this token no longer holds it."""
-        lease = self._lease
-        if lease is None:
+        """Give the lock up; raises :class:`NotOwned` if this token no longer holds it.
+
+        Any thread (or task) may release the lease this object holds; a child forked while the
+        lock was held may not (:class:`LockError`, no node touched): the lock is its parent's."""
+        self._forget_if_forked()
+        if self._lease is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         await self._stop_watchdog()
-        self._lease = None
+        # Taken in one atomic step: of two threads releasing at once, the second holds nothing.
+        lease = self.__dict__.pop("_lease", None)
+        if lease is None:
+            raise self._error(NotOwned, "release of a lock this object does not hold")
+        self.__dict__.pop("_claim", None)
         outcome = await self._unlock(lease.token)
         if outcome == AMBIGUOUS:
             log_ambiguous_release(self.name, lease.fence)
@@ -219,6 +264,7 @@ class BaseLock:
         constructor's: -1 deleted the key, and 0 meant the default."""
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms, name=self.name, minimum=MIN_TTL_MS)
+        self._forget_if_forked()
         if self._extensions >= self.max_extensions:
             raise self._error(LockError, f"extension limit reached ({self.max_extensions})")
         lease = await self._renew(ttl_ms)
@@ -252,6 +298,7 @@ class BaseLock:
         compute in Lua's doubles, which are exact up to 2**53.
         """
         past = checked_fence(past, name=self.name)
+        self._forget_if_forked()
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "advance_fence of a lock this object does not hold")
@@ -267,25 +314,6 @@ class BaseLock:
             raise self._error(NotOwned, "extend of a lock this object does not hold")
         self._lease = await self._extend_nodes(lease, int(ttl_ms or self.ttl_ms))
         return self._lease
-
-    async def _watch(self, dog: _io.Watchdog) -> None:
-        """Renew every ttl/3, at most ``max_renewals`` times; report a failed renewal, or the
-        lease running out after the last one, as the loss of the lock."""
-        interval = self.ttl_ms / 3000.0
-        renewals = 0
-        while not await dog.wait(interval):
-            if renewals >= self.max_renewals:
-                lease = self._lease
-                if lease is not None and not await dog.wait(lease.valid_until - time.monotonic()):
-                    await self._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
-                return
-            try:
-                await self._renew()
-            except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
-                if not dog.stopped():
-                    await self._mark_lost(error, "the watchdog could not renew the lease")
-                return
-            renewals += 1
 
     async def _mark_lost(self, cause: BaseException | None, message: str) -> None:
         lost = self._error(LockLost, message)
@@ -306,6 +334,7 @@ class BaseLock:
         return await self.acquire()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._forget_if_forked()  # a forked child leaving its parent's block: the lock is the parent's
         await self._stop_watchdog()
         lost = self._lost
         if lost is not None:
@@ -313,6 +342,10 @@ class BaseLock:
                 await self.release()
             raise lost
         lease = self._lease
+        if lease is None:
+            # Released under the block (by another thread or task, or in the block itself): the
+            # block's writes after that were unprotected, and nothing is left to release.
+            raise self._error(LockLost, "the lock was released while the block held it")
         try:
             await self.release()
         except NotOwned as error:
@@ -322,3 +355,36 @@ class BaseLock:
             # Redis may not have expired the key yet, but the safety margin was spent: another
             # holder could have been granted, so the block's writes were unprotected by time.
             raise self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
+
+
+async def _watch(ref: weakref.ref, dog: _io.Watchdog) -> None:
+    """The watchdog of the lock ``ref`` refers to: renew every ttl/3, at most ``max_renewals``
+    times; report a failed renewal, or the lease running out after the last one, as the loss of
+    the lock. It holds the lock only while it renews: once the lock object is gone (dropped
+    unreleased, or with the thread that held it), it stops, and the key expires by its TTL."""
+    lock = ref()
+    if lock is None:
+        return
+    interval, max_renewals = lock.ttl_ms / 3000.0, lock.max_renewals
+    lock = None
+    renewals = 0
+    while not await dog.wait(interval):
+        lock = ref()
+        if lock is None:
+            return
+        if renewals >= max_renewals:
+            lease = lock._lease
+            lock = None
+            if lease is not None and not await dog.wait(lease.valid_until - time.monotonic()):
+                lock = ref()
+                if lock is not None:
+                    await lock._mark_lost(None, f"the lease expired after the watchdog's {renewals} renewals")
+            return
+        try:
+            await lock._renew()
+        except Exception as error:  # noqa: BLE001 - every failure is reported, none swallowed
+            if not dog.stopped():
+                await lock._mark_lost(error, "the watchdog could not renew the lease")
+            return
+        lock = None
+        renewals += 1

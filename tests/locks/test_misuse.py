@@ -1,0 +1,203 @@
+"""The blocking Redis locks used the way users misuse locks: released twice or by a forked child,
+entered again, shared by two threads, dropped while a watchdog renews them, extended too late.
+
+Each case runs against real nodes (database 11's server for :class:`RedisLock`, the five private
+nodes for :class:`Redlock`) and checks the nodes afterwards: a refusal changes nothing there.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+from locks import LockError, LockLost, NotOwned, RedisLock, Redlock
+
+FORK = multiprocessing.get_context("fork")
+
+
+def make_locks(single, cluster, name, **kwargs) -> dict:
+    """One :class:`RedisLock` and one :class:`Redlock` on ``name``, with their nodes' clients."""
+    _, clients = cluster
+    return {
+        "RedisLock": (RedisLock(single, name, **kwargs), [single]),
+        "Redlock": (Redlock(clients, name, **kwargs), clients),
+    }
+
+
+def holders(clients, name) -> list:
+    return [client.get(name) for client in clients]
+
+
+def _in_child(lock, call: str, conn) -> None:
+    """What a forked child gets from its parent's lock object: its lease, and ``call``'s outcome."""
+    outcome = {"lease": lock.lease}
+    try:
+        if call == "with":
+            lock.__exit__(None, None, None)  # the child leaving the block its parent entered
+        else:
+            getattr(lock, call)(**({"past": 0} if call == "advance_fence" else {}))
+        outcome[call] = "done"
+    except LockError as error:
+        outcome[call] = f"{type(error).__name__}: {error}"
+    conn.send(outcome)
+
+
+@pytest.mark.parametrize("call", ["release", "with", "extend", "advance_fence"])
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(single, cluster, name, kind, call):
+    # Seen: a child forked while the parent held the lock (a gunicorn master forking workers, a
+    # multiprocessing fork inside the block) had the parent's lease: its release (or its leaving
+    # the block) deleted the parent's key on every node; its extend and advance_fence acted on it.
+    lock, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0, watchdog=True)[kind]
+    lease = lock.acquire()
+    fences = [client.get(f"{name}:fence") for client in clients]
+    ours, theirs = FORK.Pipe()
+    child = FORK.Process(target=_in_child, args=(lock, call, theirs))
+    child.start()
+    outcome = ours.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert holders(clients, name) == [lease.token.encode()] * len(clients)
+    assert [client.get(f"{name}:fence") for client in clients] == fences
+    assert [client.pttl(name) > 9_000 for client in clients] == [True] * len(clients)
+    assert outcome["lease"] is None, outcome
+    assert outcome[call].startswith("LockError: ") and f"this is process {child.pid}, forked" in outcome[call], outcome
+    assert lock.lease == lease
+    lock.release()  # the parent still holds it, renewed by its watchdog, and releases it
+    assert holders(clients, name) == [None] * len(clients)
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_watchdog_stops_renewing_once_its_lock_object_is_gone(single, cluster, name, kind):
+    # Seen: the watchdog thread held the lock object (its bound method), so a lock acquired and
+    # dropped unreleased (or held by a thread that died) was never collected, and renewed every
+    # ttl/3 for up to max_renewals (1,000 by default: 55 minutes at a 10 s TTL) by nobody.
+    lock, clients = make_locks(single, cluster, name, ttl_ms=300, timeout_ms=0, watchdog=True)[kind]
+    lease = lock.acquire()
+    watchdog = lock._watchdog._thread
+    del lock
+    gc.collect()
+    watchdog.join(2)
+    assert not watchdog.is_alive()
+    deadline = time.monotonic() + 2
+    while any(holders(clients, name)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert holders(clients, name) == [None] * len(clients), lease
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_watchdog_stops_renewing_once_the_thread_that_held_its_lock_died(single, cluster, name, kind):
+    # Seen: the lock, acquired without a ``with`` by a thread that then ended without releasing it
+    # (an exception between acquire and release), was kept alive by its own watchdog and renewed
+    # long after the thread was gone.
+    lock_and_clients = {}
+
+    def holder() -> None:
+        lock, clients = make_locks(single, cluster, name, ttl_ms=300, timeout_ms=0, watchdog=True)[kind]
+        lock_and_clients["clients"] = clients
+        lock.acquire()
+        lock_and_clients["watchdog"] = lock._watchdog._thread
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    thread.join(5)
+    clients = lock_and_clients["clients"]
+    lock_and_clients["watchdog"].join(2)
+    assert not lock_and_clients["watchdog"].is_alive()
+    deadline = time.monotonic() + 2
+    while any(holders(clients, name)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert holders(clients, name) == [None] * len(clients)
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_second(single, cluster, name, kind):
+    # Seen: both were let in; the second then waited out its whole timeout for the grant its own
+    # object held (the other thread's), the two sharing the object's one slot for the connection
+    # a waiter blocks on. One object is one acquisition: the second is refused at once.
+    _, clients = cluster
+    holder, _ = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
+    holder.acquire()
+    shared, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=3_000)[kind]
+    outcomes: list = []
+
+    def take() -> None:
+        try:
+            lease = shared.acquire()
+            outcomes.append(("granted", lease))
+        except Exception as error:  # noqa: BLE001 - every outcome is checked below
+            outcomes.append((type(error).__name__, str(error)))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    granted = [lease for outcome, lease in outcomes if outcome == "granted"]
+    refused = [message for outcome, message in outcomes if outcome == "LockError"]
+    assert len(granted) == 1 and len(refused) == 1, outcomes
+    assert "another thread" in refused[0] or "already" in refused[0], refused
+    assert holders(clients, name) == [granted[0].token.encode()] * len(clients)
+    shared.release()
+    assert holders(clients, name) == [None] * len(clients)
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_lease_released_by_another_thread_ends_the_block_with_lock_lost_and_spares_the_next_holder(
+    single, cluster, name, kind
+):
+    # Any thread may release the lease an object holds (as with kazoo's lock and threading.Lock,
+    # unlike redis-py's thread-local tokens). The block it was taken for then ends with LockLost,
+    # and its exit touches no later holder's key. Seen: the LockLost said "the lease expired".
+    lock, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
+    later, _ = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
+    with pytest.raises(LockLost, match="released while the block held it") as raised, lock:
+        releaser = threading.Thread(target=lock.release)
+        releaser.start()
+        releaser.join(5)
+        assert holders(clients, name) == [None] * len(clients)
+        next_lease = later.acquire()
+    assert "expired" not in str(raised.value)
+    assert holders(clients, name) == [next_lease.token.encode()] * len(clients)
+    later.release()
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_release_twice_or_without_acquire_is_not_owned_and_spares_the_next_holder(single, cluster, name, kind):
+    lock, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
+    with pytest.raises(NotOwned, match="does not hold"):
+        lock.release()
+    lock.acquire()
+    lock.release()
+    later, _ = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
+    next_lease = later.acquire()
+    with pytest.raises(NotOwned, match="does not hold"):
+        lock.release()
+    assert holders(clients, name) == [next_lease.token.encode()] * len(clients)
+    later.release()
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_with_block_entered_again_on_its_own_lock_is_refused_and_the_outer_one_still_releases(
+    single, cluster, name, kind
+):
+    # Not reentrant: a nested ``with`` on the object is refused at once (it would otherwise wait
+    # out its timeout on itself), and the outer block holds and releases as before.
+    lock, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=2_000)[kind]
+    with lock as lease:
+        started = time.monotonic()
+        with pytest.raises(LockError, match="already holds a lease"), lock:
+            pass
+        assert time.monotonic() - started < 0.5
+        assert holders(clients, name) == [lease.token.encode()] * len(clients)
+    assert holders(clients, name) == [None] * len(clients)
+    again = lock.acquire()  # the object serves another acquisition after its release
+    assert again.fence > lease.fence and again.token != lease.token
+    lock.release()
+    assert holders(clients, name) == [None] * len(clients)

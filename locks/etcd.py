@@ -59,13 +59,14 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 import time
 from typing import Callable, Sequence, TypeVar
 
 import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
-from ._core import Lease, check_arguments, new_token
+from ._core import Lease, check_arguments, forked_message, new_token
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
@@ -99,6 +100,7 @@ class EtcdLock:
     _session: Session | None = None
     # A put of this acquisition had an unknown outcome (timeout, dropped connection, no leader).
     _doubtful = False
+    _pid = 0  # the process the lease was granted to (a forked child has a copy, not the lock)
 
     def __init__(
         self,
@@ -123,7 +125,19 @@ class EtcdLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
+
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
+        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._key = self._session = None
+        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.endpoints)
@@ -133,6 +147,7 @@ class EtcdLock:
 
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = create revision)."""
+        self._forget_if_forked()
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         deadline = time.monotonic() + self.timeout_ms / 1000.0
@@ -156,7 +171,7 @@ class EtcdLock:
                             NotAcquired, f"session lease lost; no time left of {self.timeout_ms} ms"
                         ) from gone
                     continue
-                self._key = key
+                self._key, self._pid = key, os.getpid()
                 self._lease = Lease(name=self.name, token=key, fence=revision, valid_until=session.expires_at)
                 return self._lease
         except NotAcquired:
@@ -281,7 +296,11 @@ class EtcdLock:
             session.add_orphan(key)
 
     def release(self) -> None:
-        """Delete the lock's key if it is still this grant's; raises :class:`NotOwned` if it is gone."""
+        """Delete the lock's key if it is still this grant's; raises :class:`NotOwned` if it is gone.
+
+        Any thread may release it; a child forked while the lock was held may not (:class:`LockError`,
+        nothing deleted): the lock is its parent's."""
+        self._forget_if_forked()
         lease, key = self._lease, self._key
         if lease is None or key is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")

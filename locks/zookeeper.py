@@ -68,7 +68,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import Lease, check_arguments, checked_ttl
+from ._core import Lease, check_arguments, checked_ttl, forked_message
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -248,6 +248,7 @@ class ZooKeeperLock:
     _troubles = 0
     _session_id: int | None = None
     _started = 0.0
+    _pid = 0  # the process the lease was granted to (a forked child has a copy, not the lock)
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
         check_arguments(name, None, timeout_ms)  # the session's timeout is the client's, checked there
@@ -261,7 +262,19 @@ class ZooKeeperLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
+
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
+        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._node = self._zk = None
+        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.hosts)
@@ -301,6 +314,7 @@ class ZooKeeperLock:
         If another thread retires the session meanwhile, the acquisition starts again on the new
         session, as long as time is left.
         """
+        self._forget_if_forked()
         if self._lease is not None:
             raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
         self._started = time.monotonic()
@@ -317,7 +331,7 @@ class ZooKeeperLock:
             except _SessionRetired as exc:
                 if time.monotonic() >= deadline:
                     raise self._error(NotAcquired, "the session was retired while waiting") from exc
-        self._zk, self._troubles, self._session_id = zk, troubles, session_of(zk)
+        self._zk, self._troubles, self._session_id, self._pid = zk, troubles, session_of(zk), os.getpid()
         valid_until = time.monotonic() + self.client.session_ms / 1000.0
         token = f"{self.path}/{node}"
         self._lease = Lease(name=self.name, token=token, fence=sequence_of(node) + 1, valid_until=valid_until)
@@ -450,7 +464,11 @@ class ZooKeeperLock:
             self.client.retire(zk, self.path, self.prefix)
 
     def release(self) -> None:
-        """Delete the grant's znode; :class:`NotOwned` if the session ended and took it."""
+        """Delete the grant's znode; :class:`NotOwned` if the session ended and took it.
+
+        Any thread may release it; a child forked while the lock was held may not (:class:`LockError`,
+        nothing deleted): the lock is its parent's."""
+        self._forget_if_forked()
         lease, node, granted_on = self._lease, self._node, self._zk
         if lease is None or node is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")

@@ -265,3 +265,35 @@ def test_a_single_try_on_a_held_lock_is_refused_at_once_and_leaves_no_key(client
             EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
         assert time.monotonic() - started < SLACK_S
         assert keys_under(client, name) == [held.token.encode()]
+
+
+def _release_in_child(lock, conn) -> None:
+    outcome = {"lease": lock.lease}
+    try:
+        lock.__exit__(None, None, None)  # the child leaving the block its parent entered
+        outcome["exit"] = "done"
+    except LockError as error:
+        outcome["exit"] = f"{type(error).__name__}: {error}"
+    conn.send(outcome)
+
+
+def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name):
+    # Seen: a child forked inside the parent's block (a gunicorn master forking workers, a
+    # multiprocessing fork) left the block with the parent's key and revision: its release, on a
+    # session of its own, deleted the parent's key, and the next contender was granted at once.
+    lock = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    lease = lock.acquire()
+    here, there = FORK.Pipe()
+    child = FORK.Process(target=_release_in_child, args=(lock, there))
+    child.start()
+    outcome = here.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert keys_under(client, name) == [lease.token.encode()]
+    assert outcome["lease"] is None
+    assert outcome["exit"].startswith("LockError: ") and f"this is process {child.pid}, forked" in outcome["exit"]
+    with pytest.raises(NotAcquired):
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
+    assert lock.lease == lease
+    lock.release()
+    assert keys_under(client, name) == []

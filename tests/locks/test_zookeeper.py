@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
-from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
 from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
@@ -406,3 +406,33 @@ def test_a_try_whose_extra_znode_could_not_be_deleted_is_not_granted_on_the_reti
     lock.release()
     assert lease.token not in znodes(client, name)
     late.close()
+
+
+def _release_in_child(lock, conn) -> None:
+    outcome = {"lease": lock.lease, "held": lock.held()}
+    try:
+        lock.__exit__(None, None, None)  # the child leaving the block its parent entered
+        outcome["exit"] = "done"
+    except LockError as error:
+        outcome["exit"] = f"{type(error).__name__}: {error}"
+    conn.send(outcome)
+
+
+def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name):
+    # Seen: a child forked inside the parent's block (a gunicorn master forking workers, a
+    # multiprocessing fork) left the block with the parent's znode path: its release, on a
+    # session of its own, deleted the parent's znode, and the next contender was granted at once.
+    lock = ZooKeeperLock(client, name, timeout_ms=2_000)
+    lease = lock.acquire()
+    here, there = FORK.Pipe()
+    child = FORK.Process(target=_release_in_child, args=(lock, there))
+    child.start()
+    outcome = here.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert znodes(client, name) == [lease.token]
+    assert outcome["lease"] is None and outcome["held"] is False
+    assert outcome["exit"].startswith("LockError: ") and f"this is process {child.pid}, forked" in outcome["exit"]
+    assert lock.held() and lock.lease == lease
+    lock.release()
+    assert znodes(client, name) == []

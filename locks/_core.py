@@ -500,6 +500,24 @@ REFUSALS = {
 }
 
 
+#: Why an acquire of a lock object that holds a lease, or is being acquired, is refused.
+IN_USE = (
+    "this lock object already holds a lease or is being acquired (by another thread or task); make one per acquisition"
+)
+
+
+def claim(lock) -> bool:
+    """Claim the lock object ``lock`` for one acquisition, until :func:`unclaim`; False if it is
+    claimed already. One atomic step (``dict.setdefault``): of two threads (or tasks) acquiring one
+    object at once, only the first gets it. Each try keeps per-acquisition state in the object."""
+    mark = object()
+    return lock.__dict__.setdefault("_claim", mark) is mark
+
+
+def unclaim(lock) -> None:
+    lock.__dict__.pop("_claim", None)
+
+
 def forked_message(parent: int) -> str:
     """Why a lock object's lease is refused in a child forked while ``parent`` held it: the child
     has a copy of the lease (token, key, fence), not the lock, and must not release the parent's."""

@@ -66,7 +66,7 @@ from typing import Callable, Sequence, TypeVar
 import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
-from ._core import Lease, check_arguments, forked_message, new_token
+from ._core import IN_USE, Lease, check_arguments, claim, forked_message, new_token, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
@@ -137,6 +137,7 @@ class EtcdLock:
             return
         parent = self._pid
         self._lease = self._key = self._session = None
+        unclaim(self)
         raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
@@ -148,8 +149,15 @@ class EtcdLock:
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = create revision)."""
         self._forget_if_forked()
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        if not claim(self):  # held, or being acquired by another thread: refused at once
+            raise self._error(LockError, IN_USE)
+        try:
+            return self._acquire()
+        except BaseException:
+            unclaim(self)
+            raise
+
+    def _acquire(self) -> Lease:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         key = None
         try:
@@ -305,6 +313,7 @@ class EtcdLock:
         if lease is None or key is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._key = None
+        unclaim(self)
         txn = {
             "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": lease.fence}],
             "success": [{"request_delete_range": {"key": b64(key)}}],

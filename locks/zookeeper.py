@@ -68,7 +68,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import Lease, check_arguments, checked_ttl, forked_message
+from ._core import IN_USE, Lease, check_arguments, checked_ttl, claim, forked_message, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -274,6 +274,7 @@ class ZooKeeperLock:
             return
         parent = self._pid
         self._lease = self._node = self._zk = None
+        unclaim(self)
         raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
@@ -315,8 +316,15 @@ class ZooKeeperLock:
         session, as long as time is left.
         """
         self._forget_if_forked()
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        if not claim(self):  # held, or being acquired by another thread: refused at once
+            raise self._error(LockError, IN_USE)
+        try:
+            return self._acquire()
+        except BaseException:
+            unclaim(self)
+            raise
+
+    def _acquire(self) -> Lease:
         self._started = time.monotonic()
         deadline = self._started + self.timeout_ms / 1000.0
         while True:
@@ -473,6 +481,7 @@ class ZooKeeperLock:
         if lease is None or node is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._node = self._zk = None
+        unclaim(self)
         # Bounded like an acquire, and at least MIN_CALL_S: a reconnecting client may be back by then.
         deadline = time.monotonic() + max(self.timeout_ms / 1000.0, MIN_CALL_S)
         try:

@@ -19,6 +19,7 @@ from typing import Callable
 from .._core import (
     AMBIGUOUS,
     HELPER_SUFFIXES,
+    IN_USE,
     MAX_MS,
     MIN_TTL_MS,
     REFUSALS,
@@ -29,12 +30,14 @@ from .._core import (
     check_redis_arguments,
     checked_fence,
     checked_ttl,
+    claim,
     drift_ms,
     forked_message,
     log_ambiguous_release,
     logger,
     new_token,
     release_keys,
+    unclaim,
 )
 from ..errors import LockError, LockLost, NotAcquired, NotOwned
 from . import io as _io
@@ -149,19 +152,12 @@ class BaseLock:
         own after a cancellation, so the cancellation is not held up.
         """
         self._forget_if_forked()
-        claim = object()
-        # setdefault is one atomic step: of two threads (or tasks) acquiring one object at once,
-        # or one acquiring an object another holds, only the first gets it; the other is refused.
-        if self.__dict__.setdefault("_claim", claim) is not claim:
-            raise self._error(
-                LockError,
-                "this lock object already holds a lease or is being acquired (by another thread or task); "
-                "make one per acquisition",
-            )
+        if not claim(self):  # held, or being acquired by another thread or task: refused at once
+            raise self._error(LockError, IN_USE)
         try:
             return await self._acquire()
         except BaseException:
-            self.__dict__.pop("_claim", None)
+            unclaim(self)
             raise
 
     async def _acquire(self) -> Lease:
@@ -234,7 +230,7 @@ class BaseLock:
             return
         parent = self._pid
         self._lease = self._watchdog = self._held = None
-        self.__dict__.pop("_claim", None)
+        unclaim(self)
         raise self._error(LockError, forked_message(parent))
 
     async def release(self) -> None:
@@ -250,7 +246,7 @@ class BaseLock:
         lease = self.__dict__.pop("_lease", None)
         if lease is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
-        self.__dict__.pop("_claim", None)
+        unclaim(self)
         outcome = await self._unlock(lease.token)
         if outcome == AMBIGUOUS:
             log_ambiguous_release(self.name, lease.fence)

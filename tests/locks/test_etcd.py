@@ -297,3 +297,29 @@ def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name
     assert lock.lease == lease
     lock.release()
     assert keys_under(client, name) == []
+
+
+def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_second(client, name):
+    holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    holder.acquire()
+    shared = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=3_000)
+    outcomes: list = []
+
+    def take() -> None:
+        try:
+            outcomes.append(("granted", shared.acquire()))
+        except LockError as error:
+            outcomes.append((type(error).__name__, str(error)))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    granted = [lease for outcome, lease in outcomes if outcome == "granted"]
+    assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
+    assert keys_under(client, name) == [granted[0].token.encode()]
+    shared.release()
+    assert keys_under(client, name) == []

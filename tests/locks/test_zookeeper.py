@@ -436,3 +436,32 @@ def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name
     assert lock.held() and lock.lease == lease
     lock.release()
     assert znodes(client, name) == []
+
+
+def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_second(client, name):
+    # Seen: both were let in, and each try kept its znode prefix in the one object: the first
+    # thread took the second's znode for its own, so both were granted on one znode and the
+    # first's znode was left behind, blocking the lock for as long as the session lived.
+    holder = ZooKeeperLock(client, name, timeout_ms=2_000)
+    holder.acquire()
+    shared = ZooKeeperLock(client, name, timeout_ms=3_000)
+    outcomes: list = []
+
+    def take() -> None:
+        try:
+            outcomes.append(("granted", shared.acquire()))
+        except LockError as error:
+            outcomes.append((type(error).__name__, str(error)))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    granted = [lease for outcome, lease in outcomes if outcome == "granted"]
+    assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
+    assert znodes(client, name) == [granted[0].token]
+    shared.release()
+    assert znodes(client, name) == []

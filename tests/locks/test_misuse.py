@@ -201,3 +201,23 @@ def test_a_with_block_entered_again_on_its_own_lock_is_refused_and_the_outer_one
     assert again.fence > lease.fence and again.token != lease.token
     lock.release()
     assert holders(clients, name) == [None] * len(clients)
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_an_extend_after_the_leases_validity_is_refused_even_while_the_key_is_still_there(single, cluster, name, kind):
+    # The key can outlive the client's validity (the drift allowance, a node whose clock runs
+    # slow: here its PEXPIRE is simply longer). Seen: RedisLock's extend (and so its watchdog,
+    # after a pause) renewed such a lease, and the block's exit then reported no overrun for the
+    # time it ran unprotected; Redlock refused it.
+    lock, clients = make_locks(single, cluster, name, ttl_ms=100, timeout_ms=0)[kind]
+    lease = lock.acquire()
+    for client in clients:
+        client.pexpire(name, 60_000)
+    time.sleep(max(0.0, lease.remaining_ms() / 1000.0) + 0.02)
+    with pytest.raises(NotOwned, match="validity"):
+        lock.extend(ttl_ms=10_000)
+    assert [client.pttl(name) > 50_000 for client in clients] == [True] * len(clients)
+    assert lock.lease == lease
+    with pytest.raises(LockLost, match="past the lease's validity"):
+        lock.__exit__(None, None, None)
+    assert holders(clients, name) == [None] * len(clients)

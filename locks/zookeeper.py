@@ -58,6 +58,7 @@ What is not guaranteed
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -80,6 +81,9 @@ NODE_MARK = "__lock__"
 MIN_CALL_S = 1.0
 #: A waiter also looks again this often, in case a watch event is lost with its member.
 WATCH_RECHECK_S = 1.0
+#: What ZooKeeper refuses in a path (its PathUtils.validatePath), a character beyond U+FFFF being two
+#: UTF-16 surrogates there.
+REFUSED_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]")
 #: A call pending on a session looks this often whether another thread retired that session meanwhile.
 RETIRED_CHECK_S = 0.1
 
@@ -254,6 +258,13 @@ class ZooKeeperLock:
         check_arguments(name, None, timeout_ms)  # the session's timeout is the client's, checked there
         if "/" in name or name in (".", ".."):
             raise ValueError(f"a ZooKeeper lock name is one znode name, without '/' and not '.' or '..': {name!r}")
+        if not name.isascii() or not name.isprintable():
+            refused = REFUSED_CHARACTERS.search(name)
+            if refused:
+                raise ValueError(
+                    f"a ZooKeeper lock name may not contain {refused.group()!r} at {refused.start()} (ZooKeeper "
+                    f"refuses U+0000-U+001F, U+007F-U+009F, U+D800-U+F8FF, U+FFF0 and above in a path): {name!r}"
+                )
         self.client = client
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"

@@ -80,6 +80,7 @@ class BaseLock:
         if (
             type(name) is not str
             or not name
+            or not name.isascii()
             or name.endswith(HELPER_SUFFIXES)
             or type(ttl_ms) is not int
             or not MIN_TTL_MS <= ttl_ms <= MAX_MS

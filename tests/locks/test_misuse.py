@@ -221,3 +221,19 @@ def test_an_extend_after_the_leases_validity_is_refused_even_while_the_key_is_st
     with pytest.raises(LockLost, match="past the lease's validity"):
         lock.__exit__(None, None, None)
     assert holders(clients, name) == [None] * len(clients)
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_names_with_glob_or_brace_characters_non_ascii_or_100_kb_long_are_keys_of_their_own(
+    single, cluster, name, kind
+):
+    # Sound: keys go to Lua as KEYS, never as patterns; "a*" held does not block "ab", nor "{a}" "a".
+    names = [f"{name}{suffix}" for suffix in ["ab", "a*", "a?", "a[b", "{a}", "a", "é锁", "\x00", "x" * 100_000]]
+    locks = [make_locks(single, cluster, each, ttl_ms=10_000, timeout_ms=0)[kind] for each in names]
+    leases = [lock.acquire() for lock, _ in locks]
+    clients = locks[0][1]
+    for each, lease in zip(names, leases, strict=True):
+        assert holders(clients, each) == [lease.token.encode()] * len(clients)
+    for lock, _ in locks:
+        lock.release()
+    assert all(holders(clients, each) == [None] * len(clients) for each in names)

@@ -158,6 +158,7 @@ class EtcdLock:
             raise
 
     def _acquire(self) -> Lease:
+        self._doubtful = False  # per acquisition: an earlier one's doubt retired its own session already
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         key = None
         try:

@@ -323,3 +323,26 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     assert keys_under(client, name) == [granted[0].token.encode()]
     shared.release()
     assert keys_under(client, name) == []
+
+
+def test_a_lock_object_reused_after_a_doubtful_acquire_does_not_retire_the_next_session(cluster, client, name):
+    # Seen: an acquire whose put had an unknown outcome (a majority paused) rightly retired its
+    # session; the object, acquired again once the cluster was back, still counted as doubtful,
+    # so its release retired the new session too, and every other lock the process held under it
+    # lost its lease within a TTL.
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        pass  # the process's session exists: the next acquire's first call is its put
+    lock = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    cluster[0].pause()
+    cluster[1].pause()
+    with pytest.raises(QuorumUnavailable):
+        lock.acquire()
+    assert lock._doubtful
+    cluster.reset()  # resumed, and a leader again
+    other = EtcdLock(client, f"{name}-other", ttl_ms=5_000, timeout_ms=5_000)
+    other.acquire()
+    lock.acquire()
+    assert lock._session is other._session and not other._session.retired
+    lock.release()
+    assert not other._session.retired, "the reused object's release retired the session other locks hold"
+    other.release()

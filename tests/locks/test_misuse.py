@@ -8,13 +8,14 @@ nodes for :class:`Redlock`) and checks the nodes afterwards: a refusal changes n
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import threading
 import time
 
 import pytest
 
-from locks import LockError, LockLost, NotOwned, RedisLock, Redlock
+from locks import LockError, LockLost, NotOwned, QuorumUnavailable, RedisLock, Redlock
 
 FORK = multiprocessing.get_context("fork")
 
@@ -237,3 +238,27 @@ def test_names_with_glob_or_brace_characters_non_ascii_or_100_kb_long_are_keys_o
     for lock, _ in locks:
         lock.release()
     assert all(holders(clients, each) == [None] * len(clients) for each in names)
+
+
+def test_an_even_count_of_nodes_needs_three_of_four_and_fences_rise_through_restarts_empty(cluster, name):
+    # Sound: four nodes need three (one down grants, two down are QuorumUnavailable at once), and
+    # restarting each node empty in turn, a TTL after its last grant, never lowers the fence: the
+    # grant raises a forgetful node's counter to the majority's before it counts.
+    nodes, clients = cluster
+    four = clients[:4]
+    fences = []
+    for victim in [0, 1, 2, 3, 0]:
+        nodes[victim].kill()
+        with Redlock(four, name, ttl_ms=200, timeout_ms=0) as lease:
+            fences.append(lease.fence)
+            assert sum(client.get(name) == lease.token.encode() for i, client in enumerate(four) if i != victim) == 3
+        nodes[(victim + 1) % 4].kill()
+        with pytest.raises(QuorumUnavailable, match="only 2 of 4 nodes answered, 3 needed"):
+            Redlock(four, name, ttl_ms=200, timeout_ms=0).acquire()
+        time.sleep(0.25)  # distlock's delayed restart: a TTL after the last grant
+        nodes[victim].start()
+        nodes[(victim + 1) % 4].start()
+        with Redlock(four, name, ttl_ms=200, timeout_ms=0) as lease:
+            fences.append(lease.fence)
+    assert all(a < b for a, b in itertools.pairwise(fences)), fences
+    assert all(client.get(name) is None for client in four)

@@ -58,6 +58,7 @@ What is not guaranteed
 from __future__ import annotations
 
 import base64
+import contextlib
 import math
 import os
 import time
@@ -166,8 +167,10 @@ class EtcdLock:
                 session = self._retrying(lambda: self.client.session(self.ttl_s, deadline=deadline), deadline)
                 self._session = session
                 key = f"{self.prefix}{session.id:x}/{new_token()}"
+                enqueued = False
                 try:
                     revision, owner_revision = self._enqueue(session, key, deadline)
+                    enqueued = True
                     if owner_revision != revision:
                         if time.monotonic() >= deadline:  # a single try (timeout_ms=0) need not look again
                             raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -186,6 +189,15 @@ class EtcdLock:
         except NotAcquired:
             if key is not None:
                 self._abandon(key)
+            raise
+        except BaseException:
+            # Interrupted (an exception from a signal handler, KeyboardInterrupt) or failed otherwise:
+            # the key would own the lock once its turn came, on a session this process keeps alive.
+            if key is not None:
+                # Interrupted inside the put, its outcome is unknown: the session goes (_abandon).
+                self._doubtful = self._doubtful or not enqueued
+                with contextlib.suppress(Exception):  # best effort; the interruption is what is raised
+                    self._abandon(key)
             raise
 
     def _retrying(self, op: Callable[[], T], deadline: float, *, failure: type[LockError] = QuorumUnavailable) -> T:

@@ -57,6 +57,7 @@ What is not guaranteed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -374,6 +375,15 @@ class ZooKeeperLock:
             self.client.retire(zk, self.path, self.prefix)  # retired already: only the sweep is added
             self._node = None
             raise
+        except BaseException:
+            # Interrupted (an exception from a signal handler, KeyboardInterrupt) or failed otherwise:
+            # the znode would own the lock once its turn came, on a session this process keeps. One
+            # interrupted inside its create was seen to by _create (the session is retired).
+            if self._node is not None:
+                with contextlib.suppress(Exception):  # best effort; the interruption is what is raised
+                    self._abandon(zk, self._node)
+            self._node = None
+            raise
 
     def _call(self, zk: KazooClient, result, deadline: float):
         """Wait for an asynchronous kazoo call, at most until ``deadline``; :class:`_SessionRetired`
@@ -425,7 +435,9 @@ class ZooKeeperLock:
 
         try:
             created = self._retrying(zk, create, deadline)
-        except NotAcquired:
+        except _SessionRetired:
+            raise
+        except BaseException:  # refused, timed out, or interrupted (a signal handler's exception)
             if tried:
                 self.client.retire(zk, self.path, self.prefix)  # the create may still be applied
             raise

@@ -346,3 +346,42 @@ def test_a_lock_object_reused_after_a_doubtful_acquire_does_not_retire_the_next_
     lock.release()
     assert not other._session.retired, "the reused object's release retired the session other locks hold"
     other.release()
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def _wait_then_be_interrupted(endpoints: list[str], name: str, pipe) -> None:
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    client = EtcdClient(endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000).acquire()
+        pipe.send("granted")
+    except Interrupted:
+        pipe.send("interrupted")
+    pipe.recv()  # alive, with its session kept alive, until the parent has looked
+
+
+def test_an_acquire_interrupted_while_it_waits_leaves_no_key_behind(client, name):
+    # Seen: a waiter interrupted by an exception from a signal handler (a script's alarm, Ctrl-C
+    # caught further up) left its key on the process's session, kept alive while the process
+    # lived: once the holder released, that key owned the lock, and nobody could take it.
+    holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    held = holder.acquire()
+    here, there = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_be_interrupted, args=(client.endpoints, name, there))
+    waiter.start()
+    try:
+        assert here.recv() == "interrupted"
+        assert keys_under(client, name) == [held.token.encode()]
+        holder.release()
+        with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0):
+            pass
+    finally:
+        here.send("done")
+        waiter.join(10)

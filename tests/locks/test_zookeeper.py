@@ -465,3 +465,43 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     assert znodes(client, name) == [granted[0].token]
     shared.release()
     assert znodes(client, name) == []
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def _wait_then_be_interrupted(hosts: list[str], name: str, pipe) -> None:
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    client = ZooKeeperClient(hosts, session_ms=SESSION_MS)
+    client.kazoo(time.monotonic() + 10)  # connected before the clock starts
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        ZooKeeperLock(client, name, timeout_ms=5_000).acquire()
+        pipe.send("granted")
+    except Interrupted:
+        pipe.send("interrupted")
+    pipe.recv()  # alive, with its session, until the parent has looked
+
+
+def test_an_acquire_interrupted_while_it_waits_leaves_no_znode_behind(client, name, ensemble):
+    # Seen: a waiter interrupted by an exception from a signal handler (a script's alarm, Ctrl-C
+    # caught further up) left its znode on the process's session: once the holder released, that
+    # znode owned the lock for as long as the process lived, and nobody could take it.
+    holder = ZooKeeperLock(client, name, timeout_ms=2_000)
+    held = holder.acquire()
+    here, there = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_be_interrupted, args=(ensemble.hosts, name, there))
+    waiter.start()
+    try:
+        assert here.recv() == "interrupted"
+        assert znodes(client, name) == [held.token]
+        holder.release()
+        with ZooKeeperLock(client, name, timeout_ms=0):
+            pass
+    finally:
+        here.send("done")
+        waiter.join(10)

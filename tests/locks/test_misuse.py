@@ -10,10 +10,12 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing
+import signal
 import threading
 import time
 
 import pytest
+import redis
 
 from locks import LockError, LockLost, NotOwned, QuorumUnavailable, RedisLock, Redlock
 
@@ -262,3 +264,54 @@ def test_an_even_count_of_nodes_needs_three_of_four_and_fences_rise_through_rest
             fences.append(lease.fence)
     assert all(a < b for a, b in itertools.pairwise(fences)), fences
     assert all(client.get(name) is None for client in four)
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def _wait_then_be_interrupted(kind: str, ports: list[int], name: str, pipe) -> None:
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    clients = [redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
+    lock = (
+        RedisLock(clients[0], name, timeout_ms=5_000)
+        if kind == "RedisLock"
+        else Redlock(clients, name, timeout_ms=5_000)
+    )
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    started = time.monotonic()
+    try:
+        lock.acquire()
+        pipe.send("granted")
+    except Interrupted:
+        pipe.send(("interrupted", time.monotonic() - started))
+    except LockError as error:
+        pipe.send((f"{type(error).__name__}: {error}", time.monotonic() - started))
+
+
+@pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
+def test_a_blocking_acquire_interrupted_while_it_waits_leaves_no_waiter_and_no_key(cluster, name, kind):
+    # Seen: the exception a signal handler raised while the waiter blocked in BLPOP was taken
+    # for a node gone away, and the acquire waited on to its timeout (NotAcquired after 5 s): a
+    # script's time limit (signal.alarm) did not stop it. Now it comes through at once, and the
+    # waiter is unregistered (no hand-off window opened for nobody), the holder's key left alone.
+    nodes, clients = cluster
+    if kind == "RedisLock":
+        nodes, clients = nodes[:1], clients[:1]
+    holder = RedisLock(clients[0], name) if kind == "RedisLock" else Redlock(clients, name)
+    lease = holder.acquire()
+    here, there = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_be_interrupted, args=(kind, [n.port for n in nodes], name, there))
+    waiter.start()
+    there.close()
+    assert here.poll(30), "the waiter neither answered nor ended"
+    outcome, took_s = here.recv()
+    waiter.join(10)
+    assert outcome == "interrupted" and took_s < 2.0, (outcome, took_s)
+    assert holders(clients, name) == [lease.token.encode()] * len(clients)
+    assert [client.scard(f"{name}:waiters") for client in clients] == [0] * len(clients)
+    holder.release()
+    assert [client.exists(f"{name}:handoff") for client in clients] == [0] * len(clients)

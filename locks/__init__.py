@@ -24,9 +24,13 @@ modules state their own guarantees)::
         ...
 
 A lock object is cheap (no I/O, nothing registered per call: scripts are sent by a SHA computed
-at import) and is made per acquisition. Every grant returns a :class:`Lease` with a random
-``token`` (release and extend compare it in Lua), a ``fence`` and a ``valid_until`` deadline on
-``time.monotonic()``.
+at import) and is made per acquisition: a second ``acquire`` while it holds a lease or is being
+acquired (another thread or task, a nested ``with``) raises :class:`LockError` at once. Any
+thread may release it; a child forked while it was held holds nothing (``lease`` is None there,
+and its release, extend or exit raises :class:`LockError`, no node touched). A watchdog holds its
+lock object weakly: a lock dropped unreleased is not renewed, and expires by its TTL. Every grant
+returns a :class:`Lease` with a random ``token`` (release and extend compare it in Lua), a
+``fence`` and a ``valid_until`` deadline on ``time.monotonic()``.
 
 What is guaranteed
 ------------------

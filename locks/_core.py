@@ -255,6 +255,11 @@ MAX_MS = 2**31 - 1
 #: The shortest TTL of a Redis lock: the smallest whole number of ms above its clock-drift
 #: allowance (:func:`drift_ms`, 1 % + 2 ms); at 1 or 2 ms a grant was a lease already expired.
 MIN_TTL_MS = 3
+#: The longest etcd or ZooKeeper lock name, in bytes of UTF-8: far above any real name, far below
+#: what one request may carry (etcd's 1.5 MiB, with the key several times in a transaction;
+#: ZooKeeper's jute.maxbuffer, 1 MiB). A 1.6 MB name was taken by etcd's client for members not
+#: answering (and retired the process's session), and made ZooKeeper drop the connection.
+MAX_NAME_BYTES = 64 * 1024
 #: What ``wait`` may be.
 WAITS = ("notify", "poll")
 #: The largest fence ``advance_fence`` passes: ADVANCE_FENCE computes ``max(counter, past) + 1`` in
@@ -319,9 +324,15 @@ def check_count(value, argument: str, *, name=None) -> None:
 
 
 def check_name(name: str) -> None:
-    """Refuse a name that is not a non-empty ``str`` (bytes would become their repr in every key)."""
+    """Refuse a name that is not a non-empty ``str`` (bytes would become their repr in every key),
+    or that does not encode as UTF-8 (a lone surrogate), as every key and path is sent."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"a lock's name must be a non-empty str, got {name!r}")
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError as error:
+            raise ValueError(f"a lock's name must encode as UTF-8 (its keys do), got {name!r}: {error}") from None
 
 
 def check_redis_name(name: str) -> None:
@@ -337,9 +348,11 @@ def check_redis_name(name: str) -> None:
 
 
 def check_arguments(name: str, ttl_ms: int | None, timeout_ms: int) -> int | None:
-    """Refuse a bad name, TTL or acquire timeout (etcd's and ZooKeeper's locks; ``ttl_ms`` None for
-    ZooKeeper's, whose session is the client's); the TTL as an int."""
+    """Refuse a bad name (also one over :data:`MAX_NAME_BYTES`), TTL or acquire timeout (etcd's and
+    ZooKeeper's locks; ``ttl_ms`` None for ZooKeeper's, whose session is the client's); the TTL as an int."""
     check_name(name)
+    if len(name) > MAX_NAME_BYTES // 4 and len(name.encode()) > MAX_NAME_BYTES:
+        raise ValueError(f"a lock's name may be at most {MAX_NAME_BYTES} bytes of UTF-8, got {len(name.encode())}")
     ttl = None if ttl_ms is None else checked_ttl(ttl_ms, name=name)
     check_ms(timeout_ms, "timeout_ms", name=name)
     return ttl
@@ -514,6 +527,33 @@ REFUSALS = {
     GONE: "release refused: the key is gone (the lease expired, or the node restarted and forgot it)",
     TAKEN: "release refused: another holder took over",
 }
+
+
+#: Why an acquire of a lock object that holds a lease, or is being acquired, is refused.
+IN_USE = (
+    "this lock object already holds a lease or is being acquired (by another thread or task); make one per acquisition"
+)
+
+
+def claim(lock) -> bool:
+    """Claim the lock object ``lock`` for one acquisition, until :func:`unclaim`; False if it is
+    claimed already. One atomic step (``dict.setdefault``): of two threads (or tasks) acquiring one
+    object at once, only the first gets it. Each try keeps per-acquisition state in the object."""
+    mark = object()
+    return lock.__dict__.setdefault("_claim", mark) is mark
+
+
+def unclaim(lock) -> None:
+    lock.__dict__.pop("_claim", None)
+
+
+def forked_message(parent: int) -> str:
+    """Why a lock object's lease is refused in a child forked while ``parent`` held it: the child
+    has a copy of the lease (token, key, fence), not the lock, and must not release the parent's."""
+    return (
+        f"this lock's lease was granted to process {parent}, and this is process {os.getpid()}, forked from it "
+        "while it held the lock: a forked child does not hold its parent's lock (nothing was released)"
+    )
 
 
 def log_failed_release(name: str, node: str, error) -> None:

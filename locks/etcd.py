@@ -58,14 +58,16 @@ What is not guaranteed
 from __future__ import annotations
 
 import base64
+import contextlib
 import math
+import os
 import time
 from typing import Callable, Sequence, TypeVar
 
 import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
-from ._core import Lease, check_arguments, new_token
+from ._core import IN_USE, Lease, check_arguments, claim, forked_message, new_token, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
@@ -99,6 +101,7 @@ class EtcdLock:
     _session: Session | None = None
     # A put of this acquisition had an unknown outcome (timeout, dropped connection, no leader).
     _doubtful = False
+    _pid = 0  # the process the lease was granted to (a forked child has a copy, not the lock)
 
     def __init__(
         self,
@@ -123,7 +126,20 @@ class EtcdLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
+
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
+        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._key = self._session = None
+        unclaim(self)
+        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.endpoints)
@@ -133,8 +149,17 @@ class EtcdLock:
 
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = create revision)."""
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        self._forget_if_forked()
+        if not claim(self):  # held, or being acquired by another thread: refused at once
+            raise self._error(LockError, IN_USE)
+        try:
+            return self._acquire()
+        except BaseException:
+            unclaim(self)
+            raise
+
+    def _acquire(self) -> Lease:
+        self._doubtful = False  # per acquisition: an earlier one's doubt retired its own session already
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         key = None
         try:
@@ -142,8 +167,10 @@ class EtcdLock:
                 session = self._retrying(lambda: self.client.session(self.ttl_s, deadline=deadline), deadline)
                 self._session = session
                 key = f"{self.prefix}{session.id:x}/{new_token()}"
+                enqueued = False
                 try:
                     revision, owner_revision = self._enqueue(session, key, deadline)
+                    enqueued = True
                     if owner_revision != revision:
                         if time.monotonic() >= deadline:  # a single try (timeout_ms=0) need not look again
                             raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -156,12 +183,21 @@ class EtcdLock:
                             NotAcquired, f"session lease lost; no time left of {self.timeout_ms} ms"
                         ) from gone
                     continue
-                self._key = key
+                self._key, self._pid = key, os.getpid()
                 self._lease = Lease(name=self.name, token=key, fence=revision, valid_until=session.expires_at)
                 return self._lease
         except NotAcquired:
             if key is not None:
                 self._abandon(key)
+            raise
+        except BaseException:
+            # Interrupted (an exception from a signal handler, KeyboardInterrupt) or failed otherwise:
+            # the key would own the lock once its turn came, on a session this process keeps alive.
+            if key is not None:
+                # Interrupted inside the put, its outcome is unknown: the session goes (_abandon).
+                self._doubtful = self._doubtful or not enqueued
+                with contextlib.suppress(Exception):  # best effort; the interruption is what is raised
+                    self._abandon(key)
             raise
 
     def _retrying(self, op: Callable[[], T], deadline: float, *, failure: type[LockError] = QuorumUnavailable) -> T:
@@ -281,11 +317,16 @@ class EtcdLock:
             session.add_orphan(key)
 
     def release(self) -> None:
-        """Delete the lock's key if it is still this grant's; raises :class:`NotOwned` if it is gone."""
+        """Delete the lock's key if it is still this grant's; raises :class:`NotOwned` if it is gone.
+
+        Any thread may release it; a child forked while the lock was held may not (:class:`LockError`,
+        nothing deleted): the lock is its parent's."""
+        self._forget_if_forked()
         lease, key = self._lease, self._key
         if lease is None or key is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._key = None
+        unclaim(self)
         txn = {
             "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": lease.fence}],
             "success": [{"request_delete_range": {"key": b64(key)}}],

@@ -57,7 +57,9 @@ What is not guaranteed
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -68,7 +70,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import Lease, check_arguments, checked_ttl
+from ._core import IN_USE, Lease, check_arguments, checked_ttl, claim, forked_message, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -80,6 +82,9 @@ NODE_MARK = "__lock__"
 MIN_CALL_S = 1.0
 #: A waiter also looks again this often, in case a watch event is lost with its member.
 WATCH_RECHECK_S = 1.0
+#: What ZooKeeper refuses in a path (its PathUtils.validatePath), a character beyond U+FFFF being two
+#: UTF-16 surrogates there.
+REFUSED_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]")
 #: A call pending on a session looks this often whether another thread retired that session meanwhile.
 RETIRED_CHECK_S = 0.1
 
@@ -248,11 +253,19 @@ class ZooKeeperLock:
     _troubles = 0
     _session_id: int | None = None
     _started = 0.0
+    _pid = 0  # the process the lease was granted to (a forked child has a copy, not the lock)
 
     def __init__(self, client: ZooKeeperClient, name: str, *, timeout_ms: int = 5_000) -> None:
         check_arguments(name, None, timeout_ms)  # the session's timeout is the client's, checked there
         if "/" in name or name in (".", ".."):
             raise ValueError(f"a ZooKeeper lock name is one znode name, without '/' and not '.' or '..': {name!r}")
+        if not name.isascii() or not name.isprintable():
+            refused = REFUSED_CHARACTERS.search(name)
+            if refused:
+                raise ValueError(
+                    f"a ZooKeeper lock name may not contain {refused.group()!r} at {refused.start()} (ZooKeeper "
+                    f"refuses U+0000-U+001F, U+007F-U+009F, U+D800-U+F8FF, U+FFF0 and above in a path): {name!r}"
+                )
         self.client = client
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"
@@ -261,7 +274,20 @@ class ZooKeeperLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
+
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
+        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._node = self._zk = None
+        unclaim(self)
+        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.hosts)
@@ -301,8 +327,16 @@ class ZooKeeperLock:
         If another thread retires the session meanwhile, the acquisition starts again on the new
         session, as long as time is left.
         """
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        self._forget_if_forked()
+        if not claim(self):  # held, or being acquired by another thread: refused at once
+            raise self._error(LockError, IN_USE)
+        try:
+            return self._acquire()
+        except BaseException:
+            unclaim(self)
+            raise
+
+    def _acquire(self) -> Lease:
         self._started = time.monotonic()
         deadline = self._started + self.timeout_ms / 1000.0
         while True:
@@ -317,7 +351,7 @@ class ZooKeeperLock:
             except _SessionRetired as exc:
                 if time.monotonic() >= deadline:
                     raise self._error(NotAcquired, "the session was retired while waiting") from exc
-        self._zk, self._troubles, self._session_id = zk, troubles, session_of(zk)
+        self._zk, self._troubles, self._session_id, self._pid = zk, troubles, session_of(zk), os.getpid()
         valid_until = time.monotonic() + self.client.session_ms / 1000.0
         token = f"{self.path}/{node}"
         self._lease = Lease(name=self.name, token=token, fence=sequence_of(node) + 1, valid_until=valid_until)
@@ -339,6 +373,15 @@ class ZooKeeperLock:
             raise
         except _SessionRetired:
             self.client.retire(zk, self.path, self.prefix)  # retired already: only the sweep is added
+            self._node = None
+            raise
+        except BaseException:
+            # Interrupted (an exception from a signal handler, KeyboardInterrupt) or failed otherwise:
+            # the znode would own the lock once its turn came, on a session this process keeps. One
+            # interrupted inside its create was seen to by _create (the session is retired).
+            if self._node is not None:
+                with contextlib.suppress(Exception):  # best effort; the interruption is what is raised
+                    self._abandon(zk, self._node)
             self._node = None
             raise
 
@@ -392,7 +435,9 @@ class ZooKeeperLock:
 
         try:
             created = self._retrying(zk, create, deadline)
-        except NotAcquired:
+        except _SessionRetired:
+            raise
+        except BaseException:  # refused, timed out, or interrupted (a signal handler's exception)
             if tried:
                 self.client.retire(zk, self.path, self.prefix)  # the create may still be applied
             raise
@@ -450,11 +495,16 @@ class ZooKeeperLock:
             self.client.retire(zk, self.path, self.prefix)
 
     def release(self) -> None:
-        """Delete the grant's znode; :class:`NotOwned` if the session ended and took it."""
+        """Delete the grant's znode; :class:`NotOwned` if the session ended and took it.
+
+        Any thread may release it; a child forked while the lock was held may not (:class:`LockError`,
+        nothing deleted): the lock is its parent's."""
+        self._forget_if_forked()
         lease, node, granted_on = self._lease, self._node, self._zk
         if lease is None or node is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         self._lease = self._node = self._zk = None
+        unclaim(self)
         # Bounded like an acquire, and at least MIN_CALL_S: a reconnecting client may be back by then.
         deadline = time.monotonic() + max(self.timeout_ms / 1000.0, MIN_CALL_S)
         try:

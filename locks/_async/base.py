@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import random
 import time
 import weakref
@@ -18,6 +19,7 @@ from typing import Callable
 from .._core import (
     AMBIGUOUS,
     HELPER_SUFFIXES,
+    IN_USE,
     MAX_MS,
     MIN_TTL_MS,
     REFUSALS,
@@ -28,11 +30,14 @@ from .._core import (
     check_redis_arguments,
     checked_fence,
     checked_ttl,
+    claim,
     drift_ms,
+    forked_message,
     log_ambiguous_release,
     logger,
     new_token,
     release_keys,
+    unclaim,
 )
 from ..errors import LockError, LockLost, NotAcquired, NotOwned
 from . import io as _io
@@ -53,6 +58,9 @@ class BaseLock:
     # (node, connection) of the refused attempt a waiter blocks on: the same server session that
     # registered it as a waiter, so a restart of that server ends the wait at once.
     _held: tuple | None = None
+    # The process the lease was granted to: a child forked while it held the lock has a copy of
+    # the lease, not the lock.
+    _pid = 0
 
     def __init__(
         self,
@@ -70,6 +78,7 @@ class BaseLock:
         if (
             type(name) is not str
             or not name
+            or not name.isascii()
             or name.endswith(HELPER_SUFFIXES)
             or type(ttl_ms) is not int
             or not MIN_TTL_MS <= ttl_ms <= MAX_MS
@@ -116,6 +125,9 @@ class BaseLock:
 
     @property
     def lease(self) -> Lease | None:
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
         return self._lease
 
     @property
@@ -140,8 +152,16 @@ class BaseLock:
         in one more round bounded by the node timeout; in asyncio that round runs as a task of its
         own after a cancellation, so the cancellation is not held up.
         """
-        if self._lease is not None:
-            raise self._error(LockError, "this lock object already holds a lease; make one per acquisition")
+        self._forget_if_forked()
+        if not claim(self):  # held, or being acquired by another thread or task: refused at once
+            raise self._error(LockError, IN_USE)
+        try:
+            return await self._acquire()
+        except BaseException:
+            unclaim(self)
+            raise
+
+    async def _acquire(self) -> Lease:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         waiter_id = token = ""
         try:
@@ -150,9 +170,10 @@ class BaseLock:
                 last = time.monotonic() >= deadline
                 lease, hint_ms, split = await self._attempt(token, waiter_id, not last)
                 if lease is not None:
-                    self._lease, self._lost, self._extensions = lease, None, 0
+                    self._lease, self._lost, self._extensions, self._pid = lease, None, 0, os.getpid()
                     if self.watchdog:
-                        # A weak reference: the watchdog ends with a lock object dropped while held.
+                        # The watchdog keeps only a weak reference: a lock object nobody can release
+                        # any more (dropped, or its thread died) is not renewed; it expires by its TTL.
                         body = functools.partial(_watch, weakref.ref(self))
                         self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
                     return lease
@@ -203,13 +224,30 @@ class BaseLock:
         finally:
             node.give(conn)
 
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (no node is
+        touched: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._lease = self._watchdog = self._held = None
+        unclaim(self)
+        raise self._error(LockError, forked_message(parent))
+
     async def release(self) -> None:
-        """Give the lock up; raises :class:`NotOwned` if this token no longer holds it."""
-        lease = self._lease
-        if lease is None:
+        """Give the lock up; raises :class:`NotOwned` if this token no longer holds it.
+
+        Any thread (or task) may release the lease this object holds; a child forked while the
+        lock was held may not (:class:`LockError`, no node touched): the lock is its parent's."""
+        self._forget_if_forked()
+        if self._lease is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
         await self._stop_watchdog()
-        self._lease = None
+        # Taken in one atomic step: of two threads releasing at once, the second holds nothing.
+        lease = self.__dict__.pop("_lease", None)
+        if lease is None:
+            raise self._error(NotOwned, "release of a lock this object does not hold")
+        unclaim(self)
         try:
             outcome = await self._unlock(lease.token)
         except Exception:
@@ -229,6 +267,7 @@ class BaseLock:
         constructor's: -1 deleted the key, and 0 meant the default."""
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms, name=self.name, minimum=MIN_TTL_MS)
+        self._forget_if_forked()
         if self._extensions >= self.max_extensions:
             raise self._error(LockError, f"extension limit reached ({self.max_extensions})")
         lease = await self._renew(ttl_ms)
@@ -262,6 +301,7 @@ class BaseLock:
         compute in Lua's doubles, which are exact up to 2**53.
         """
         past = checked_fence(past, name=self.name)
+        self._forget_if_forked()
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "advance_fence of a lock this object does not hold")
@@ -314,6 +354,7 @@ class BaseLock:
         return await self.acquire()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._forget_if_forked()  # a forked child leaving its parent's block: the lock is the parent's
         await self._stop_watchdog()
         lost = self._lost
         if lost is not None:
@@ -322,6 +363,10 @@ class BaseLock:
             _raise_unless_interrupted(lost, exc)
             return
         lease = self._lease
+        if lease is None:
+            # Released under the block (by another thread or task, or in the block itself): the
+            # block's writes after that were unprotected, and nothing is left to release.
+            raise self._error(LockLost, "the lock was released while the block held it")
         try:
             await self.release()
         except NotOwned as error:

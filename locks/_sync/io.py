@@ -315,8 +315,13 @@ def block_on_signal(node: NodeConnections, conn, name: str, wait_s: float) -> No
         # redis-py leaves the socket with Python's timeout after a read with its own: back to the
         # kernel's (still set to the node timeout), which costs no poll per call.
         socket_of(conn).settimeout(None)
-    except Exception:  # noqa: BLE001 - the caller retries the lock; a dead node only ends the wait
+    except (redis.RedisError, OSError):  # the caller retries the lock; a dead node only ends the wait
         conn.disconnect()
+    except BaseException:
+        # Not the node's: an exception from a signal handler (a script's alarm, Ctrl-C) comes
+        # through, its connection closed (a BLPOP reply may still be owed on it).
+        conn.disconnect()
+        raise
 
 
 sleep = time.sleep

@@ -151,6 +151,9 @@ class RedisLock(BaseLock):
 
     def _extend_nodes(self, lease: Lease, ttl_ms: int) -> Lease:
         start = time.monotonic()
+        if start >= lease.valid_until:
+            # The key may still be there (the drift allowance), but the lease is over: as Redlock's.
+            raise self._error(NotOwned, "extend after the lease's validity ended")
         try:
             extended = _io.call_one(self._node, EXTEND, (self.name,), (lease.token, ttl_ms)) == 1
         except redis.RedisError as error:

@@ -62,6 +62,25 @@ def test_a_name_that_is_not_a_non_empty_str_is_refused_by_every_lock(twin, name)
         ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), name)
 
 
+@pytest.mark.parametrize("name", ["\ud800", "sku-\udcff"], ids=["lone-high-surrogate", "lone-low-surrogate"])
+def test_a_name_that_is_not_utf8_encodable_is_refused_by_every_lock(twin, name):
+    # Seen: accepted by every constructor; RedisLock's acquire then failed with a bare
+    # UnicodeEncodeError ("surrogates not allowed") that named no lock. Keys go out as UTF-8.
+    for make in redis_locks(twin).values():
+        with pytest.raises(ValueError, match="UTF-8"):
+            make(name)
+    with pytest.raises(ValueError, match="UTF-8"):
+        EtcdLock(ETCD, name)
+    with pytest.raises(ValueError, match="UTF-8"):
+        ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), name)
+
+
+@pytest.mark.parametrize("name", ["é锁", "a*", "a?", "a[b", "{sku}", "x\x00y"])
+def test_non_ascii_names_and_glob_or_brace_characters_are_accepted(twin, name):
+    for make in redis_locks(twin).values():
+        assert make(name).name == name
+
+
 def test_an_etcd_lock_name_with_a_slash_is_refused():
     # Seen: "shop/sku" held blocked an unrelated lock "shop" (its keys are under "shop/").
     with pytest.raises(ValueError, match="'/'"):
@@ -75,6 +94,34 @@ def test_a_zookeeper_lock_name_that_is_a_relative_path_is_refused(name):
     with pytest.raises(ValueError, match=r"ZooKeeper lock name"):
         ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), name)
     assert ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), "...").path.endswith("/...")
+
+
+@pytest.mark.parametrize(
+    "name", ["a\x00", "a\x01b", "a\x7f", "a\x9f", "a\ue000", "a\uf8ff", "a\ufff0", "a\uffff", "a\U0001f512"], ids=repr
+)
+def test_a_zookeeper_lock_name_with_a_character_zookeeper_refuses_is_refused(name):
+    # Seen: accepted, then every acquire was NotAcquired ("ZooKeeper refused the request:
+    # BadArgumentsError()"), which the shop answers as busy: ZooKeeper refuses control characters,
+    # U+007F-U+009F, U+D800-U+F8FF and U+FFF0-U+FFFF in a path, and so every character beyond
+    # U+FFFF (Java's UTF-16 surrogates), each tried on the ensemble of tests/locks/test_zookeeper.py.
+    with pytest.raises(ValueError, match="ZooKeeper lock name"):
+        ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), name)
+    assert ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), "é锁\u00a0\uf900\uffef").name == "é锁\u00a0\uf900\uffef"
+
+
+def test_an_etcd_or_zookeeper_lock_name_longer_than_64_kib_is_refused():
+    # Seen with a 1.6 MB name: etcd took the put past its request limit as a member not answering
+    # (QuorumUnavailable after the whole timeout), and the put's unknown outcome retired the
+    # process's session, so every other lock the process held lost its lease within a TTL;
+    # ZooKeeper dropped the connection at each try (90 suspensions in 2 s), so every holder in the
+    # process had to look again before writing.
+    longest = "x" * (64 * 1024 - 3) + "锁"  # 64 KiB of UTF-8
+    assert EtcdLock(ETCD, longest).name == longest
+    assert ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), longest).name == longest
+    with pytest.raises(ValueError, match="65536 bytes"):
+        EtcdLock(ETCD, longest + "x")
+    with pytest.raises(ValueError, match="65536 bytes"):
+        ZooKeeperLock(ZooKeeperClient(["127.0.0.1:9"]), longest + "x")
 
 
 # --- numbers at construction -------------------------------------------------------------------

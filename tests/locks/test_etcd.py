@@ -265,3 +265,123 @@ def test_a_single_try_on_a_held_lock_is_refused_at_once_and_leaves_no_key(client
             EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
         assert time.monotonic() - started < SLACK_S
         assert keys_under(client, name) == [held.token.encode()]
+
+
+def _release_in_child(lock, conn) -> None:
+    outcome = {"lease": lock.lease}
+    try:
+        lock.__exit__(None, None, None)  # the child leaving the block its parent entered
+        outcome["exit"] = "done"
+    except LockError as error:
+        outcome["exit"] = f"{type(error).__name__}: {error}"
+    conn.send(outcome)
+
+
+def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name):
+    # Seen: a child forked inside the parent's block (a gunicorn master forking workers, a
+    # multiprocessing fork) left the block with the parent's key and revision: its release, on a
+    # session of its own, deleted the parent's key, and the next contender was granted at once.
+    lock = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    lease = lock.acquire()
+    here, there = FORK.Pipe()
+    child = FORK.Process(target=_release_in_child, args=(lock, there))
+    child.start()
+    outcome = here.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert keys_under(client, name) == [lease.token.encode()]
+    assert outcome["lease"] is None
+    assert outcome["exit"].startswith("LockError: ") and f"this is process {child.pid}, forked" in outcome["exit"]
+    with pytest.raises(NotAcquired):
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0).acquire()
+    assert lock.lease == lease
+    lock.release()
+    assert keys_under(client, name) == []
+
+
+def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_second(client, name):
+    holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    holder.acquire()
+    shared = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=3_000)
+    outcomes: list = []
+
+    def take() -> None:
+        try:
+            outcomes.append(("granted", shared.acquire()))
+        except LockError as error:
+            outcomes.append((type(error).__name__, str(error)))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    granted = [lease for outcome, lease in outcomes if outcome == "granted"]
+    assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
+    assert keys_under(client, name) == [granted[0].token.encode()]
+    shared.release()
+    assert keys_under(client, name) == []
+
+
+def test_a_lock_object_reused_after_a_doubtful_acquire_does_not_retire_the_next_session(cluster, client, name):
+    # Seen: an acquire whose put had an unknown outcome (a majority paused) rightly retired its
+    # session; the object, acquired again once the cluster was back, still counted as doubtful,
+    # so its release retired the new session too, and every other lock the process held under it
+    # lost its lease within a TTL.
+    with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        pass  # the process's session exists: the next acquire's first call is its put
+    lock = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    cluster[0].pause()
+    cluster[1].pause()
+    with pytest.raises(QuorumUnavailable):
+        lock.acquire()
+    assert lock._doubtful
+    cluster.reset()  # resumed, and a leader again
+    other = EtcdLock(client, f"{name}-other", ttl_ms=5_000, timeout_ms=5_000)
+    other.acquire()
+    lock.acquire()
+    assert lock._session is other._session and not other._session.retired
+    lock.release()
+    assert not other._session.retired, "the reused object's release retired the session other locks hold"
+    other.release()
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def _wait_then_be_interrupted(endpoints: list[str], name: str, pipe) -> None:
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    client = EtcdClient(endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000).acquire()
+        pipe.send("granted")
+    except Interrupted:
+        pipe.send("interrupted")
+    pipe.recv()  # alive, with its session kept alive, until the parent has looked
+
+
+def test_an_acquire_interrupted_while_it_waits_leaves_no_key_behind(client, name):
+    # Seen: a waiter interrupted by an exception from a signal handler (a script's alarm, Ctrl-C
+    # caught further up) left its key on the process's session, kept alive while the process
+    # lived: once the holder released, that key owned the lock, and nobody could take it.
+    holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
+    held = holder.acquire()
+    here, there = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_be_interrupted, args=(client.endpoints, name, there))
+    waiter.start()
+    try:
+        assert here.recv() == "interrupted"
+        assert keys_under(client, name) == [held.token.encode()]
+        holder.release()
+        with EtcdLock(client, name, ttl_ms=5_000, timeout_ms=0):
+            pass
+    finally:
+        here.send("done")
+        waiter.join(10)

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
-from locks import NotAcquired, NotOwned, QuorumUnavailable
+from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
 from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
@@ -406,3 +406,102 @@ def test_a_try_whose_extra_znode_could_not_be_deleted_is_not_granted_on_the_reti
     lock.release()
     assert lease.token not in znodes(client, name)
     late.close()
+
+
+def _release_in_child(lock, conn) -> None:
+    outcome = {"lease": lock.lease, "held": lock.held()}
+    try:
+        lock.__exit__(None, None, None)  # the child leaving the block its parent entered
+        outcome["exit"] = "done"
+    except LockError as error:
+        outcome["exit"] = f"{type(error).__name__}: {error}"
+    conn.send(outcome)
+
+
+def test_a_forked_child_neither_holds_nor_releases_its_parents_lock(client, name):
+    # Seen: a child forked inside the parent's block (a gunicorn master forking workers, a
+    # multiprocessing fork) left the block with the parent's znode path: its release, on a
+    # session of its own, deleted the parent's znode, and the next contender was granted at once.
+    lock = ZooKeeperLock(client, name, timeout_ms=2_000)
+    lease = lock.acquire()
+    here, there = FORK.Pipe()
+    child = FORK.Process(target=_release_in_child, args=(lock, there))
+    child.start()
+    outcome = here.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert znodes(client, name) == [lease.token]
+    assert outcome["lease"] is None and outcome["held"] is False
+    assert outcome["exit"].startswith("LockError: ") and f"this is process {child.pid}, forked" in outcome["exit"]
+    assert lock.held() and lock.lease == lease
+    lock.release()
+    assert znodes(client, name) == []
+
+
+def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_second(client, name):
+    # Seen: both were let in, and each try kept its znode prefix in the one object: the first
+    # thread took the second's znode for its own, so both were granted on one znode and the
+    # first's znode was left behind, blocking the lock for as long as the session lived.
+    holder = ZooKeeperLock(client, name, timeout_ms=2_000)
+    holder.acquire()
+    shared = ZooKeeperLock(client, name, timeout_ms=3_000)
+    outcomes: list = []
+
+    def take() -> None:
+        try:
+            outcomes.append(("granted", shared.acquire()))
+        except LockError as error:
+            outcomes.append((type(error).__name__, str(error)))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    granted = [lease for outcome, lease in outcomes if outcome == "granted"]
+    assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
+    assert znodes(client, name) == [granted[0].token]
+    shared.release()
+    assert znodes(client, name) == []
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def _wait_then_be_interrupted(hosts: list[str], name: str, pipe) -> None:
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    client = ZooKeeperClient(hosts, session_ms=SESSION_MS)
+    client.kazoo(time.monotonic() + 10)  # connected before the clock starts
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        ZooKeeperLock(client, name, timeout_ms=5_000).acquire()
+        pipe.send("granted")
+    except Interrupted:
+        pipe.send("interrupted")
+    pipe.recv()  # alive, with its session, until the parent has looked
+
+
+def test_an_acquire_interrupted_while_it_waits_leaves_no_znode_behind(client, name, ensemble):
+    # Seen: a waiter interrupted by an exception from a signal handler (a script's alarm, Ctrl-C
+    # caught further up) left its znode on the process's session: once the holder released, that
+    # znode owned the lock for as long as the process lived, and nobody could take it.
+    holder = ZooKeeperLock(client, name, timeout_ms=2_000)
+    held = holder.acquire()
+    here, there = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_be_interrupted, args=(ensemble.hosts, name, there))
+    waiter.start()
+    try:
+        assert here.recv() == "interrupted"
+        assert znodes(client, name) == [held.token]
+        holder.release()
+        with ZooKeeperLock(client, name, timeout_ms=0):
+            pass
+    finally:
+        here.send("done")
+        waiter.join(10)

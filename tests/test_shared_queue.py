@@ -34,7 +34,7 @@ from inventory.results import PurchaseResult, Timings
 from inventory.services import purchase
 from inventory.strategies import get_strategy, reset_strategy
 from inventory.strategies.contract import Outcome
-from tests.helpers import run_threads
+from tests.helpers import row_locked_elsewhere, run_threads
 
 PROCESSES = 2
 THREADS = 12
@@ -254,13 +254,27 @@ def buy_in_threads(process_index: int, *, opens_at: float) -> dict:
 def test_two_pods_share_one_queue_and_never_oversell(backend, use_strategy, make_product):
     """Two forked processes × 12 threads buy for 48 customers (limit 1) from 20 units, BATCH=8 on the
     shared queue: the sale balances, a keyed retry gets the same order, and some section served
-    purchases of both processes (one batch's orders share their created_at)."""
+    purchases of both processes (one batch's orders share their created_at).
+
+    The first section's write waits on the row, locked here until more purchases wait in the shared
+    list than one pod has threads: the next section then takes both pods' (left to chance, seven
+    sections each served one pod in a full run on a loaded machine)."""
     use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": "shared"})
-    make_product("hot", stock=STOCK)
+    product = make_product("hot", stock=STOCK)
     connections.close_all()
     reset_strategy()
+    waiting = redis.Redis.from_url(settings.INVENTORY["REDIS_URL"])
+    key = shared_key(get_strategy(), "hot")
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
-        per_pod = pool.map(functools.partial(buy_in_threads, opens_at=time.time() + 1.0), range(PROCESSES))
+        with row_locked_elsewhere(product.pk) as release:
+            pending = pool.map_async(functools.partial(buy_in_threads, opens_at=time.time() + 0.5), range(PROCESSES))
+            deadline = time.monotonic() + 4.0  # within ROW_LOCK_TIMEOUT_MS and the queue's wait (5 s)
+            while waiting.llen(key) <= THREADS and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert waiting.llen(key) > THREADS, "both pods' purchases never waited in the shared list"
+            release()
+        per_pod = pending.get(60)
+    waiting.close()
     outcomes = sum((Counter(pod["outcomes"]) for pod in per_pod), Counter())
     sizes = sum((Counter(pod["sizes"]) for pod in per_pod), Counter())
     assert outcomes["confirmed"] == STOCK and sum(outcomes.values()) == PROCESSES * THREADS * 2, outcomes

@@ -6,10 +6,12 @@ do (``_sync/locks.py`` is generated from it), through ``_async/io.py`` and ``_sy
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import operator
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -535,16 +537,40 @@ IN_USE = (
 )
 
 
+class Process:
+    """This process's id, kept current across ``os.fork`` (:func:`os.register_at_fork`): a lock
+    compares the process its lease was granted to with it on every call, an attribute read where
+    ``os.getpid()`` is a system call (glibc caches no pid)."""
+
+    id = os.getpid()
+
+
+def _forked() -> None:
+    Process.id = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+#: A lock object's claim (its ``_claim``, made in its constructor): a thread lock taken without
+#: waiting, so of two threads (or tasks) acquiring one object at once only the first gets it. It was
+#: a key set in the object's ``__dict__`` by ``dict.setdefault``: as atomic, but reaching for the
+#: instance dictionary costs every later attribute read of the object its fast path, 7,900 client
+#: instructions a RedisLock acquire and release (callgrind; 112,092 before the claim, 122,423 with it).
+new_claim = threading.Lock
+
+
 def claim(lock) -> bool:
     """Claim the lock object ``lock`` for one acquisition, until :func:`unclaim`; False if it is
-    claimed already. One atomic step (``dict.setdefault``): of two threads (or tasks) acquiring one
-    object at once, only the first gets it. Each try keeps per-acquisition state in the object."""
-    mark = object()
-    return lock.__dict__.setdefault("_claim", mark) is mark
+    claimed already (held, or being acquired by another thread or task). Each try keeps
+    per-acquisition state in the object."""
+    return lock._claim.acquire(False)
 
 
 def unclaim(lock) -> None:
-    lock.__dict__.pop("_claim", None)
+    """Give up ``lock``'s claim, if it is claimed."""
+    with contextlib.suppress(RuntimeError):  # not claimed: nothing to give up
+        lock._claim.release()
 
 
 def forked_message(parent: int) -> str:

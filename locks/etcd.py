@@ -67,7 +67,7 @@ from typing import Callable, Sequence, TypeVar
 import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
-from ._core import IN_USE, Lease, check_arguments, claim, forked_message, new_token, unclaim
+from ._core import IN_USE, Lease, check_arguments, claim, forked_message, new_claim, new_token, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
@@ -119,6 +119,7 @@ class EtcdLock:
             self.client = client_or_endpoints
         else:
             self.client = EtcdClient.shared(client_or_endpoints)
+        self._claim = new_claim()
         self.name = name
         self.prefix = f"{name}/"
         self.ttl_s = max(1, math.ceil(ttl_ms / 1000))

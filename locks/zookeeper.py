@@ -70,7 +70,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import IN_USE, Lease, check_arguments, checked_ttl, claim, forked_message, unclaim
+from ._core import IN_USE, Lease, check_arguments, checked_ttl, claim, forked_message, new_claim, unclaim
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -267,6 +267,7 @@ class ZooKeeperLock:
                     f"refuses U+0000-U+001F, U+007F-U+009F, U+D800-U+F8FF, U+FFF0 and above in a path): {name!r}"
                 )
         self.client = client
+        self._claim = new_claim()
         self.name = name
         self.path = f"{LOCK_ROOT}/{name}"
         self.prefix = ""

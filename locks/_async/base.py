@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import random
 import time
 import weakref
@@ -26,15 +25,16 @@ from .._core import (
     RELEASED,
     WAITS,
     Lease,
+    Process,
     acquire_keys,
     check_redis_arguments,
     checked_fence,
     checked_ttl,
-    claim,
     drift_ms,
     forked_message,
     log_ambiguous_release,
     logger,
+    new_claim,
     new_token,
     release_keys,
     unclaim,
@@ -94,6 +94,7 @@ class BaseLock:
         ):
             # The usual arguments pass the test above; anything else is checked, and refused or made an int.
             ttl_ms = check_redis_arguments(name, ttl_ms, timeout_ms, wait, retry_delay_ms, max_renewals, max_extensions)
+        self._claim = new_claim()
         self.name = name
         self.ttl_ms = ttl_ms
         self.timeout_ms = timeout_ms
@@ -126,7 +127,7 @@ class BaseLock:
     @property
     def lease(self) -> Lease | None:
         """The lease this object holds; None in a child forked while its parent held it."""
-        if self._lease is not None and self._pid != os.getpid():
+        if self._lease is not None and self._pid != Process.id:
             return None
         return self._lease
 
@@ -152,16 +153,10 @@ class BaseLock:
         in one more round bounded by the node timeout; in asyncio that round runs as a task of its
         own after a cancellation, so the cancellation is not held up.
         """
-        self._forget_if_forked()
-        if not claim(self):  # held, or being acquired by another thread or task: refused at once
+        if self._lease is not None and self._pid != Process.id:
+            self._forget_forked()
+        if not self._claim.acquire(False):  # held, or being acquired by another thread or task: refused at once
             raise self._error(LockError, IN_USE)
-        try:
-            return await self._acquire()
-        except BaseException:
-            unclaim(self)
-            raise
-
-    async def _acquire(self) -> Lease:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         waiter_id = token = ""
         try:
@@ -170,7 +165,7 @@ class BaseLock:
                 last = time.monotonic() >= deadline
                 lease, hint_ms, split = await self._attempt(token, waiter_id, not last)
                 if lease is not None:
-                    self._lease, self._lost, self._extensions, self._pid = lease, None, 0, os.getpid()
+                    self._lease, self._lost, self._extensions, self._pid = lease, None, 0, Process.id
                     if self.watchdog:
                         # The watchdog keeps only a weak reference: a lock object nobody can release
                         # any more (dropped, or its thread died) is not renewed; it expires by its TTL.
@@ -193,6 +188,7 @@ class BaseLock:
         except LockError:
             # The lock's own refusals: each attempt cleaned up after itself (_attempt).
             self._give_back_held()
+            unclaim(self)
             raise
         except BaseException as error:
             # Cancelled (asyncio) or interrupted mid-round trip or mid-wait: a node may have run the
@@ -201,6 +197,7 @@ class BaseLock:
             # nobody). Undone best effort; after a cancellation in a task of its own, so the
             # cancellation still comes through at once.
             self._give_back_held()
+            unclaim(self)
             await _io.clean_up(error, self._abandon, token, waiter_id)
             raise
 
@@ -224,11 +221,10 @@ class BaseLock:
         finally:
             node.give(conn)
 
-    def _forget_if_forked(self) -> None:
-        """In a child forked while its parent held the lock: forget the parent's lease (no node is
-        touched: the lock is the parent's) and raise :class:`LockError` saying so."""
-        if self._lease is None or self._pid == os.getpid():
-            return
+    def _forget_forked(self) -> None:
+        """In a child forked while its parent held the lock (the caller checked: a lease, granted
+        to another process): forget the parent's lease (no node is touched: the lock is the
+        parent's) and raise :class:`LockError` saying so."""
         parent = self._pid
         self._lease = self._watchdog = self._held = None
         unclaim(self)
@@ -239,15 +235,19 @@ class BaseLock:
 
         Any thread (or task) may release the lease this object holds; a child forked while the
         lock was held may not (:class:`LockError`, no node touched): the lock is its parent's."""
-        self._forget_if_forked()
-        if self._lease is None:
-            raise self._error(NotOwned, "release of a lock this object does not hold")
-        await self._stop_watchdog()
-        # Taken in one atomic step: of two threads releasing at once, the second holds nothing.
-        lease = self.__dict__.pop("_lease", None)
+        if self._lease is not None and self._pid != Process.id:
+            self._forget_forked()
+        lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
-        unclaim(self)
+        await self._stop_watchdog()
+        # The claim's release is the one atomic step: of two threads releasing at once, the second
+        # finds it released and holds nothing.
+        self._lease = None
+        try:
+            self._claim.release()
+        except RuntimeError:
+            raise self._error(NotOwned, "release of a lock this object does not hold") from None
         try:
             outcome = await self._unlock(lease.token)
         except Exception:
@@ -267,7 +267,8 @@ class BaseLock:
         constructor's: -1 deleted the key, and 0 meant the default."""
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms, name=self.name, minimum=MIN_TTL_MS)
-        self._forget_if_forked()
+        if self._lease is not None and self._pid != Process.id:
+            self._forget_forked()
         if self._extensions >= self.max_extensions:
             raise self._error(LockError, f"extension limit reached ({self.max_extensions})")
         lease = await self._renew(ttl_ms)
@@ -301,7 +302,8 @@ class BaseLock:
         compute in Lua's doubles, which are exact up to 2**53.
         """
         past = checked_fence(past, name=self.name)
-        self._forget_if_forked()
+        if self._lease is not None and self._pid != Process.id:
+            self._forget_forked()
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "advance_fence of a lock this object does not hold")
@@ -354,7 +356,8 @@ class BaseLock:
         return await self.acquire()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        self._forget_if_forked()  # a forked child leaving its parent's block: the lock is the parent's
+        if self._lease is not None and self._pid != Process.id:  # a forked child leaving its parent's block
+            self._forget_forked()
         await self._stop_watchdog()
         lost = self._lost
         if lost is not None:

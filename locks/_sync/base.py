@@ -169,10 +169,7 @@ class BaseLock:
                 if lease is not None:
                     self._lease, self._lost, self._extensions, self._pid = lease, None, 0, Process.id
                     if self.watchdog:
-                        # The watchdog keeps only a weak reference: a lock object nobody can release
-                        # any more (dropped, or its thread died) is not renewed; it expires by its TTL.
-                        body = functools.partial(_watch, weakref.ref(self))
-                        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
+                        self._start_watchdog()
                     return lease
                 if last:
                     raise self._error(NotAcquired, f"not acquired within {self.timeout_ms} ms")
@@ -202,6 +199,12 @@ class BaseLock:
             unclaim(self)
             _io.clean_up(error, self._abandon, token, waiter_id)
             raise
+
+    def _start_watchdog(self) -> None:
+        """The watchdog keeps only a weak reference: a lock object nobody can release any more
+        (dropped, or its thread died) is not renewed; it expires by its TTL."""
+        body = functools.partial(_watch, weakref.ref(self))
+        self._watchdog = _io.Watchdog(f"lock-watchdog:{self.name}", body)
 
     def _hold(self, node, conn) -> None:
         """Keep ``conn`` (a refused attempt's) for the wait that follows, in notify mode."""

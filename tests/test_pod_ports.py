@@ -40,6 +40,7 @@ def row(tmp_path, make_product):
     started.stop()
 
 
+@pytest.mark.slow  # starts a pod: make test runs it
 @pytest.mark.django_db(transaction=True)
 def test_a_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(row):
     row.reserve_ports()  # Locust is started with these while the pods boot
@@ -55,6 +56,7 @@ def test_a_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(row)
             stranger.close()
 
 
+@pytest.mark.slow  # starts a pod, kills it and waits for its port: make test runs it
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_pod_whose_port_was_taken_meanwhile_is_not_started_on_it(row, monkeypatch):
     monkeypatch.setattr(pods, "REBIND_S", 0.5)  # how long it waits for the killed pod's workers to let go

@@ -166,6 +166,7 @@ class TestReconcile:
             assert str(excinfo.value) == "--sku is empty: name a product's sku, or leave --sku out to check them all"
         assert counter(redis_client) == 9
 
+    @pytest.mark.slow  # waits for a sale's end: make test runs it
     def test_a_limit_or_window_left_behind_is_drift(self, use_strategy, redis_client, make_product):
         """Seen: the product's limit raised from 1 to 3 and its sale's end moved later by UPDATEs
         that sent no signal (as when the receiver's drop of the counter met Redis down, whose log

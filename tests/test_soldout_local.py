@@ -407,6 +407,7 @@ def test_a_listener_that_fails_on_a_message_listens_again(monkeypatch):
     wait_until(lambda: len(heard) == 2, "the message after the failure was never heard")
 
 
+@pytest.mark.slow  # waits out a listener's reconnect pause: make test runs it
 def test_a_listener_a_url_change_left_behind_stops_and_leaves_the_new_one_alone(monkeypatch):
     """Switching the URL away and back within a listener's poll (a test that points the strategy at a
     dead Redis, then the next one back) left the first listener running beside a new one, each

@@ -51,6 +51,7 @@ def _registered(sync_clients, name: str) -> int:
     return sum(client.scard(f"{name}:waiters") for client in sync_clients)
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_woken_waiter_cancelled_passes_the_wake_up_on(cluster, name, kind):
     """Before: the release woke one waiter (its signal, one per release); that waiter was cancelled
@@ -93,6 +94,7 @@ def test_a_woken_waiter_cancelled_passes_the_wake_up_on(cluster, name, kind):
     assert took < 2.5, took  # at once; unwoken, it slept 8.9 s
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 def test_a_round_cancelled_while_a_node_connects_leaves_no_task_exception_unretrieved(cluster, name):
     """Before: a Redlock acquire cancelled while one node's connect was still running (a host that
     drops SYNs) left that connect task to nobody: when it failed, later, asyncio logged "Task
@@ -281,6 +283,7 @@ def test_a_block_cancelled_inside_releases_at_once_and_stops_its_watchdog(cluste
     run(scenario())
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_release_cancelled_while_the_watchdog_renews_still_releases(cluster, name, kind):
     """Before: the block ended while its watchdog's renewal was on its way (a slow link), and the
@@ -379,6 +382,7 @@ async def _while_frozen(nodes, clients: list, name: str) -> dict:
     return late
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 def test_the_asyncio_twins_never_block_the_loop_while_they_wait(cluster, name):
     """Sound (kept): another task's 5 ms timer stays on time (under 200 ms late) while an AsyncRedlock
     waits a node timeout on three frozen nodes, connects to a host that drops SYNs, and waits for a
@@ -441,6 +445,7 @@ def test_a_first_round_that_waits_out_an_unreachable_connect_still_reads_the_oth
         unreachable.close()
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 def test_a_task_cancelled_holding_a_lock_it_never_releases_is_not_renewed_for_ever(cluster, name):
     """Before: a task took the lock with ``await lock.acquire()`` (watchdog on), no ``async with``,
     and was cancelled before its release: the lock object was gone with the task, but its watchdog
@@ -472,6 +477,7 @@ def test_a_task_cancelled_holding_a_lock_it_never_releases_is_not_renewed_for_ev
     run(scenario())
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 def test_a_lock_object_dropped_while_held_stops_its_watchdog(twin, cluster, name):
     """Before: the watchdog kept a lock object nobody held any more alive and renewed its key up to
     1,000 times (200 s at a 600 ms TTL); now it ends with the object and the key expires by its TTL."""
@@ -487,6 +493,7 @@ def test_a_lock_object_dropped_while_held_stops_its_watchdog(twin, cluster, name
     assert sync_clients[0].exists(name) == 0
 
 
+@pytest.mark.slow  # waits out a TTL, a watchdog's renewal or a connect: make test runs it
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_block_cancelled_after_its_lease_ran_out_stays_cancelled(cluster, name, kind):
     """Before: the block was cancelled after its lease had run out, and the exit raised LockLost in

@@ -29,6 +29,9 @@ CALL_TIMEOUT_MS = 300
 # Room for a loaded two-core machine on top of the bounds the lock promises.
 SLACK_S = 0.5
 FORK = multiprocessing.get_context("fork")
+#: Every test here runs on a cluster of the module's own (three etcd processes, 3 s to start): make
+#: check starts no cluster of a test's own; make test runs them all.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -242,6 +242,7 @@ def test_names_with_glob_or_brace_characters_non_ascii_or_100_kb_long_are_keys_o
     assert all(holders(clients, each) == [None] * len(clients) for each in names)
 
 
+@pytest.mark.slow  # restarts nodes empty: make test runs it
 def test_an_even_count_of_nodes_needs_three_of_four_and_fences_rise_through_restarts_empty(cluster, name):
     # Sound: four nodes need three (one down grants, two down are QuorumUnavailable at once), and
     # restarting each node empty in turn, a TTL after its last grant, never lowers the fence: the

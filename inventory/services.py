@@ -34,12 +34,12 @@ from .strategies.contract import Grant, LockUnavailable, Outcome, Refusal, Secti
 from .strategies.prepared import again_if_stale
 from .strategies.redis_stock import forget_sale
 from .strategies.section import (
-    REPLAY_READ_TRIES,
+    KeptDeleting,
     Spans,
     decide,
     lock_timed_out,
     on_sale,
-    order_read_as,
+    read_past_resets,
     timed_transactions,
 )
 from .strategies.statements import shelf_by_sku
@@ -211,29 +211,19 @@ def prepare(
     return ready
 
 
-class KeptDeleting(Exception):
-    """The key's order was deleted between the plain read's two reads :data:`REPLAY_READ_TRIES` times."""
-
-
 def _plain_read(sku: str, *, customer: str, key: str) -> tuple[tuple[Shelf, int | None, int] | None, Order | None]:
-    """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one). A reset that
-    commits between the two reads deletes that order: the sale is then read again, as it is now,
-    at most :data:`REPLAY_READ_TRIES` times in all.
+    """:func:`shelf_by_sku`, and the order it found under ``key`` (None without one), read past
+    resets that delete it (:func:`~inventory.strategies.section.read_past_resets`).
 
-    Past that (a twin of the key ordering again after each reset, and staff resetting again before
-    each second read) it raises :class:`KeptDeleting`, which the purchase answers busy. Not "as if
-    no order existed": the last read's units were read beside an order that is gone, and deciding on
-    them could refuse (the limit) for units the reset removed, or answer a key that has an order
-    again by now with a new purchase's refusal. Busy writes nothing and claims nothing: the key
-    still orders at most once, and its retry (Retry-After) reads the sale afresh."""
-    for _ in range(REPLAY_READ_TRIES):
-        found = shelf_by_sku(sku, customer=customer, key=key)
-        if found is None or found[1] is None:
-            return found, None
-        replay = order_read_as(found[1])
-        if replay is not None:
-            return found, replay
-    raise KeptDeleting(sku)
+    Past its tries (a twin of the key ordering again after each reset, and staff resetting again
+    before each second read) :class:`KeptDeleting` is raised, which the purchase answers busy. Not
+    "as if no order existed": the last read's units were read beside an order that is gone, and
+    deciding on them could refuse (the limit) for units the reset removed, or answer a key that has
+    an order again by now with a new purchase's refusal. Busy writes nothing and claims nothing: the
+    key still orders at most once, and its retry (Retry-After) reads the sale afresh."""
+    return read_past_resets(
+        lambda: shelf_by_sku(sku, customer=customer, key=key), lambda found: None if found is None else found[1]
+    )
 
 
 def _past_the_limit(quantity: object, shelf: Shelf) -> bool:

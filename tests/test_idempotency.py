@@ -9,7 +9,6 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from inventory import services
 from inventory.errors import InventoryError, KeyReused
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
@@ -253,7 +252,7 @@ def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(us
     use_strategy("db")
     make_product(stock=5, limit=1)
     assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
-    reads, main, real = [], threading.current_thread(), services.order_read_as
+    reads, main, real = [], threading.current_thread(), section.order_read_as
 
     def reset_and_twin() -> None:
         try:
@@ -270,7 +269,7 @@ def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(us
             staff.join(10)
         return real(order_id)
 
-    monkeypatch.setattr(services, "order_read_as", reset_between_the_reads)
+    monkeypatch.setattr(section, "order_read_as", reset_between_the_reads)
     MARKS.drop_all(subscribed=True)  # no row remembered: the purchase reads the shelf
     result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
     assert len(reads) == section.REPLAY_READ_TRIES, reads

@@ -19,13 +19,14 @@ Any check of this kind alone prevents oversell; the lock then saves the conflict
 
 from __future__ import annotations
 
+import operator
 import time
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from django.db import Error, OperationalError, connection, transaction
 from django.db.backends.utils import debug_transaction
@@ -328,6 +329,28 @@ def _twin_order(product_id: int, customer: str, key: str) -> SectionResult | Non
 #: is met by one more read; three in a row, each between the two reads, is a sale being reset under
 #: the shopper. The plain read (:func:`inventory.services.prepare`) and the section both stop there.
 REPLAY_READ_TRIES = 3
+R = TypeVar("R")
+
+
+class KeptDeleting(Exception):
+    """The key's order was deleted between a read's two reads :data:`REPLAY_READ_TRIES` times: the
+    purchase is answered busy (it writes nothing; its retry reads the sale afresh)."""
+
+
+def read_past_resets(read: Callable[[], R], order_id_of: Callable[[R], int | None]) -> tuple[R, Order | None]:
+    """``read()``, and the order its result names under the purchase's key (``order_id_of``; None
+    without one). A reset that commits between the two reads deletes that order: the sale is then
+    read again, as it is now, :data:`REPLAY_READ_TRIES` times in all, then :class:`KeptDeleting`.
+    The plain read and both section shapes read through here."""
+    for _ in range(REPLAY_READ_TRIES):
+        found = read()
+        order_id = order_id_of(found)
+        if order_id is None:
+            return found, None
+        replay = order_read_as(order_id)
+        if replay is not None:
+            return found, replay
+    raise KeptDeleting
 
 
 def order_read_as(order_id: int) -> Order | None:
@@ -425,15 +448,14 @@ def attempt_section(
     Inside another transaction (:func:`commit_rides`) the section is a savepoint of Django's
     ``atomic``, its write goes alone and the caller commits."""
     with section_transaction(strategy, bound_by_first_statement=True):
-        for _ in range(REPLAY_READ_TRIES):
-            shelf, replay_id, held = strategy.read_section(product_id, customer=customer, key=key)
-            if replay_id is None:
-                break
-            replay = order_read_as(replay_id)
-            if replay is not None:
-                return SectionResult(order=replay, replayed=True)
-        else:
-            return SectionResult(refusal=Refusal(Outcome.BUSY))  # resets keep deleting the key's order
+        try:
+            (shelf, _, held), replay = read_past_resets(
+                lambda: strategy.read_section(product_id, customer=customer, key=key), operator.itemgetter(1)
+            )
+        except KeptDeleting:
+            return SectionResult(refusal=Refusal(Outcome.BUSY))
+        if replay is not None:
+            return SectionResult(order=replay, replayed=True)
         now = timezone.now()
         refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
@@ -463,17 +485,17 @@ def take_in_one_statement(
     the COMMIT, or the ROLLBACK that undoes units added when no stock was taken."""
     now = timezone.now()
     with section_transaction(strategy, bound_by_first_statement=True):
-        for _ in range(REPLAY_READ_TRIES):
-            replay_id = replay_read(
-                product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key
+        try:
+            _, replay = read_past_resets(
+                lambda: replay_read(
+                    product_id, lock_timeout_ms=strategy.row_lock_timeout_ms, customer=customer, key=key
+                ),
+                lambda replay_id: replay_id,
             )
-            if replay_id is None:
-                break
-            replay = order_read_as(replay_id)
-            if replay is not None:
-                return SectionResult(order=replay, replayed=True)
-        else:
-            return SectionResult(refusal=Refusal(Outcome.BUSY))  # resets keep deleting the key's order
+        except KeptDeleting:
+            return SectionResult(refusal=Refusal(Outcome.BUSY))
+        if replay is not None:
+            return SectionResult(order=replay, replayed=True)
         order = new_order(
             strategy.name, product_id=product_id, customer=customer, quantity=quantity, token=grant.token, key=key
         )

@@ -573,6 +573,18 @@ def unclaim(lock) -> None:
         lock._claim.release()
 
 
+def raise_unless_interrupted(lost: Exception, exc: BaseException | None) -> None:
+    """Raise ``lost`` (a block's :class:`LockLost`), unless the block is ending by a cancellation
+    (asyncio) or an interruption (KeyboardInterrupt, SystemExit): that comes through as it is and
+    the loss is logged. Raised in its place, LockLost had turned a task's cancellation into an error
+    (``asyncio.timeout`` said LockLost, not TimeoutError) and Ctrl-C into an exception an ``except
+    Exception`` could swallow. Every lock's ``with`` ends through here."""
+    if exc is not None and not isinstance(exc, Exception):
+        logger.warning("%s; the block was ending by %s, which goes on", lost, type(exc).__name__)
+        return
+    raise lost
+
+
 def forked_message(parent: int) -> str:
     """Why a lock object's lease is refused in a child forked while ``parent`` held it: the child
     has a copy of the lease (token, key, fence), not the lock, and must not release the parent's."""

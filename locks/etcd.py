@@ -67,7 +67,17 @@ from typing import Callable, Sequence, TypeVar
 import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
-from ._core import IN_USE, Lease, check_arguments, claim, forked_message, new_claim, new_token, unclaim
+from ._core import (
+    IN_USE,
+    Lease,
+    check_arguments,
+    claim,
+    forked_message,
+    new_claim,
+    new_token,
+    raise_unless_interrupted,
+    unclaim,
+)
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from .etcd_client import (
     DEFAULT_CALL_TIMEOUT_MS,
@@ -362,4 +372,6 @@ class EtcdLock:
         try:
             self.release()
         except NotOwned as error:
-            raise self._error(LockLost, "the session lease expired while the block held the lock") from error
+            lost = self._error(LockLost, "the session lease expired while the block held the lock")
+            lost.__cause__ = error
+            raise_unless_interrupted(lost, exc)

@@ -70,7 +70,17 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooExcepti
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._core import IN_USE, Lease, check_arguments, checked_ttl, claim, forked_message, new_claim, unclaim
+from ._core import (
+    IN_USE,
+    Lease,
+    check_arguments,
+    checked_ttl,
+    claim,
+    forked_message,
+    new_claim,
+    raise_unless_interrupted,
+    unclaim,
+)
 from .errors import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 __all__ = ["LOCK_ROOT", "WATCH_RECHECK_S", "ZooKeeperClient", "ZooKeeperLock", "sequence_of"]
@@ -532,4 +542,6 @@ class ZooKeeperLock:
         try:
             self.release()
         except NotOwned as error:
-            raise self._error(LockLost, "the session ended while the block held the lock") from error
+            lost = self._error(LockLost, "the session ended while the block held the lock")
+            lost.__cause__ = error
+            raise_unless_interrupted(lost, exc)

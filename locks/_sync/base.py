@@ -38,6 +38,7 @@ from .._core import (
     logger,
     new_claim,
     new_token,
+    raise_unless_interrupted,
     release_keys,
     unclaim,
 )
@@ -368,7 +369,7 @@ class BaseLock:
         if lost is not None:
             with contextlib.suppress(LockError):
                 self.release()
-            _raise_unless_interrupted(lost, exc)
+            raise_unless_interrupted(lost, exc)
             return
         lease = self._lease
         if lease is None:
@@ -380,25 +381,14 @@ class BaseLock:
         except NotOwned as error:
             lost = self._error(LockLost, "the lease expired while the block held it")
             lost.__cause__ = error
-            _raise_unless_interrupted(lost, exc)
+            raise_unless_interrupted(lost, exc)
             return
         overrun_ms = -lease.remaining_ms()
         if overrun_ms > 0:
             # Redis may not have expired the key yet, but the safety margin was spent: another
             # holder could have been granted, so the block's writes were unprotected by time.
             lost = self._error(LockLost, f"the block ran {overrun_ms:.0f} ms past the lease's validity")
-            _raise_unless_interrupted(lost, exc)
-
-
-def _raise_unless_interrupted(lost: LockLost, exc: BaseException | None) -> None:
-    """Raise ``lost``, unless the block is ending by a cancellation (asyncio) or an interruption
-    (KeyboardInterrupt, SystemExit): that comes through as it is and the loss is logged. Raised in
-    its place, LockLost had turned a task's cancellation into an error (``asyncio.timeout`` said
-    LockLost, not TimeoutError) and Ctrl-C into an exception an ``except Exception`` could swallow."""
-    if exc is not None and not isinstance(exc, Exception):
-        logger.warning("%s; the block was ending by %s, which goes on", lost, type(exc).__name__)
-        return
-    raise lost
+            raise_unless_interrupted(lost, exc)
 
 
 def _watch(lock_of: Callable[[], BaseLock | None], dog: _io.Watchdog) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
+from locks import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from locks.etcd import EtcdLock
 from locks.etcd_client import WATCH_RECHECK_S, EtcdClient
 from processes.etcd_cluster import EtcdCluster
@@ -393,3 +393,15 @@ def test_an_acquire_interrupted_while_it_waits_leaves_no_key_behind(client, name
     finally:
         here.send("done")
         waiter.join(10)
+
+
+def test_a_block_interrupted_after_its_key_is_gone_ends_with_the_interrupt(client, name):
+    """Ctrl-C (or SystemExit) ending a block whose key had gone (its session lease ran out) comes
+    through as it is, the loss logged, as the Redis locks' do: LockLost had taken its place, an
+    exception an ``except Exception`` swallows."""
+    with pytest.raises(KeyboardInterrupt), EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        client.call(lambda gw: gw.delete_prefix(f"{name}/"))  # what the lease's expiry does
+        raise KeyboardInterrupt
+    # Ending normally, the loss is still said.
+    with pytest.raises(LockLost), EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000):
+        client.call(lambda gw: gw.delete_prefix(f"{name}/"))

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
-from locks import LockError, NotAcquired, NotOwned, QuorumUnavailable
+from locks import LockError, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
@@ -505,3 +505,15 @@ def test_an_acquire_interrupted_while_it_waits_leaves_no_znode_behind(client, na
     finally:
         here.send("done")
         waiter.join(10)
+
+
+def test_a_block_interrupted_after_its_znode_is_gone_ends_with_the_interrupt(client, name):
+    """Ctrl-C (or SystemExit) ending a block whose znode had gone (its session ended) comes through
+    as it is, the loss logged, as the Redis locks' do: LockLost had taken its place."""
+    lock = ZooKeeperLock(client, name, timeout_ms=2_000)
+    with pytest.raises(KeyboardInterrupt), lock as lease:
+        client.kazoo(time.monotonic() + 5).delete(lease.token)  # what the session's end does
+        raise KeyboardInterrupt
+    # Ending normally, the loss is still said.
+    with pytest.raises(LockLost), lock as lease:
+        client.kazoo(time.monotonic() + 5).delete(lease.token)

@@ -76,19 +76,28 @@ def doubling(queue: SharedQueue, served: list):
 
 
 def test_threads_are_served_in_batches_each_its_own_answer(queue):
+    """Ten asks wait in the list behind a lease held elsewhere, then are served in batches of at
+    most four. Left to the threads' timing, every batch was of one in a full run on a loaded machine:
+    the lease is now let go only once all ten wait."""
     served, answers, start = [], {}, threading.Barrier(10)
+    queue.client.set(queue.lease_key, "someone-else")
 
     def submitter(n: int) -> None:
         start.wait()
         answers[n] = queue.submit(
-            {"n": n}, serve=doubling(queue, served), timeout_s=5, taken_wait_s=5, busy=busy
+            {"n": n}, serve=doubling(queue, served), timeout_s=10, taken_wait_s=10, busy=busy
         ).answer
 
     threads = [threading.Thread(target=submitter, args=(n,)) for n in range(10)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 5
+    while queue.client.llen(queue.key) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queue.client.llen(queue.key) == 10, "the ten asks never all waited in the list"
+    queue.client.delete(queue.lease_key)
     for thread in threads:
-        thread.join(10)
+        thread.join(15)
     assert answers == {n: n * 2 for n in range(10)}
     assert sorted(itertools.chain(*served)) == list(range(10)), "each ask served exactly once"
     assert max(len(batch) for batch in served) > 1 and max(len(batch) for batch in served) <= 4

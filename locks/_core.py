@@ -14,10 +14,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import LockError
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -96,6 +98,17 @@ end
 return -wait
 """)
 
+# The wake-up RELEASE and ABANDON share: with waiters registered, the hand-off window (KEYS[4], for
+# ARGV[3] ms) and one signal on the list (KEYS[2], kept ARGV[2] ms) that one waiter's BLPOP takes.
+WAKE_NEXT_WAITER = """
+if redis.call('scard', KEYS[3]) > 0 then
+  redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
+  redis.call('del', KEYS[2])
+  redis.call('rpush', KEYS[2], 1)
+  redis.call('pexpire', KEYS[2], ARGV[2])
+end
+"""
+
 # Compare-and-delete, then wake one waiter if any is registered.
 # KEYS[1] lock key; KEYS[2] the lock's signal list; KEYS[3] the set of waiter ids;
 # KEYS[4] the hand-off window.  ARGV[1] token; ARGV[2] signal lifetime in ms; ARGV[3] window ms.
@@ -103,21 +116,20 @@ return -wait
 # another token holds it. The signal list holds at most one element, so a release wakes one
 # waiter, not a herd; it expires so a signal nobody took leaves nothing behind for long. With no
 # waiter registered a release is GET, DEL and SCARD.
-RELEASE = Script("""
+RELEASE = Script(
+    """
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('del', KEYS[1])
-  if redis.call('scard', KEYS[3]) > 0 then
-    redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
-    redis.call('del', KEYS[2])
-    redis.call('rpush', KEYS[2], 1)
-    redis.call('pexpire', KEYS[2], ARGV[2])
-  end
+"""
+    + WAKE_NEXT_WAITER
+    + """
   return 1
 end
 if holder then return -1 end
 return 0
-""")
+"""
+)
 
 # RELEASE, after first taking this caller's waiter ids off the waiter set: the undo of an acquire
 # that gave up (cancelled, its reply lost, a round that could not reach a majority) and the release
@@ -126,20 +138,19 @@ return 0
 # up may be the one woken (its BLPOP took the signal, then it was cancelled), whose clean-up finds
 # the lock free; the other waiters would sleep until the first holder's TTL had run out.
 # KEYS as RELEASE.  ARGV[1..3] as RELEASE; ARGV[4..] the ids to unregister.  Returns as RELEASE.
-ABANDON = Script("""
+ABANDON = Script(
+    """
 redis.call('srem', KEYS[3], unpack(ARGV, 4))
 local holder = redis.call('get', KEYS[1])
 if holder and holder ~= ARGV[1] then return -1 end
 if holder then redis.call('del', KEYS[1]) end
-if redis.call('scard', KEYS[3]) > 0 then
-  redis.call('set', KEYS[4], 1, 'PX', ARGV[3])
-  redis.call('del', KEYS[2])
-  redis.call('rpush', KEYS[2], 1)
-  redis.call('pexpire', KEYS[2], ARGV[2])
-end
+"""
+    + WAKE_NEXT_WAITER
+    + """
 if holder then return 1 end
 return 0
-""")
+"""
+)
 
 # Reset the lock's lifetime if this token still holds it.
 # KEYS[1] lock key.  ARGV[1] token; ARGV[2] new ttl in ms.  Returns 1 when extended, else 0.
@@ -571,6 +582,21 @@ def unclaim(lock) -> None:
     """Give up ``lock``'s claim, if it is claimed."""
     with contextlib.suppress(RuntimeError):  # not claimed: nothing to give up
         lock._claim.release()
+
+
+T = TypeVar("T")
+
+
+def acquire_claimed(lock, acquire: Callable[[], T]) -> T:
+    """``acquire()`` with ``lock`` claimed for it (the etcd and ZooKeeper locks' ``acquire``): held,
+    or being acquired by another thread, it is refused at once; any failure gives the claim up."""
+    if not claim(lock):
+        raise lock._error(LockError, IN_USE)
+    try:
+        return acquire()
+    except BaseException:
+        unclaim(lock)
+        raise
 
 
 def raise_unless_interrupted(lost: Exception, exc: BaseException | None) -> None:

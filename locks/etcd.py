@@ -68,10 +68,9 @@ import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
 from ._core import (
-    IN_USE,
     Lease,
+    acquire_claimed,
     check_arguments,
-    claim,
     forked_message,
     new_claim,
     new_token,
@@ -161,13 +160,7 @@ class EtcdLock:
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = create revision)."""
         self._forget_if_forked()
-        if not claim(self):  # held, or being acquired by another thread: refused at once
-            raise self._error(LockError, IN_USE)
-        try:
-            return self._acquire()
-        except BaseException:
-            unclaim(self)
-            raise
+        return acquire_claimed(self, self._acquire)
 
     def _acquire(self) -> Lease:
         self._doubtful = False  # per acquisition: an earlier one's doubt retired its own session already

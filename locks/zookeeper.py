@@ -71,11 +71,10 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from ._core import (
-    IN_USE,
     Lease,
+    acquire_claimed,
     check_arguments,
     checked_ttl,
-    claim,
     forked_message,
     new_claim,
     raise_unless_interrupted,
@@ -339,13 +338,7 @@ class ZooKeeperLock:
         session, as long as time is left.
         """
         self._forget_if_forked()
-        if not claim(self):  # held, or being acquired by another thread: refused at once
-            raise self._error(LockError, IN_USE)
-        try:
-            return self._acquire()
-        except BaseException:
-            unclaim(self)
-            raise
+        return acquire_claimed(self, self._acquire)
 
     def _acquire(self) -> Lease:
         self._started = time.monotonic()

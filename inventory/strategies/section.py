@@ -330,6 +330,8 @@ def _twin_order(product_id: int, customer: str, key: str) -> SectionResult | Non
 #: the shopper. The plain read (:func:`inventory.services.prepare`) and the section both stop there.
 REPLAY_READ_TRIES = 3
 R = TypeVar("R")
+#: The id of the key's order in a section read (shelf, order id, units held): made once, not per purchase.
+_KEYED_ORDER_ID = operator.itemgetter(1)
 
 
 class KeptDeleting(Exception):
@@ -450,7 +452,7 @@ def attempt_section(
     with section_transaction(strategy, bound_by_first_statement=True):
         try:
             (shelf, _, held), replay = read_past_resets(
-                lambda: strategy.read_section(product_id, customer=customer, key=key), operator.itemgetter(1)
+                lambda: strategy.read_section(product_id, customer=customer, key=key), _KEYED_ORDER_ID
             )
         except KeptDeleting:
             return SectionResult(refusal=Refusal(Outcome.BUSY))

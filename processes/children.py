@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from processes.ports import RUN_TIME_PORTS
+
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
@@ -26,22 +29,58 @@ class ChildError(RuntimeError):
     """A child process did not start or did not answer."""
 
 
+def ephemeral_ports() -> range:
+    """The ports this machine gives client connections as their source ports (Linux's
+    ``ip_local_port_range``; its default where that cannot be read)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def run_time_ports() -> list[int]:
+    """The ports a server started at run time may be given: :data:`processes.ports.RUN_TIME_PORTS`
+    less the machine's ephemeral range, in an order of this process's own (so processes choosing at
+    once seldom try the same port first). A killed server's port outside that range stays free for
+    it while it is down: no client connection takes it as its source port."""
+    taken = ephemeral_ports()
+    ports = [port for port in RUN_TIME_PORTS if port not in taken]
+    if not ports:
+        raise ChildError(
+            f"no port of {RUN_TIME_PORTS.start}-{RUN_TIME_PORTS.stop - 1} lies outside this machine's ephemeral range "
+            f"({taken.start}-{taken.stop - 1}): narrow net.ipv4.ip_local_port_range"
+        )
+    start = random.randrange(len(ports))
+    return ports[start:] + ports[:start]
+
+
 def free_port() -> int:
-    """A port free now. Another process may take it before the caller binds it: a server that can
-    inherit its socket gets :func:`listening_socket` instead."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+    """A port free now, of :func:`run_time_ports`. Another process may take it before the caller
+    binds it: a server that can inherit its socket gets :func:`listening_socket` instead."""
+    sock = listening_socket(backlog=1)
+    with sock:
         return sock.getsockname()[1]
 
 
 def listening_socket(port: int = 0, *, backlog: int) -> socket.socket:
-    """A TCP socket listening on 127.0.0.1:``port`` (0: a free one), inheritable, for a child server
-    to take over (gunicorn's ``--bind fd://N``): the port is held from the moment it is chosen, with
-    no window in which another process can take it. ``listen`` here, with the server's backlog:
-    gunicorn does not listen again on a socket that already listens. OSError if the port is taken."""
+    """A TCP socket listening on 127.0.0.1:``port`` (0: a free one of :func:`run_time_ports`),
+    inheritable, for a child server to take over (gunicorn's ``--bind fd://N``): the port is held
+    from the moment it is chosen, with no window in which another process can take it. ``listen``
+    here, with the server's backlog: gunicorn does not listen again on a socket that already
+    listens. OSError if ``port`` is taken; ChildError if every run-time port is."""
+    if port:
+        return _listen(port, backlog=backlog, reuse=True)  # a port a killed server left: its connections in TIME_WAIT
+    for candidate in run_time_ports():
+        with contextlib.suppress(OSError):
+            return _listen(candidate, backlog=backlog, reuse=False)
+    raise ChildError(f"every port of {RUN_TIME_PORTS.start}-{RUN_TIME_PORTS.stop - 1} is taken")
+
+
+def _listen(port: int, *, backlog: int, reuse: bool) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        if port:  # a port a killed server left has its connections in TIME_WAIT
+        if reuse:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         sock.listen(backlog)

@@ -13,7 +13,7 @@ import pytest
 from loadtests import pods
 from loadtests.plan import BurstPlan
 from loadtests.pods import RestartablePod, Row
-from processes.children import ChildError
+from processes.children import ChildError, ephemeral_ports, free_port, listening_socket
 
 SKU = "pod-port"
 
@@ -29,6 +29,38 @@ def take(port: int) -> socket.socket | None:
         stranger.close()
         return None
     return stranger
+
+
+def test_a_port_chosen_at_run_time_is_not_one_the_machine_gives_client_connections():
+    """CI, stop 50: a pod killed by kill-pod could not have its port back (``port 52429 was still
+    held after the pod was killed``, for 5 s): the kernel had chosen it from the ephemeral range,
+    which every client connection of the machine takes its source port from, so once the pod let
+    go a connection (a test worker's to PostgreSQL, Locust's to another pod) could take it, and hold
+    it in TIME_WAIT for a minute. Pods, balancers and the tests' own pods choose outside it."""
+    ephemeral = ephemeral_ports()
+    sockets = [listening_socket(backlog=1) for _ in range(20)]
+    try:
+        chosen = [sock.getsockname()[1] for sock in sockets] + [free_port() for _ in range(20)]
+    finally:
+        for sock in sockets:
+            sock.close()
+    inside = [port for port in chosen if port in ephemeral]
+    assert not inside, f"ports {inside} lie in the ephemeral range {ephemeral.start}-{ephemeral.stop - 1}"
+    assert len(set(chosen[:20])) == 20, "two listening sockets were given one port"
+
+
+def test_a_client_connections_source_port_keeps_a_killed_servers_port_from_it():
+    """Why the range matters (the kernel, not the project): a connection whose source port is a
+    dead server's port, even closed and in TIME_WAIT, keeps the server from listening there again."""
+    server = listening_socket(backlog=1)
+    port = server.getsockname()[1]
+    server.close()  # the server dies
+    client = socket.socket()
+    client.bind(("127.0.0.1", port))  # what the kernel does for a connection when the port is in its range
+    client.connect(("127.0.0.1", 5432))
+    client.close()  # the client hangs up first: its side waits in TIME_WAIT
+    with pytest.raises(OSError):
+        listening_socket(port, backlog=1).close()
 
 
 @pytest.fixture

@@ -9,11 +9,13 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+import redis
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
+from inventory.batched import combiners_of, shared_key
 from inventory.models import BurstRun, Order, Product
-from inventory.strategies import STRATEGIES, strategy_class
+from inventory.strategies import STRATEGIES, get_strategy, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import BurstPlan
 from loadtests.pods import server_environment
@@ -140,6 +142,18 @@ def waiting_for_a_row_lock_is(count: int) -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
         )
         return cursor.fetchone()[0] == count
+
+
+def purchases_queued(sku: str) -> int:
+    """How many purchases of ``sku`` wait, not yet taken by a leader, in the configured strategy's queue
+    (``BATCH`` > 1): the SKU's Redis list under ``QUEUE=shared``, else this process's combiner (its
+    threads' or its event loop's; 0 before its first purchase made it)."""
+    strategy = get_strategy()
+    if strategy.queue == "shared":
+        with redis.Redis.from_url(strategy.config["REDIS_URL"]) as client:
+            return client.llen(shared_key(strategy, sku))
+    combiner = combiners_of(strategy).get(sku)
+    return 0 if combiner is None else len(combiner._queue)
 
 
 def flashsale_refused(options: dict, *, output: Path, sku: str = "flash-burst") -> str:

@@ -29,7 +29,7 @@ from inventory.strategies.batch import Ask
 from inventory.strategies.contract import NO_GRANT, Outcome
 from inventory.strategies.redis_stock import forget_sale
 from inventory.strategies.section import read_shelf
-from tests.helpers import refusing_trigger, row_locked_elsewhere, waiting_for_a_row_lock_is
+from tests.helpers import purchases_queued, refusing_trigger, row_locked_elsewhere, waiting_for_a_row_lock_is
 
 CUSTOMERS = ["ann", "bob", "cat"]
 KEYS = ["", "", "k1", "k2"]
@@ -225,9 +225,16 @@ SHARED = ["db", "optimistic", "redis", "redlock", "atomic"]
 )
 def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy, make_product, settings):
     """24 threads of one process buy 60 times for 30 customers (limit 1) from 20 units, BATCH=8,
-    queued in the process or in Redis."""
-    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": queue})
-    make_product("hot", stock=20)
+    queued in the process or in Redis.
+
+    The row is locked elsewhere until 16 of the first 24 purchases wait in the queue: the first
+    section, which waits on the row, took at most 8, so the next one serves 8. Left to the threads'
+    timing, whether any section served two was the scheduler's choice (one purchase through before the
+    next one queues is a schedule a loaded machine may run)."""
+    # Both waits outlast the hold (at most 5 s), so nobody is told busy for it.
+    options = {**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": queue}
+    use_strategy(backend, ACQUIRE_TIMEOUT_MS=10_000, ROW_LOCK_TIMEOUT_MS=10_000, OPTIONS=options)
+    product = make_product("hot", stock=20)
     outcomes, sizes = Counter(), Counter()
     guard, start = threading.Lock(), threading.Barrier(24)
 
@@ -246,13 +253,15 @@ def test_threads_share_sections_and_never_oversell(backend, queue, use_strategy,
             connection.close()
 
     threads = [threading.Thread(target=shopper, args=(i,)) for i in range(24)]
-    for thread in threads:
-        thread.start()
+    with row_locked_elsewhere(product.pk):
+        for thread in threads:
+            thread.start()
+        _until(lambda: purchases_queued("hot") >= 16, "16 purchases queued behind the section on the row", 5.0)
     for thread in threads:
         thread.join()
     assert outcomes["confirmed"] == 20
     assert sum(outcomes.values()) == 60
-    assert max(size or 0 for size in sizes) > 1, f"no section served two purchases: {sizes}"
+    assert max(size or 0 for size in sizes) == 8, f"no section served BATCH (8) purchases: {sizes}"
     report = audit(sku="hot", told_sold_out=outcomes["sold_out"])
     assert report.ok and report.stock == 0 and report.oversold == 0 and report.over_limit_customers == 0
     reset_sale(sku="hot", stock=0)

@@ -23,7 +23,7 @@ from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import prepare, purchase, reset_sale, section_of
 from inventory.strategies import get_strategy, load_strategy, reset_strategy, strategy_class
-from tests.helpers import WORKING_STRATEGIES, row_locked_elsewhere, waiting_for_a_row_lock_is
+from tests.helpers import WORKING_STRATEGIES, bought_on_a_loop, row_locked_elsewhere, waiting_for_a_row_lock_is
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ ON_LOOP = [name for name in WORKING_STRATEGIES if not strategy_class(name).loop_
 
 def buy(**kwargs):
     """One purchase on a fresh event loop, as a uvicorn worker would await it."""
-    return asyncio.run(apurchase(**kwargs))
+    return bought_on_a_loop(**kwargs)
 
 
 @pytest.mark.parametrize("name", ON_LOOP)

@@ -34,7 +34,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
-from .batched import apurchase_in_batch, run_batch
+from locks import aclose_connections
+
+from .batched import aclose_shared_queues, apurchase_in_batch, run_batch
 from .results import PurchaseResult
 from .services import (
     Ready,
@@ -84,6 +86,16 @@ def _giving_back(function: Callable[..., T]) -> Callable[..., T]:
 async def on_thread(function: Callable[..., T], /, *args, **kwargs) -> T:
     """``function(*args, **kwargs)`` on one of the ORM threads, awaited; its connection given back after."""
     return await sync_to_async(_giving_back(function), thread_sensitive=False, executor=executor())(*args, **kwargs)
+
+
+async def aclose_loop() -> None:
+    """Close the connections purchases opened on the running loop: the asyncio locks' (every
+    strategy's, a replaced one's too) and the shared queues' clients. An asyncio connection belongs
+    to its loop and cannot be closed once the loop is: await this last on a loop that ends, its
+    purchases answered (the ASGI application's lifespan shutdown, ``shop/lifespan.py``; the end of an
+    ``asyncio.run``). A purchase on this loop after it opens new ones."""
+    await aclose_shared_queues()
+    await aclose_connections()
 
 
 def loop_refusal(strategy: type[Strategy] | Strategy) -> str:

@@ -67,11 +67,12 @@ _async_shared: weakref.WeakKeyDictionary[
     AbstractEventLoop, weakref.WeakKeyDictionary[Strategy, dict[str, AsyncSharedQueue]]
 ] = weakref.WeakKeyDictionary()
 # One Redis client per strategy for all its SKUs' shared queues (per loop under ASGI): a client per
-# SKU kept a connection pool, and its idle connections, per SKU ever bought.
+# SKU kept a connection pool, and its idle connections, per SKU ever bought. A loop's are held until
+# aclose_shared_queues() closes them on it, a replaced strategy's too (its connections are that loop's).
 _shared_clients: weakref.WeakKeyDictionary[Strategy, redis.Redis] = weakref.WeakKeyDictionary()
-_async_shared_clients: weakref.WeakKeyDictionary[
-    AbstractEventLoop, weakref.WeakKeyDictionary[Strategy, redis.asyncio.Redis]
-] = weakref.WeakKeyDictionary()
+_async_shared_clients: weakref.WeakKeyDictionary[AbstractEventLoop, dict[Strategy, redis.asyncio.Redis]] = (
+    weakref.WeakKeyDictionary()
+)
 _combiners_lock = threading.Lock()
 #: A blocking read of a shared queue's answer lasts at most its poll (0.2 s): far below this.
 SHARED_SOCKET_TIMEOUT_S = 5.0
@@ -97,9 +98,20 @@ def async_shared_queue_for(strategy: Strategy, sku: str) -> AsyncSharedQueue:
     loop = get_running_loop()
     with _combiners_lock:
         registry = _async_shared.setdefault(loop, weakref.WeakKeyDictionary())
-        clients = _async_shared_clients.setdefault(loop, weakref.WeakKeyDictionary())
+        clients = _async_shared_clients.setdefault(loop, {})
     make = lambda: _shared_queue(AsyncSharedQueue, clients, redis.asyncio, strategy, sku)  # noqa: E731
     return _queue_of(registry, make, strategy, sku)
+
+
+async def aclose_shared_queues() -> None:
+    """Close the running loop's shared-queue clients (every strategy's) and forget its shared queues:
+    a purchase on this loop after it makes new ones."""
+    loop = get_running_loop()
+    with _combiners_lock:
+        _async_shared.pop(loop, None)
+        clients = _async_shared_clients.pop(loop, {})
+    for client in clients.values():
+        await client.aclose()
 
 
 def shared_key(strategy: Strategy, sku: str) -> str:

@@ -113,11 +113,15 @@ What is not guaranteed
   client a smaller one if a frozen server should cost less. Redlock waits ``node_timeout_ms``
   per round for all nodes together (connects included; a connect that outlasts a round is not
   waited for again for a second). The library keeps its own connections per client (not the
-  client's pool); they close when the client is garbage-collected.
+  client's pool); the blocking locks' close when the client is garbage-collected. The asyncio
+  twins' belong to the event loop that opened them, which alone uses them: await
+  :func:`aclose_connections` on a loop before it ends (its idle ones close, every client's), as
+  nothing can close them once it has.
 * Failover of one replicated Redis (Sentinel): replication is asynchronous, the promoted replica
   may not have the key. Use Redlock across independent masters instead.
 """
 
+from ._async.io import aclose_connections
 from ._async.locks import AsyncRedisLock, AsyncRedlock
 from ._core import Lease
 from ._sync.locks import RedisLock, Redlock
@@ -134,4 +138,5 @@ __all__ = [
     "QuorumUnavailable",
     "RedisLock",
     "Redlock",
+    "aclose_connections",
 ]

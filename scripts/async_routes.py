@@ -38,7 +38,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 
-from inventory.async_purchase import on_thread  # noqa: E402
+from inventory.async_purchase import aclose_loop, on_thread  # noqa: E402
 from inventory.models import Product  # noqa: E402
 from inventory.results import Timings  # noqa: E402
 from inventory.services import Ready, reset_sale, section_of  # noqa: E402
@@ -150,17 +150,21 @@ async def hop_us(hops: int) -> tuple[float, float]:
 async def main(purchases: int, tasks: int, rounds: int) -> None:
     strategy = load_strategy("redis")
     size = settings.DATABASE_POOL_MAX_SIZE or settings.ASGI_DB_THREADS
-    async with AsyncConnectionPool(database_url(), min_size=size, max_size=size, open=False) as pool:
-        bare, pooled = await hop_us(2000)
-        print(f"hop to an ORM thread and back: {bare:.0f} µs bare, {pooled:.0f} µs with a pooled connection")
-        for round_number in range(1, rounds + 1):
-            for route in ("orm-thread", "sql-thread", "async-sql"):
-                await on_thread(reset_sale, sku=SKU, stock=purchases)
-                figures = await run_route(route, strategy, purchases=purchases, tasks=tasks, pool=pool)
-                print(
-                    f"round {round_number} {route:<10} {figures['rps']:6.0f} purchases/s  "
-                    f"hold p50 {figures['hold_p50']:.2f} ms  p99 {figures['hold_p99']:.2f} ms"
-                )
+    try:
+        async with AsyncConnectionPool(database_url(), min_size=size, max_size=size, open=False) as pool:
+            bare, pooled = await hop_us(2000)
+            print(f"hop to an ORM thread and back: {bare:.0f} µs bare, {pooled:.0f} µs with a pooled connection")
+            for round_number in range(1, rounds + 1):
+                for route in ("orm-thread", "sql-thread", "async-sql"):
+                    await on_thread(reset_sale, sku=SKU, stock=purchases)
+                    figures = await run_route(route, strategy, purchases=purchases, tasks=tasks, pool=pool)
+                    print(
+                        f"round {round_number} {route:<10} {figures['rps']:6.0f} purchases/s  "
+                        f"hold p50 {figures['hold_p50']:.2f} ms  p99 {figures['hold_p99']:.2f} ms"
+                    )
+    finally:
+        await aclose_loop()  # the lock's connections are this loop's: closed before asyncio.run ends it
+        strategy.close()
 
 
 if __name__ == "__main__":

@@ -21,11 +21,15 @@ with static_files(writing=False):  # ServeStatic scans STATIC_ROOT here: not whi
 from django.conf import settings  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
-# A body past the cap is refused before Django's handler reads it all (shop/body_limit.py).
-application = BodyLimit(django_application, max_bytes=settings.REQUEST_BODY_MAX_BYTES)
-
-from inventory.async_purchase import loop_refusal  # noqa: E402
+from inventory.async_purchase import aclose_loop, loop_refusal  # noqa: E402
 from inventory.strategies import configured_name, strategy_class  # noqa: E402
+from shop.lifespan import Lifespan  # noqa: E402
+
+# A body past the cap is refused before Django's handler reads it all (shop/body_limit.py); the
+# worker's shutdown closes the connections its loop's purchases opened (shop/lifespan.py).
+application = Lifespan(
+    BodyLimit(django_application, max_bytes=settings.REQUEST_BODY_MAX_BYTES), on_shutdown=aclose_loop
+)
 
 _refusal = loop_refusal(strategy_class(configured_name(settings.INVENTORY)))
 if _refusal:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import threading
@@ -13,6 +14,7 @@ import redis
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
+from inventory.async_purchase import aclose_loop, apurchase
 from inventory.batched import combiners_of, shared_key
 from inventory.models import BurstRun, Order, Product
 from inventory.strategies import STRATEGIES, get_strategy, strategy_class
@@ -27,6 +29,19 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).control]
 #: The working strategies whose lock hands out a fencing token that the row's storage check compares.
 FENCED_STRATEGIES = [name for name in WORKING_STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
+
+
+def bought_on_a_loop(**kwargs):
+    """``apurchase(**kwargs)`` on a fresh event loop, as a uvicorn worker awaits it; the connections
+    it opened are closed before the loop ends (``aclose_loop``), as the worker's lifespan shutdown does."""
+
+    async def on_the_loop():
+        try:
+            return await apurchase(**kwargs)
+        finally:
+            await aclose_loop()
+
+    return asyncio.run(on_the_loop())
 
 
 def refusing_trigger(

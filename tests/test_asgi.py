@@ -293,3 +293,23 @@ def test_a_shopper_who_hangs_up_while_waiting_for_the_guard_gets_one_order(
     assert Product.objects.get(sku=SKU).stock == 3
     posts = [line for line in (tmp_path / "access.log").read_text().splitlines() if "POST" in line]
     assert len(posts) == 3, posts  # the hung-up purchase was never answered: Django cancelled its view
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_closes_its_loop_s_connections_at_shutdown(use_strategy, make_product, tmp_path):
+    """Seen by a helper (2026-12-05): Django's ASGI handler refuses the lifespan scope, so uvicorn ran
+    every worker without one ("ASGI 'lifespan' protocol appears unsupported") and nothing closed the
+    asyncio connections its loop's purchases had opened (the lock's, the shared queue's) before the
+    loop ended. The application answers the lifespan itself: at shutdown, after the last answer and
+    on the worker's loop, it awaits ``aclose_loop`` (tests/test_async_purchase.py shows what that
+    closes), and uvicorn logs the shutdown complete."""
+    use_strategy("redis")
+    make_product(SKU, stock=1, limit=1)
+    env = {"INVENTORY_BATCH": "4", "INVENTORY_QUEUE": "shared", "GUNICORN_LOGLEVEL": "info"}
+    with asgi_pod(tmp_path, "redis", sku=SKU, workers=1, **env) as base:
+        status, _, body = post(base, shopper=session_cookie(base))
+    log = (tmp_path / "gunicorn.log").read_text(errors="replace")
+    assert (status, body["outcome"]) == (201, "confirmed"), log[-3000:]
+    assert "protocol appears unsupported" not in log, log[-3000:]
+    assert "Application shutdown complete." in log, log[-3000:]

@@ -6,22 +6,31 @@ same sale (tests/test_matrix.py advances a forgotten fence from an ORM thread th
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import warnings
 from collections import Counter
 
 import pytest
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from inventory import async_purchase
 from inventory.async_purchase import apurchase, loop_refusal, on_thread
 from inventory.audit import audit
 from inventory.batched import combiners_of
 from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import prepare, purchase, reset_sale, section_of
-from inventory.strategies import get_strategy, load_strategy, strategy_class
-from tests.helpers import WORKING_STRATEGIES, purchases_queued, row_locked_elsewhere, waiting_for_a_row_lock_is
+from inventory.strategies import get_strategy, load_strategy, reset_strategy, strategy_class
+from tests.helpers import (
+    WORKING_STRATEGIES,
+    bought_on_a_loop,
+    purchases_queued,
+    row_locked_elsewhere,
+    waiting_for_a_row_lock_is,
+)
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +40,7 @@ ON_LOOP = [name for name in WORKING_STRATEGIES if not strategy_class(name).loop_
 
 def buy(**kwargs):
     """One purchase on a fresh event loop, as a uvicorn worker would await it."""
-    return asyncio.run(apurchase(**kwargs))
+    return bought_on_a_loop(**kwargs)
 
 
 @pytest.mark.parametrize("name", ON_LOOP)
@@ -306,3 +315,37 @@ def test_a_hold_cancelled_while_its_section_runs_on_is_refused_by_the_fence(
     else:
         assert results["a"].confirmed, results
         assert Order.objects.count() == 2  # one unit, two orders: the late write the fence refuses
+
+
+def unclosed(caught: list) -> list[str]:
+    """The ResourceWarnings among ``caught``: a connection or transport garbage-collected open."""
+    return [str(warning.message) for warning in caught if issubclass(warning.category, ResourceWarning)]
+
+
+@pytest.mark.parametrize(
+    "name, options", [("redis", {}), ("redlock", {}), ("atomic", {"BATCH": 4, "QUEUE": "shared"})], ids=str
+)
+def test_a_loop_closes_every_connection_its_purchases_opened(name, options, use_strategy, make_product, settings):
+    """Seen by a helper (2026-12-05): nothing closed the asyncio connections a loop's purchases
+    opened (the locks', a shared queue's client): a worker's loop that ended left them open, and a
+    strategy replaced while its loop ran dropped its own, open. Two loops, one after the other, as a
+    worker's: each buys, has its strategy replaced (a settings change) and buys again, then awaits
+    ``aclose_loop()`` (its lifespan's shutdown): no connection is ever collected open."""
+    use_strategy(name, OPTIONS={**settings.INVENTORY["OPTIONS"], **options})
+    make_product(stock=4, limit=1)
+
+    async def worker_s_loop(first: str, then: str) -> None:
+        assert (await apurchase(sku="phone-x", customer=first, quantity=1)).confirmed
+        reset_strategy()
+        gc.collect()
+        assert unclosed(caught) == [], "the replaced strategy's connections were collected open"
+        assert (await apurchase(sku="phone-x", customer=then, quantity=1)).confirmed
+        await async_purchase.aclose_loop()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(worker_s_loop("a", "b"))
+        asyncio.run(worker_s_loop("c", "d"))
+        gc.collect()
+    assert unclosed(caught) == []
+    assert Order.objects.count() == 4 and audit(sku="phone-x").ok

@@ -6,7 +6,6 @@ so the interleavings are exact, not left to the scheduler.
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
 import time
@@ -15,7 +14,6 @@ from typing import Callable
 import pytest
 from django.db import connection, transaction
 
-from inventory.async_purchase import apurchase
 from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.services import purchase
@@ -23,6 +21,7 @@ from inventory.strategies import load_strategy
 from inventory.strategies.redis import RedisLockStrategy
 from inventory.strategies.redlock import RedlockStrategy
 from inventory.strategies.section import checked_write, read_shelf
+from tests.helpers import bought_on_a_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -279,7 +278,7 @@ def test_a_holder_recovers_when_the_lock_service_forgot_its_counter(
     use_strategy(lock)
     product = make_product(stock=5)
     Product.objects.filter(pk=product.pk).update(fence=1_000_000)
-    buy = purchase if server == "wsgi" else lambda **kwargs: asyncio.run(apurchase(**kwargs))
+    buy = purchase if server == "wsgi" else bought_on_a_loop
     first = buy(sku="phone-x", customer="a", quantity=1)
     assert first.confirmed and (first.conflicts, first.retries) == (1, 1)
     assert first.fence > 1_000_000

@@ -243,7 +243,7 @@ def one_loop():
     strategy's asyncio clients across loops, which no worker does)."""
     import asyncio
 
-    from inventory.async_purchase import apurchase
+    from inventory.async_purchase import aclose_loop, apurchase
 
     loop = asyncio.new_event_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
@@ -251,6 +251,7 @@ def one_loop():
     try:
         yield lambda **kwargs: asyncio.run_coroutine_threadsafe(apurchase(**kwargs), loop).result(60)
     finally:
+        asyncio.run_coroutine_threadsafe(aclose_loop(), loop).result(10)  # as the worker's lifespan shutdown
         loop.call_soon_threadsafe(loop.stop)
         runner.join(10)
         loop.close()

@@ -34,7 +34,7 @@ from inventory.results import PurchaseResult, Timings
 from inventory.services import purchase
 from inventory.strategies import get_strategy, reset_strategy
 from inventory.strategies.contract import Outcome
-from tests.helpers import row_locked_elsewhere, run_threads
+from tests.helpers import bought_on_a_loop, row_locked_elsewhere, run_threads
 
 PROCESSES = 2
 THREADS = 12
@@ -135,7 +135,7 @@ def test_a_purchase_that_may_not_wait_is_sold_when_nobody_is_ahead(server, use_s
         "atomic", ACQUIRE_TIMEOUT_MS=0, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 4, "QUEUE": "shared"}
     )
     make_product("hot", stock=2, limit=1)
-    buy = functools.partial(purchase if server == "threads" else lambda **kw: asyncio.run(apurchase(**kw)), sku="hot")
+    buy = functools.partial(purchase if server == "threads" else bought_on_a_loop, sku="hot")
     assert buy(customer="a", quantity=1).confirmed and buy(customer="b", quantity=1).confirmed
     assert buy(customer="c", quantity=1).outcome is Outcome.SOLD_OUT
     assert Order.objects.count() == 2 and Product.objects.get(sku="hot").stock == 0

@@ -23,8 +23,8 @@ class RedisLockStrategy(FencedLockStrategy):
     def __init__(self, *, config: dict) -> None:
         super().__init__(config=config)
         self.client = redis.Redis.from_url(config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0)
-        # For ASGI's aguard. Connects nothing until used; the lock keeps its own connections per
-        # event loop, which close with the client.
+        # For ASGI's aguard. Its own pool is never used: the lock keeps its own connections, per
+        # event loop, and the loop's owner closes them before it ends (async_purchase.aclose_loop).
         self.async_client = redis.asyncio.Redis.from_url(
             config["REDIS_URL"], socket_timeout=2.0, socket_connect_timeout=2.0
         )

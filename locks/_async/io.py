@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import threading
 import weakref
 from collections import deque
 from typing import Callable, Sequence
@@ -37,7 +38,11 @@ Client = aioredis.Redis
 
 
 class NodeConnections:
-    """Idle asyncio connections to one node, per client and per event loop (see ``_connections.NodeConnections``)."""
+    """Idle asyncio connections to one node, per client and per event loop (see ``_connections.NodeConnections``).
+
+    A connection belongs to the loop that opened it (its streams wait on that loop's futures): each
+    loop takes and gives back only its own, kept in :data:`_loops`, and :func:`aclose_connections`
+    closes them on their loop."""
 
     _registry: "weakref.WeakKeyDictionary[aioredis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
 
@@ -51,8 +56,9 @@ class NodeConnections:
         connection_class = client.connection_pool.connection_class
         self._factory = lambda: connection_class(**kwargs)
         self.name = node_name(client)
-        self._idle: deque = deque()
-        self._loop = None
+        # (loop, its idle connections) of the last loop that used this node: one tuple, read and
+        # replaced whole, so a thread running another loop never takes from this one's.
+        self._here: tuple = (None, deque())
         # (connection, connect task, loop-time start) of a connect a round left unfinished.
         self.pending: tuple | None = None
 
@@ -62,6 +68,16 @@ class NodeConnections:
         if node is None:
             node = cls._registry[client] = cls(client)
         return node
+
+    def idle(self) -> deque:
+        """The running loop's idle connections to this node."""
+        loop = asyncio.get_running_loop()
+        here = self._here
+        if here[0] is not loop:
+            with _loops_lock:
+                here = (loop, _loops.setdefault(loop, {}).setdefault(self, deque()))
+            self._here = here
+        return here[1]
 
     async def take(self):
         """An idle connection of this loop, or a new one; one whose server went away is closed,
@@ -74,12 +90,8 @@ class NodeConnections:
     def take_unchecked(self):
         """:meth:`take` without the check: the caller checks with :func:`_went_away` (one ``poll``
         for every node of a round), then calls :meth:`went_away` for each that did."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._idle = deque()
-            self._loop = loop
         try:
-            return self._idle.pop()
+            return self.idle().pop()
         except IndexError:
             return self._factory()
 
@@ -89,16 +101,50 @@ class NodeConnections:
         await self.drop_idle()
 
     def fresh(self):
+        self.idle()  # registered on this loop: a connect it leaves pending is closed with the loop's
         return self._factory()
 
     def give(self, conn) -> None:
-        self._idle.append(conn)
+        self.idle().append(conn)
 
     async def drop_idle(self) -> None:
-        """Close every idle connection: the node reset one, so the others point at a dead process."""
-        idle, self._idle = self._idle, deque()
+        """Close every idle connection of this loop: the node reset one, so the others point at a dead process."""
+        loop, idle, emptied = asyncio.get_running_loop(), self.idle(), deque()
+        with _loops_lock:
+            _loops.setdefault(loop, {})[self] = emptied
+        self._here = (loop, emptied)
         while idle:  # pop, not iterate: another task may take from the old deque meanwhile
             await _disconnect(idle.pop())
+
+
+#: Every event loop's idle lock connections, per node. Kept by the loop, not by the node, so that
+#: those of a client dropped while its loop runs (a strategy replaced) are closed with the others.
+_loops: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[NodeConnections, deque]]" = (
+    weakref.WeakKeyDictionary()
+)
+_loops_lock = threading.Lock()
+
+
+async def aclose_connections() -> None:
+    """Close the lock connections the running loop keeps idle, every node's (a dropped client's
+    too), and a connect still pending on it. An asyncio connection cannot be closed once its loop
+    is: await this last on a loop that ends, when no lock is in use on it (an ASGI lifespan's
+    shutdown, the end of an ``asyncio.run``). A later acquire on this loop opens new ones."""
+    loop = asyncio.get_running_loop()
+    with _loops_lock:
+        nodes = _loops.pop(loop, {})
+    for node, idle in nodes.items():
+        if node._here[0] is loop:
+            node._here = (None, deque())
+        pending = node.pending
+        if pending is not None and pending[1].get_loop() is loop:
+            node.pending = None
+            pending[1].cancel()
+            await _disconnect(pending[0])
+        while idle:
+            await _disconnect(idle.pop())
+    # A transport closes its socket on the loop's next turn: give it that turn before returning.
+    await asyncio.sleep(0)
 
 
 def _quiet(conn) -> bool:

@@ -200,7 +200,7 @@ def test_async_a_read_ended_by_etimedout_is_a_node_failure_not_a_reply(cluster, 
         # The connections the next acquire takes; every node holds its reply back until each
         # connection is lost with ETIMEDOUT, then answers again (a Redlock's undo round after the
         # failed one must not wait out its node timeout).
-        conns = [NodeConnections.of(client)._idle[-1] for client in clients]
+        conns = [NodeConnections.of(client).idle()[-1] for client in clients]
         transports = [_redis_py.stream_of(conn)[1] for conn in conns]
         for node in nodes[:count]:
             node.pause()

@@ -15,7 +15,7 @@ import threading
 import redis
 import redis.asyncio as aioredis
 
-from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
+from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
 
 KINDS = ["sync", "asyncio"]
 
@@ -53,6 +53,7 @@ class Twin:
                 task.cancel()
             if pending:
                 self.loop.run_until_complete(asyncio.wait(pending))
+            self.loop.run_until_complete(aclose_connections())  # the locks' own connections are the loop's
             self.loop.close()
 
     def spawn(self, body) -> threading.Thread:

@@ -55,7 +55,7 @@ from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.options import check_output
 from loadtests.zookeeper_bench import zookeeper_rows
-from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock
+from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
 from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
@@ -365,6 +365,7 @@ class Command(BaseCommand):
         finally:
             if manager is not None:
                 loop.run_until_complete(manager.destroy())
+            loop.run_until_complete(aclose_connections())  # the twins' own connections, on their loop
             for client in async_clients:
                 loop.run_until_complete(client.aclose())
             loop.close()

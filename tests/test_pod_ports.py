@@ -64,9 +64,11 @@ def test_a_client_connections_source_port_keeps_a_killed_servers_port_from_it():
 
 
 @pytest.fixture
-def row(tmp_path, make_product):
+def row(tmp_path, make_product, request):
+    """A row of one pod; ``indirect`` param: its balancer (``none``, ``haproxy``)."""
     make_product(SKU, stock=1)
-    plan = BurstPlan(requests=8, stock=1, sku=SKU, pods=1, workers=1, threads=1, pool_max_size=1)
+    balancer = getattr(request, "param", "none")
+    plan = BurstPlan(requests=8, stock=1, sku=SKU, pods=1, workers=1, threads=1, pool_max_size=1, balancer=balancer)
     started = Row(backend="db", plan=plan, run_dir=tmp_path, scratch=tmp_path)
     yield started
     started.stop()
@@ -80,6 +82,23 @@ def test_a_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(row)
     stranger = take(port)  # the moment between the choice and gunicorn's bind, held open
     try:
         assert stranger is None, f"another process took port {port} after the runner chose it for the pod"
+        row.start_pods()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        if stranger is not None:
+            stranger.close()
+
+
+@pytest.mark.slow  # starts a pod and HAProxy: make test runs it
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("row", ["haproxy"], indirect=True)
+def test_the_balancers_port_cannot_be_taken_between_its_choice_and_haproxys_start(row):
+    row.reserve_ports()  # Locust is told the balancer's address while the pods boot
+    port = row.balancer_port
+    stranger = take(port)  # the moment between the choice and HAProxy's bind, held open
+    try:
+        assert stranger is None, f"another process took port {port} after the runner chose it for the balancer"
         row.start_pods()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
             assert answer.status == 200

@@ -64,10 +64,11 @@ def database_url() -> str:
 
 
 def server_environment(
-    *, backend: str, port: int, plan: BurstPlan, access_log: Path, overrides: dict[str, str] | None = None
+    *, backend: str, plan: BurstPlan, access_log: Path, overrides: dict[str, str] | None = None
 ) -> dict[str, str]:
     """One pod's environment: this process's services, the strategy, the sizing of its workers;
-    ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off)."""
+    ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off). Where it
+    listens :func:`start_gunicorn` adds."""
     inventory = settings.INVENTORY
     env = {
         k: v
@@ -90,7 +91,6 @@ def server_environment(
         ACQUIRE_TIMEOUT_MS=str(inventory["ACQUIRE_TIMEOUT_MS"]),
         # The floor touches no strategy; any valid one lets the shop start.
         INVENTORY_STRATEGY="db" if backend == FLOOR else backend,
-        GUNICORN_BIND=f"127.0.0.1:{port}",
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),
         # Every prepared shopper's connection stays open through preparation and countdown.
@@ -109,6 +109,31 @@ def server_environment(
 def pod_backlog(plan: BurstPlan) -> int:
     """A pod's listen queue: every shopper of the spike may connect at once."""
     return max(2048, plan.requests)
+
+
+def start_gunicorn(
+    name: str, sock: socket.socket, *, env: dict[str, str], log_path: Path, nice: int = 0, append: bool = False
+) -> Child:
+    """A pod's gunicorn (``env``: :func:`server_environment`'s), started on ``sock``, a socket
+    listening since its port was chosen (:func:`processes.children.listening_socket`): gunicorn
+    inherits it (``GUNICORN_BIND=fd://N``), so no other process can take the port between its
+    choice and gunicorn's start. This process's copy is closed once gunicorn has started (or failed
+    to): a pod stopped later lets go of its port, as a dead server does."""
+    try:
+        child = Child(
+            name,
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=settings.BASE_DIR,
+            env={**env, "GUNICORN_BIND": f"fd://{sock.fileno()}"},
+            log_path=log_path,
+            nice=nice,
+            append=append,
+            pass_fds=(sock.fileno(),),
+        )
+        child.start()
+    finally:
+        sock.close()
+    return child
 
 
 #: Left in the collected folder by a collect: the fingerprint of the sources it collected.
@@ -286,31 +311,18 @@ class Row:
         if sock is None:
             sock = self.rebind(pod)
         env = server_environment(
-            backend=self.backend,
-            port=self.ports[pod],
-            plan=self.plan,
-            access_log=self.access_log(pod),
-            overrides=self.env,
+            backend=self.backend, plan=self.plan, access_log=self.access_log(pod), overrides=self.env
         )
-        env["GUNICORN_BIND"] = f"fd://{sock.fileno()}"
-        child = Child(
+        if pod < len(self.sockets):
+            self.sockets[pod] = None  # start_gunicorn closes this process's copy
+        return start_gunicorn(
             f"gunicorn pod {pod}",
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-            cwd=settings.BASE_DIR,
+            sock,
             env=env,
             log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
             nice=POD_NICE,
             append=True,
-            pass_fds=(sock.fileno(),),
         )
-        try:
-            child.start()
-        finally:
-            # The child has its own copy: a pod killed later lets go of its port, as a dead server does.
-            sock.close()
-            if pod < len(self.sockets):
-                self.sockets[pod] = None
-        return child
 
     def rebind(self, pod: int) -> socket.socket:
         """Pod ``pod``'s port listening again, for its start after a kill."""

@@ -4,6 +4,7 @@ and the balancer and Locust never talk to a stranger on it. Real gunicorn, real 
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import urllib.request
@@ -13,7 +14,8 @@ import pytest
 from loadtests import pods
 from loadtests.plan import BurstPlan
 from loadtests.pods import RestartablePod, Row
-from processes.children import ChildError, ephemeral_ports, free_port, listening_socket
+from processes.children import Child, ChildError, ephemeral_ports, free_port, listening_socket
+from tests.helpers import pod
 
 SKU = "pod-port"
 
@@ -126,4 +128,40 @@ def test_a_killed_pod_whose_port_was_taken_meanwhile_is_not_started_on_it(row, m
         stranger.close()
     pod.start()  # the port free again: the pod takes it, past the killed one's connections in TIME_WAIT
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
+        assert answer.status == 200
+
+
+def serving_port(child: Child) -> int:
+    """The port a gunicorn about to start will serve: its inherited socket's (``fd://N``), or the
+    one it will bind itself (``host:port``)."""
+    bind = child.env["GUNICORN_BIND"]
+    if bind.startswith("fd://"):
+        with socket.socket(fileno=os.dup(int(bind.removeprefix("fd://")))) as sock:
+            return sock.getsockname()[1]
+    return int(bind.rsplit(":", 1)[1])
+
+
+@pytest.mark.slow  # starts a pod: make test runs it
+@pytest.mark.django_db(transaction=True)
+def test_the_tests_own_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(
+    tmp_path, make_product, monkeypatch
+):
+    """The pods the tests start themselves (``tests/helpers.py``'s ``pod``) hold their port as a
+    burst's do: another process tries to take it just before the pod's gunicorn starts."""
+    make_product(SKU, stock=1)
+    start = Child.start
+
+    def start_once_a_stranger_tried(child: Child) -> None:
+        port = serving_port(child)
+        stranger = take(port)  # the moment between the choice and gunicorn's bind
+        if stranger is not None:
+            stranger.close()
+        assert stranger is None, f"another process took port {port} after the test's pod chose it"
+        start(child)
+
+    monkeypatch.setattr(Child, "start", start_once_a_stranger_tried)
+    with (
+        pod(tmp_path, "db", sku=SKU, server="wsgi", workers=1, threads=1, pool=1) as base,
+        urllib.request.urlopen(f"{base}/api/products/{SKU}", timeout=5) as answer,
+    ):
         assert answer.status == 200

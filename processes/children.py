@@ -55,14 +55,6 @@ def run_time_ports() -> list[int]:
     return ports[start:] + ports[:start]
 
 
-def free_port() -> int:
-    """A port free now, of :func:`run_time_ports`. Another process may take it before the caller
-    binds it: a server that can inherit its socket gets :func:`listening_socket` instead."""
-    sock = listening_socket(backlog=1)
-    with sock:
-        return sock.getsockname()[1]
-
-
 def listening_socket(port: int = 0, *, backlog: int) -> socket.socket:
     """A TCP socket listening on 127.0.0.1:``port`` (0: a free one of :func:`run_time_ports`),
     inheritable, for a child server to take over (gunicorn's ``--bind fd://N``): the port is held

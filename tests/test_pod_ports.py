@@ -65,6 +65,23 @@ def test_a_client_connections_source_port_keeps_a_killed_servers_port_from_it():
         listening_socket(port, backlog=1).close()
 
 
+def test_a_connection_made_before_the_server_took_its_socket_does_not_keep_the_port_from_it_later():
+    """Seen in 3 of 21 runs of the kill-pod test below (``port … was still held after the pod was killed``,
+    ``ss``: the pod's side of a connection in TIME_WAIT): a readiness poll connects while the pod
+    boots, to the runner's listening socket; the connection is made from that socket as it is then,
+    before gunicorn sets SO_REUSEADDR on it, and when the pod hangs up first its side waits in
+    TIME_WAIT for a minute, keeping every later bind of the port from it, SO_REUSEADDR or not."""
+    server = listening_socket(backlog=1)
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))  # queued before the server takes the socket
+    accepted, _ = server.accept()
+    accepted.close()  # the server answers and hangs up first (Connection: close)
+    client.close()
+    time.sleep(0.1)  # the server's side of the connection is in TIME_WAIT
+    server.close()  # the server dies (kill-pod)
+    listening_socket(port, backlog=1).close()  # started again on its port
+
+
 @pytest.fixture
 def row(tmp_path, make_product, request):
     """A row of one pod; ``indirect`` param: its balancer (``none``, ``haproxy``)."""

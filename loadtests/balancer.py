@@ -31,6 +31,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 from processes.children import Child
@@ -67,9 +68,16 @@ def haproxy_binary() -> str:
     return found
 
 
+def frontend_maxconn(connections: int) -> int:
+    """HAProxy's ``maxconn`` for ``connections`` clients at once, and the listen backlog of the socket
+    it inherits: HAProxy would listen with its frontend's ``maxconn``, but keeps the backlog of a
+    socket that already listens."""
+    return connections + 64
+
+
 def haproxy_config(
     *,
-    port: int,
+    bind: str,
     pods: list[int],
     health_path: str,
     connections: int,
@@ -78,7 +86,10 @@ def haproxy_config(
     queue_s: float = QUEUE_TIMEOUT_S,
     server_s: float = SERVER_TIMEOUT_S,
 ) -> str:
-    """HAProxy's configuration: ``port`` in front of the pods on ``pods`` (127.0.0.1).
+    """HAProxy's configuration: listening on ``bind`` in front of the pods on ``pods`` (127.0.0.1).
+
+    ``bind``: ``fd@N``, a listening socket HAProxy inherits open as file descriptor N (a burst row's,
+    :func:`start_haproxy`'s ``listening``), or an address such as ``127.0.0.1:8080`` it binds itself.
 
     ``connections``: client connections at once; ``per_pod``: requests one pod serves at a time;
     ``idle_s``: how long a client connection may stay idle (preparing, countdown); ``queue_s``:
@@ -92,7 +103,7 @@ def haproxy_config(
     )
     servers = "\n".join(f"    server pod{i} 127.0.0.1:{pod}" for i, pod in enumerate(pods))
     return f"""global
-    maxconn {connections + 64}
+    maxconn {frontend_maxconn(connections)}
 
 defaults
     mode http
@@ -110,8 +121,8 @@ defaults
     http-error {busy}
 
 frontend shop
-    bind 127.0.0.1:{port}
-    maxconn {connections + 64}
+    bind {bind}
+    maxconn {frontend_maxconn(connections)}
     http-request return {busy} if {{ nbsrv(pods) lt 1 }}
     default_backend pods
 
@@ -125,25 +136,45 @@ backend pods
 """
 
 
-def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path) -> Child:
-    """Check ``config`` with ``haproxy -c`` and start HAProxy in the foreground with it."""
-    path = run_dir / f"{name}-haproxy.cfg"
-    path.write_text(config)
-    binary = haproxy_binary()
-    check = Child(
-        f"{name} haproxy -c",
-        [binary, "-c", "-q", "-f", str(path)],
-        cwd=cwd,
-        env={},
-        log_path=run_dir / f"{name}-haproxy-check.log",
-    )
-    check.start()
-    if check.process.wait(30) != 0:
+def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path, listening: socket.socket | None = None) -> Child:
+    """Check ``config`` with ``haproxy -c`` and start HAProxy in the foreground with it.
+
+    ``listening``: the socket ``config`` binds as ``fd@N``, listening since its port was chosen
+    (:func:`processes.children.listening_socket`); the check and HAProxy get it open under the same
+    number (the check reads its address: without it ``haproxy -c`` refuses the line). HAProxy takes
+    it over as it is, backlog included (:func:`frontend_maxconn`), so no other process can take the
+    port between its choice and HAProxy's start, and connections made meanwhile wait in its queue.
+    ``-db`` keeps HAProxy one process in the foreground (no daemon, no master-worker fork). This
+    process's copy is closed once HAProxy has started (or failed to): the port is HAProxy's alone.
+    """
+    pass_fds = (listening.fileno(),) if listening is not None else ()
+    try:
+        path = run_dir / f"{name}-haproxy.cfg"
+        path.write_text(config)
+        binary = haproxy_binary()
+        check = Child(
+            f"{name} haproxy -c",
+            [binary, "-c", "-q", "-f", str(path)],
+            cwd=cwd,
+            env={},
+            log_path=run_dir / f"{name}-haproxy-check.log",
+            pass_fds=pass_fds,
+        )
+        check.start()
+        if check.process.wait(30) != 0:
+            check.stop()
+            raise BalancerError(f"haproxy refused {path}: {check.log_tail()}")
         check.stop()
-        raise BalancerError(f"haproxy refused {path}: {check.log_tail()}")
-    check.stop()
-    haproxy = Child(
-        "haproxy", [binary, "-db", "-f", str(path)], cwd=cwd, env={}, log_path=run_dir / f"{name}-haproxy.log"
-    )
-    haproxy.start()
-    return haproxy
+        haproxy = Child(
+            "haproxy",
+            [binary, "-db", "-f", str(path)],
+            cwd=cwd,
+            env={},
+            log_path=run_dir / f"{name}-haproxy.log",
+            pass_fds=pass_fds,
+        )
+        haproxy.start()
+        return haproxy
+    finally:
+        if listening is not None:
+            listening.close()

@@ -27,11 +27,11 @@ from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.db import connection
 
 from inventory.strategies import strategy_class
-from processes.children import Child, ChildError, free_port, listening_socket, stop_all, wait_until_answers
+from processes.children import Child, ChildError, listening_socket, stop_all, wait_until_answers
 from shop.settings import STATIC_ROOT as SHOP_STATIC_ROOT  # where the collect subprocess writes
 from shop.static_lock import static_files
 
-from .balancer import BalancerError, haproxy_config, start_haproxy
+from .balancer import BalancerError, frontend_maxconn, haproxy_config, start_haproxy
 from .plan import FLOOR, BurstError, BurstPlan
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -64,10 +64,11 @@ def database_url() -> str:
 
 
 def server_environment(
-    *, backend: str, port: int, plan: BurstPlan, access_log: Path, overrides: dict[str, str] | None = None
+    *, backend: str, plan: BurstPlan, access_log: Path, overrides: dict[str, str] | None = None
 ) -> dict[str, str]:
     """One pod's environment: this process's services, the strategy, the sizing of its workers;
-    ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off)."""
+    ``overrides`` last (a fault's private Redis, its shorter lease, the storage check off). Where it
+    listens :func:`start_gunicorn` adds."""
     inventory = settings.INVENTORY
     env = {
         k: v
@@ -90,7 +91,6 @@ def server_environment(
         ACQUIRE_TIMEOUT_MS=str(inventory["ACQUIRE_TIMEOUT_MS"]),
         # The floor touches no strategy; any valid one lets the shop start.
         INVENTORY_STRATEGY="db" if backend == FLOOR else backend,
-        GUNICORN_BIND=f"127.0.0.1:{port}",
         GUNICORN_WORKERS=str(plan.workers),
         GUNICORN_THREADS=str(plan.threads),
         # Every prepared shopper's connection stays open through preparation and countdown.
@@ -109,6 +109,31 @@ def server_environment(
 def pod_backlog(plan: BurstPlan) -> int:
     """A pod's listen queue: every shopper of the spike may connect at once."""
     return max(2048, plan.requests)
+
+
+def start_gunicorn(
+    name: str, sock: socket.socket, *, env: dict[str, str], log_path: Path, nice: int = 0, append: bool = False
+) -> Child:
+    """A pod's gunicorn (``env``: :func:`server_environment`'s), started on ``sock``, a socket
+    listening since its port was chosen (:func:`processes.children.listening_socket`): gunicorn
+    inherits it (``GUNICORN_BIND=fd://N``), so no other process can take the port between its
+    choice and gunicorn's start. This process's copy is closed once gunicorn has started (or failed
+    to): a pod stopped later lets go of its port, as a dead server does."""
+    try:
+        child = Child(
+            name,
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=settings.BASE_DIR,
+            env={**env, "GUNICORN_BIND": f"fd://{sock.fileno()}"},
+            log_path=log_path,
+            nice=nice,
+            append=append,
+            pass_fds=(sock.fileno(),),
+        )
+        child.start()
+    finally:
+        sock.close()
+    return child
 
 
 #: Left in the collected folder by a collect: the fingerprint of the sources it collected.
@@ -238,6 +263,8 @@ class Row:
         self.sockets: list[socket.socket | None] = []
         self.balancer: Child | None = None
         self.balancer_port: int | None = None
+        # The balancer's listening socket from the choice of its port until HAProxy has it.
+        self.balancer_socket: socket.socket | None = None
         self.master: Child | None = None
         self.workers: list[Child] = []
         self.summary_path = scratch / "summary.json"
@@ -251,13 +278,15 @@ class Row:
     def reserve_ports(self) -> None:
         """The pods' (and the balancer's) ports, chosen before anything starts: Locust is started
         with them while the pods boot, and waits for :meth:`go` before it prepares any shopper.
-        Each pod's port is a socket listening from now on, which its gunicorn takes over: no other
-        process can take the port meanwhile, and what answers there is the pod."""
+        Each port is a socket listening from now on, which its pod's gunicorn (the balancer's
+        HAProxy) takes over: no other process can take the port meanwhile, and what answers there
+        is the pod (the balancer)."""
         self.close_sockets()
         self.sockets = [listening_socket(backlog=pod_backlog(self.plan)) for _ in range(self.plan.pods)]
         self.ports = [sock.getsockname()[1] for sock in self.sockets]
         if self.plan.balancer == "haproxy":
-            self.balancer_port = free_port()
+            self.balancer_socket = listening_socket(backlog=frontend_maxconn(self.balancer_connections))
+            self.balancer_port = self.balancer_socket.getsockname()[1]
 
     def go(self) -> None:
         """The pods are up and warm: the Locust master may hand out the shares (``--wait-for``)."""
@@ -282,31 +311,18 @@ class Row:
         if sock is None:
             sock = self.rebind(pod)
         env = server_environment(
-            backend=self.backend,
-            port=self.ports[pod],
-            plan=self.plan,
-            access_log=self.access_log(pod),
-            overrides=self.env,
+            backend=self.backend, plan=self.plan, access_log=self.access_log(pod), overrides=self.env
         )
-        env["GUNICORN_BIND"] = f"fd://{sock.fileno()}"
-        child = Child(
+        if pod < len(self.sockets):
+            self.sockets[pod] = None  # start_gunicorn closes this process's copy
+        return start_gunicorn(
             f"gunicorn pod {pod}",
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-            cwd=settings.BASE_DIR,
+            sock,
             env=env,
             log_path=self.run_dir / f"{self.backend}-pod{pod}-gunicorn.log",
             nice=POD_NICE,
             append=True,
-            pass_fds=(sock.fileno(),),
         )
-        try:
-            child.start()
-        finally:
-            # The child has its own copy: a pod killed later lets go of its port, as a dead server does.
-            sock.close()
-            if pod < len(self.sockets):
-                self.sockets[pod] = None
-        return child
 
     def rebind(self, pod: int) -> socket.socket:
         """Pod ``pod``'s port listening again, for its start after a kill."""
@@ -324,11 +340,12 @@ class Row:
             time.sleep(0.02)
 
     def close_sockets(self) -> None:
-        """Let go of the ports of pods that never started."""
-        for sock in self.sockets:
+        """Let go of the ports of pods (and a balancer) that never started."""
+        for sock in [*self.sockets, self.balancer_socket]:
             if sock is not None:
                 sock.close()
         self.sockets = []
+        self.balancer_socket = None
 
     def wait_for_pod(self, pod: int) -> None:
         wait_until_answers(self.pods[pod], f"http://127.0.0.1:{self.ports[pod]}{self.health_path}")
@@ -337,19 +354,29 @@ class Row:
     def health_path(self) -> str:
         return f"/api/products/{self.plan.sku}"
 
+    @property
+    def balancer_connections(self) -> int:
+        """Client connections the balancer takes at once: every shopper's, and a few more."""
+        return (self.plan.requests if self.plan.scenario == "spike" else self.plan.users) + 16
+
     def start_balancer(self) -> None:
+        """HAProxy in front of the pods, on the socket :meth:`reserve_ports` listens on (``bind fd@N``)."""
         plan = self.plan
-        self.balancer_port = self.balancer_port or free_port()
+        if self.balancer_socket is None:
+            raise BurstError("the balancer's port was not reserved (reserve_ports), or HAProxy was started already")
+        sock, self.balancer_socket = self.balancer_socket, None
         config = haproxy_config(
-            port=self.balancer_port,
+            bind=f"fd@{sock.fileno()}",
             pods=self.ports,
             health_path=self.health_path,
-            connections=(plan.requests if plan.scenario == "spike" else plan.users) + 16,
+            connections=self.balancer_connections,
             per_pod=plan.workers * plan.threads * HAPROXY_POD_QUEUE,
             idle_s=keepalive_s(plan),
         )
         try:
-            self.balancer = start_haproxy(config=config, run_dir=self.run_dir, name=self.backend, cwd=settings.BASE_DIR)
+            self.balancer = start_haproxy(
+                config=config, run_dir=self.run_dir, name=self.backend, cwd=settings.BASE_DIR, listening=sock
+            )
         except BalancerError as exc:
             raise BurstError(str(exc)) from exc
         wait_until_answers(self.balancer, f"{self.hosts[0]}{self.health_path}")

@@ -55,33 +55,30 @@ def run_time_ports() -> list[int]:
     return ports[start:] + ports[:start]
 
 
-def free_port() -> int:
-    """A port free now, of :func:`run_time_ports`. Another process may take it before the caller
-    binds it: a server that can inherit its socket gets :func:`listening_socket` instead."""
-    sock = listening_socket(backlog=1)
-    with sock:
-        return sock.getsockname()[1]
-
-
 def listening_socket(port: int = 0, *, backlog: int) -> socket.socket:
     """A TCP socket listening on 127.0.0.1:``port`` (0: a free one of :func:`run_time_ports`),
     inheritable, for a child server to take over (gunicorn's ``--bind fd://N``): the port is held
     from the moment it is chosen, with no window in which another process can take it. ``listen``
     here, with the server's backlog: gunicorn does not listen again on a socket that already
-    listens. OSError if ``port`` is taken; ChildError if every run-time port is."""
+    listens. OSError if ``port`` is taken; ChildError if every run-time port is.
+
+    SO_REUSEADDR from the start, before ``listen``: a connection made while the server boots (a
+    readiness poll) is made from the socket as it is then, and its side, in TIME_WAIT once the
+    server hangs up first, would keep the port from a bind after the server's death for a minute
+    (kill-pod's) unless it has the option too; the server setting it later (gunicorn does) is too
+    late for that connection."""
     if port:
-        return _listen(port, backlog=backlog, reuse=True)  # a port a killed server left: its connections in TIME_WAIT
+        return _listen(port, backlog=backlog)  # a port a killed server left: its connections in TIME_WAIT
     for candidate in run_time_ports():
         with contextlib.suppress(OSError):
-            return _listen(candidate, backlog=backlog, reuse=False)
+            return _listen(candidate, backlog=backlog)
     raise ChildError(f"every port of {RUN_TIME_PORTS.start}-{RUN_TIME_PORTS.stop - 1} is taken")
 
 
-def _listen(port: int, *, backlog: int, reuse: bool) -> socket.socket:
+def _listen(port: int, *, backlog: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        if reuse:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         sock.listen(backlog)
     except OSError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
 from io import StringIO
 from pathlib import Path
@@ -20,10 +19,8 @@ from inventory.models import BurstRun, Order, Product
 from inventory.strategies import STRATEGIES, get_strategy, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
 from loadtests.plan import BurstPlan
-from loadtests.pods import server_environment
-from processes.children import Child, free_port, wait_until_answers
-
-ROOT = Path(__file__).resolve().parent.parent
+from loadtests.pods import pod_backlog, server_environment, start_gunicorn
+from processes.children import listening_socket, wait_until_answers
 
 #: Every strategy that must work; the controls (``local``, ``unsafe``) are tested for failing.
 WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).control]
@@ -97,26 +94,18 @@ def pod(
     **env: str,
 ):
     """A pod (gunicorn: gthread workers for ``server="wsgi"``, uvicorn workers for ``"asgi"``) serving
-    ``strategy`` on a free port, answering for ``sku`` once up, every purchase answer saying where its
-    view ran; yields its base URL."""
-    port = free_port()
+    ``strategy`` on a port of its own (a socket listening from its choice on, which gunicorn inherits,
+    as a burst's pod does: :func:`loadtests.pods.start_gunicorn`), answering for ``sku`` once up,
+    every purchase answer saying where its view ran; yields its base URL."""
     plan = BurstPlan(
         requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server=server
     )
-    child = Child(
-        f"gunicorn ({server})",
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-        cwd=ROOT,
-        env=server_environment(
-            backend=strategy,
-            port=port,
-            plan=plan,
-            access_log=tmp_path / "access.log",
-            overrides={"SHOP_SERVED_ON_HEADER": "1", **env},
-        ),
-        log_path=tmp_path / "gunicorn.log",
+    environment = server_environment(
+        backend=strategy, plan=plan, access_log=tmp_path / "access.log", overrides={"SHOP_SERVED_ON_HEADER": "1", **env}
     )
-    child.start()
+    sock = listening_socket(backlog=pod_backlog(plan))
+    port = sock.getsockname()[1]
+    child = start_gunicorn(f"gunicorn ({server})", sock, env=environment, log_path=tmp_path / "gunicorn.log")
     try:
         wait_until_answers(child, f"http://127.0.0.1:{port}/api/products/{sku}")
         yield f"http://127.0.0.1:{port}"

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, haproxy_config, start_haproxy
+from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, frontend_maxconn, haproxy_config, start_haproxy
 from loadtests.connection import NETWORK_TIMEOUT_S
-from processes.children import free_port
+from processes.children import listening_socket
 
 #: Slow lane: HAProxy and pods of its own.
 pytestmark = pytest.mark.slow
@@ -22,15 +22,18 @@ pytestmark = pytest.mark.slow
 HEALTH = "/api/products/x"
 
 
-def config(port: int, pods: list[int], per_pod: int = 2, **timeouts) -> str:
+CONNECTIONS = 100
+
+
+def config(bind: str, pods: list[int], per_pod: int = 2, **timeouts) -> str:
     return haproxy_config(
-        port=port, pods=pods, health_path=HEALTH, connections=100, per_pod=per_pod, idle_s=30, **timeouts
+        bind=bind, pods=pods, health_path=HEALTH, connections=CONNECTIONS, per_pod=per_pod, idle_s=30, **timeouts
     )
 
 
 def burst_config() -> str:
     """The configuration a burst row's balancer gets (loadtests/pods.py), for 5,000 shoppers."""
-    return haproxy_config(port=1, pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
+    return haproxy_config(bind="fd@3", pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
 
 
 def seconds(config: str, name: str) -> float:
@@ -72,7 +75,7 @@ class Pod(BaseHTTPRequestHandler):
 @pytest.fixture
 def dead_port():
     """A port where nothing answers for the whole test: bound, never listening, so a connection is
-    refused. A port that was merely free (``free_port``) can be taken meanwhile: seen in a fresh
+    refused. A port that was merely free when chosen can be taken meanwhile: seen in a fresh
     clone's full run, where the no-pod test got a 200 from whatever listened there 1.5 s later."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -84,16 +87,16 @@ def balancer(tmp_path):
     started = []
 
     def start(pods: list[int], **sizing):
-        port = free_port()
-        child = start_haproxy(config=config(port, pods, **sizing), run_dir=tmp_path, name="t", cwd=tmp_path)
+        """HAProxy on a socket listening from its choice on (``bind fd@N``), as a burst row's balancer."""
+        sock = listening_socket(backlog=frontend_maxconn(CONNECTIONS))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        haproxy = config(f"fd@{sock.fileno()}", pods, **sizing)
+        child = start_haproxy(config=haproxy, run_dir=tmp_path, name="t", cwd=tmp_path, listening=sock)
         started.append(child)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    return f"http://127.0.0.1:{port}"
-            time.sleep(0.05)
-        pytest.fail(f"haproxy did not listen: {child.log_tail()}")
+        # The port listens already: an answer, whatever its status, says HAProxy has taken it over.
+        status, _, _ = get(url + HEALTH)
+        assert child.running() and status in {200, 503}, f"haproxy did not answer ({status}): {child.log_tail()}"
+        return url
 
     yield start
     for child in started:

@@ -13,7 +13,6 @@ the pool and its timeout mean what they mean under gunicorn's threads.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,12 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from django.conf import settings
 
 from inventory.models import Order, Product
-from loadtests.plan import BurstPlan
-from loadtests.pods import database_url, server_environment
-from processes.children import Child, free_port, wait_until_answers
+from loadtests.pods import database_url
+from tests.helpers import pod
 
 pytestmark = pytest.mark.slow
 
@@ -56,31 +53,18 @@ def buy(base: str) -> tuple[int, str | None, dict]:
 @pytest.mark.parametrize("server", ["wsgi", "asgi"])
 def test_more_buyers_than_connections_get_503_not_500(server, make_product, tmp_path):
     make_product(SKU, stock=10)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    plan = BurstPlan(
-        requests=BUYERS, stock=10, workers=1, threads=BUYERS, pool_max_size=POOL, pool_timeout_s=0.5, server=server
-    )
-    server = Child(
-        "gunicorn",
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
-        cwd=settings.BASE_DIR,
-        env=server_environment(backend="db", port=port, plan=plan, access_log=tmp_path / "access.log"),
-        log_path=tmp_path / "gunicorn.log",
-    )
-    server.start()
-    try:
-        wait_until_answers(server, f"{base}/api/products/{SKU}")
-        with psycopg.connect(database_url()) as holder:
-            holder.execute("SELECT id FROM inventory_product WHERE sku = %s FOR UPDATE", [SKU])
-            with ThreadPoolExecutor(BUYERS) as threads:
-                answers = [threads.submit(buy, base) for _ in range(BUYERS)]
-                time.sleep(2.0)  # four pool timeouts: every buyer without a connection has been answered
-                assert Order.objects.filter(product__sku=SKU).count() == 0  # the row lock held everyone off
-                holder.commit()
-                answers = [answer.result() for answer in answers]
-    finally:
-        server.stop()
+    # The pool's timeout is the pod's 0.5 s; its port a socket it inherits (tests/helpers.py).
+    with (
+        pod(tmp_path, "db", sku=SKU, server=server, workers=1, threads=BUYERS, pool=POOL) as base,
+        psycopg.connect(database_url()) as holder,
+    ):
+        holder.execute("SELECT id FROM inventory_product WHERE sku = %s FOR UPDATE", [SKU])
+        with ThreadPoolExecutor(BUYERS) as threads:
+            answers = [threads.submit(buy, base) for _ in range(BUYERS)]
+            time.sleep(2.0)  # four pool timeouts: every buyer without a connection has been answered
+            assert Order.objects.filter(product__sku=SKU).count() == 0  # the row lock held everyone off
+            holder.commit()
+            answers = [answer.result() for answer in answers]
 
     statuses = sorted(status for status, _, _ in answers)
     assert set(statuses) <= {201, 503}, statuses

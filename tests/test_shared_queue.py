@@ -345,7 +345,7 @@ def test_flashsale_runs_a_batched_row_per_queue_and_tells_its_pods(tmp_path):
         ("db", 64, "shared"),
     ]
     plan = row_plan(BurstPlan(scenario="deep", requests=100, stock=100), 64, BatchLayout(2, 25), "shared")
-    env = server_environment(backend="db", port=8000, plan=plan, access_log=tmp_path / "access.log")
+    env = server_environment(backend="db", plan=plan, access_log=tmp_path / "access.log")
     assert (env["INVENTORY_BATCH"], env["INVENTORY_QUEUE"]) == ("64", "shared")
     assert (env["GUNICORN_WORKERS"], plan.threads) == ("2", 25)  # the batched rows' layout
 

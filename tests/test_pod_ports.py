@@ -93,31 +93,16 @@ def row(tmp_path, make_product, request):
     started.stop()
 
 
-@pytest.mark.slow  # starts a pod: make test runs it
+@pytest.mark.slow  # starts a pod (and HAProxy): make test runs it
 @pytest.mark.django_db(transaction=True)
-def test_a_pods_port_cannot_be_taken_between_its_choice_and_gunicorns_start(row):
-    row.reserve_ports()  # Locust is started with these while the pods boot
-    [port] = row.ports
-    stranger = take(port)  # the moment between the choice and gunicorn's bind, held open
+@pytest.mark.parametrize(("row", "server"), [("none", "pod"), ("haproxy", "balancer")], indirect=["row"])
+def test_a_servers_port_cannot_be_taken_between_its_choice_and_its_start(row, server):
+    """The pod's port, and the balancer's in front of it: Locust is told them while the pods boot."""
+    row.reserve_ports()
+    port = row.ports[0] if server == "pod" else row.balancer_port
+    stranger = take(port)  # the moment between the choice and the server's bind, held open
     try:
-        assert stranger is None, f"another process took port {port} after the runner chose it for the pod"
-        row.start_pods()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
-            assert answer.status == 200
-    finally:
-        if stranger is not None:
-            stranger.close()
-
-
-@pytest.mark.slow  # starts a pod and HAProxy: make test runs it
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("row", ["haproxy"], indirect=True)
-def test_the_balancers_port_cannot_be_taken_between_its_choice_and_haproxys_start(row):
-    row.reserve_ports()  # Locust is told the balancer's address while the pods boot
-    port = row.balancer_port
-    stranger = take(port)  # the moment between the choice and HAProxy's bind, held open
-    try:
-        assert stranger is None, f"another process took port {port} after the runner chose it for the balancer"
+        assert stranger is None, f"another process took port {port} after the runner chose it for the {server}"
         row.start_pods()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/products/{SKU}", timeout=5) as answer:
             assert answer.status == 200

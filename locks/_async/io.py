@@ -30,7 +30,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet, went_away
-from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
+from .._core import Round, Script, node_name, pack_eval, pack_evalsha, server_key, signal_key
 from .._redis_py import connect_quietly_async, stream_of, unread_bytes
 
 Client = aioredis.Redis
@@ -51,6 +51,9 @@ class NodeConnections:
         connection_class = client.connection_pool.connection_class
         self._factory = lambda: connection_class(**kwargs)
         self.name = node_name(client)
+        self.server = server_key(client)  # which server, for Redlock's check (one per client)
+        # The last Redlock node list, starting here, found to be distinct servers (AsyncRedlock.__init__).
+        self.distinct_list: list | tuple = ()
         self._idle: deque = deque()
         self._loop = None
         # (connection, connect task, loop-time start) of a connect a round left unfinished.

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from ._core import node_name
+from ._core import node_name, server_key
 from ._redis_py import connect_on, pool_kwargs, socket_of
 
 #: A connect that outlasted a round is not waited for again, nor retried, for this long: an
@@ -63,6 +63,9 @@ class NodeConnections:
         connection_class = client.connection_pool.connection_class
         self._factory = lambda: connection_class(**kwargs)
         self.name = node_name(client)
+        self.server = server_key(client)  # which server, for Redlock's check (one per client)
+        # The last Redlock node list, starting here, found to be distinct servers (AsyncRedlock.__init__).
+        self.distinct_list: list | tuple = ()
         self.timeout_s = float(kwargs["socket_timeout"])
         self._address = None if "path" in kwargs else (kwargs.get("host", "localhost"), kwargs.get("port", 6379))
         self._idle: deque = deque()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import logging
 import operator
 import os
@@ -395,24 +396,59 @@ def node_name(client) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def node_identity(client) -> tuple:
-    """What makes a redis-py client's node one keyspace: its host and port (or unix socket) and database."""
+#: Host names that all reach this machine's loopback: a server on port P answers on each (Redis
+#: binds ``127.0.0.1 -::1`` by default, and ``localhost`` resolves to one of them).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def server_key(client) -> str:
+    """Which Redis server a redis-py (sync or asyncio) client reaches, from its connection kwargs
+    alone (no DNS lookup, no round trip): ``unix:<real path>`` for a unix socket, else
+    ``<host>:<port>``, the database left out (every database of a server fails with it).
+
+    Caught as one server: one client twice; two clients for one host and port (or socket) with
+    any databases; host names differing in case or a trailing dot; one IP address spelt two ways
+    (``::1`` and ``0:0:0:0:0:0:0:1``, an IPv4-mapped ``::ffff:a.b.c.d`` and ``a.b.c.d``);
+    ``localhost``, ``127.0.0.1`` and ``::1`` on one port (two processes each bound to only one of
+    those addresses are refused too: give them different ports); a socket path through a symlink
+    or with ``..``. Not caught: a DNS name and the address it resolves to, two names for one
+    machine (its LAN address and loopback, ``127.0.0.2``), one server reached over TCP and over
+    its unix socket, or through a proxy or port forward. Computed once per client
+    (``NodeConnections.server``), never per lock.
+    """
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
-        return ("unix", kwargs["path"], int(kwargs.get("db") or 0))
-    return (kwargs.get("host", "localhost"), int(kwargs.get("port") or 6379), int(kwargs.get("db") or 0))
+        return f"unix:{os.path.realpath(kwargs['path'])}"
+    host = str(kwargs.get("host") or "localhost").lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass  # a name, compared as written
+    else:
+        host = str(getattr(address, "ipv4_mapped", None) or address)
+    if host in LOOPBACK_HOSTS:
+        host = "localhost"
+    return f"{host}:{int(kwargs.get('port') or 6379)}"
 
 
-def check_distinct_nodes(clients: Sequence, name: str) -> None:
-    """Refuse a Redlock given one node twice (one client, or two for the same host, port and
-    database): its copies refuse each other's grant, so no majority ever formed."""
-    seen: dict[tuple, int] = {}
-    for index, client in enumerate(clients):
-        first = seen.setdefault(node_identity(client), index)
+def check_distinct_nodes(nodes: Sequence, clients: Sequence, name: str) -> None:
+    """Refuse a Redlock given one server twice (``node.server``, :func:`server_key`): as one
+    client twice, two of its databases, or two names for it. Its copies fail and restart together,
+    so a majority of them could be one process, which Redlock's safety argument rules out."""
+    if len({node.server for node in nodes}) == len(nodes):
+        return
+    seen: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        first = seen.setdefault(node.server, index)
         if first != index:
+            given = " and ".join(
+                f"{node_name(clients[i])} db {clients[i].connection_pool.connection_kwargs.get('db') or 0}"
+                for i in (first, index)
+            )
             raise ValueError(
-                f"clients: Redlock needs independent nodes, but the node {node_name(client)} (db "
-                f"{node_identity(client)[-1]}) is given more than once (clients {first} and {index}){_of(name)}"
+                f"clients: Redlock needs independent servers, but the server {node_name(clients[first])} is given "
+                f"more than once (clients {first} and {index}: {given}); databases of one server, or two names "
+                f"for it, fail together{_of(name)}"
             )
 
 

@@ -51,6 +51,11 @@ def test_an_option_no_strategy_reads_is_a_warning(settings):
     [
         {"STRATEGY": "redis", "REDIS_URL": "garbage"},
         {"STRATEGY": "redlock", "REDLOCK_URLS": ["a", "b", "c"]},
+        # Three databases of one server (two of them under another name for it): Redlock refuses them.
+        {
+            "STRATEGY": "redlock",
+            "REDLOCK_URLS": ["redis://127.0.0.1:7000/0", "redis://127.0.0.1:7000/1", "redis://localhost:7000/2"],
+        },
         {"STRATEGY": "optimistic", "OPTIONS": {"MAX_RETRIES": -5}},
     ],
 )

@@ -25,6 +25,10 @@ class RedlockStrategy(FencedLockStrategy):
         self.clients = [redis.Redis.from_url(url) for url in config["REDLOCK_URLS"]]
         # For ASGI's aguard (see RedisLockStrategy.async_client).
         self.async_clients = [redis.asyncio.Redis.from_url(url) for url in config["REDLOCK_URLS"]]
+        if self.clients:
+            # One server named twice (two databases, localhost and 127.0.0.1) is refused here, when
+            # the strategy is built (manage.py check: inventory.E004), not at every purchase.
+            Redlock(self.clients, "flashsale:lock:nodes")
 
     def make_lock(self, name: str) -> Redlock:
         return Redlock(

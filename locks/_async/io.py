@@ -31,7 +31,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet, went_away
-from .._core import Round, Script, node_name, pack_eval, pack_evalsha, signal_key
+from .._core import Round, Script, node_name, pack_eval, pack_evalsha, server_key, signal_key
 from .._redis_py import connect_quietly_async, stream_of, unread_bytes
 
 Client = aioredis.Redis
@@ -56,6 +56,9 @@ class NodeConnections:
         connection_class = client.connection_pool.connection_class
         self._factory = lambda: connection_class(**kwargs)
         self.name = node_name(client)
+        self.server = server_key(client)  # which server, for Redlock's check (one per client)
+        # The last Redlock node list, starting here, found to be distinct servers (AsyncRedlock.__init__).
+        self.distinct_list: list | tuple = ()
         # (loop, its idle connections) of the last loop that used this node: one tuple, read and
         # replaced whole, so a thread running another loop never takes from this one's.
         self._here: tuple = (None, deque())

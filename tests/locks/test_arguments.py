@@ -285,7 +285,40 @@ def test_a_redlock_given_one_node_twice_is_refused(twin):
     unix = [redis_cls(unix_socket_path="/tmp/no-such.sock"), redis_cls(unix_socket_path="/tmp/no-such.sock")]
     with pytest.raises(ValueError, match="unix:/tmp/no-such.sock"):
         twin.Redlock(unix, "flashsale:lock:sku")
-    # Another database of the same server is another keyspace, and other ports other nodes.
-    other_db = [redis_cls(host="127.0.0.1", port=PORT, db=3), redis_cls(host="127.0.0.1", port=PORT, db=4)]
-    assert twin.Redlock(other_db, "flashsale:lock:sku").quorum == 2
+    # Other ports are other nodes.
     assert twin.Redlock(twin.clients([PORT, PORT + 1, PORT + 2]), "flashsale:lock:sku").quorum == 2
+
+
+def test_a_redlock_given_one_server_under_two_databases_or_two_names_is_refused(twin):
+    # Seen: Redlock over db 3, db 4 and db 5 of one server was accepted with a quorum of 2: one
+    # process failing (or restarting without persistence) took every "node" with it, so the
+    # majority Redlock's safety rests on was one machine's. Two names of loopback are one server too.
+    redis_cls = type(twin.client(PORT))
+    tcp = [redis_cls(host="127.0.0.1", port=PORT, db=db) for db in (3, 4, 5)]
+    with pytest.raises(ValueError, match=rf"server 127\.0\.0\.1:{PORT} is given more than once") as refused:
+        twin.Redlock(tcp, "flashsale:lock:sku")
+    assert "clients 0 and 1" in str(refused.value) and "'flashsale:lock:sku'" in str(refused.value)
+    with pytest.raises(ValueError, match=rf"server 127\.0\.0\.1:{PORT} is given more than once"):
+        twin.Redlock([*twin.clients([PORT + 1, PORT + 2]), tcp[0], twin.client(PORT + 3), tcp[1]], "x")
+    unix = [redis_cls(unix_socket_path="/tmp/no-such.sock", db=db) for db in (1, 2, 3)]
+    with pytest.raises(ValueError, match="server unix:/tmp/no-such.sock is given more than once"):
+        twin.Redlock(unix, "flashsale:lock:sku")
+    for alias in ("localhost", "LOCALHOST", "::1", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1"):
+        aliased = [twin.client(PORT), redis_cls(host=alias, port=PORT, db=2), twin.client(PORT + 1)]
+        with pytest.raises(ValueError, match=rf"server 127\.0\.0\.1:{PORT} is given more than once"):
+            twin.Redlock(aliased, "flashsale:lock:sku")
+
+
+def test_a_redlock_over_nodes_once_accepted_still_refuses_a_list_that_repeats_one(twin):
+    # Construction remembers the last node list it found distinct (a Redlock is built per
+    # purchase): a list with one of those nodes twice, or reordered, is still checked.
+    clients = twin.clients([PORT, PORT + 1, PORT + 2])
+    for _ in range(2):
+        assert twin.Redlock(clients, "flashsale:lock:sku").quorum == 2
+    assert twin.Redlock(clients[::-1], "flashsale:lock:sku").quorum == 2
+    with pytest.raises(ValueError, match=rf"127\.0\.0\.1:{PORT + 2}.* more than once"):
+        twin.Redlock([*clients, clients[2]], "flashsale:lock:sku")
+    redis_cls = type(clients[0])
+    with pytest.raises(ValueError, match=rf"127\.0\.0\.1:{PORT + 1} is given more than once"):
+        twin.Redlock([*clients[:2], redis_cls(host="127.0.0.1", port=PORT + 1, db=7)], "flashsale:lock:sku")
+    assert twin.Redlock(clients, "flashsale:lock:sku").quorum == 2

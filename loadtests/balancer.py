@@ -68,6 +68,13 @@ def haproxy_binary() -> str:
     return found
 
 
+#: The descriptor HAProxy gets its listening socket under, and its bind line. A low number: HAProxy
+#: sizes its descriptor table by its ``maxconn`` and refuses one past it ("not enough free sockets"),
+#: as a test worker's descriptor numbers had grown to be, for a balancer sized for a few connections.
+LISTENING_FD = 3
+INHERITED_BIND = f"fd@{LISTENING_FD}"
+
+
 def frontend_maxconn(connections: int) -> int:
     """HAProxy's ``maxconn`` for ``connections`` clients at once, and the listen backlog of the socket
     it inherits: HAProxy would listen with its frontend's ``maxconn``, but keeps the backlog of a
@@ -139,15 +146,16 @@ backend pods
 def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path, listening: socket.socket | None = None) -> Child:
     """Check ``config`` with ``haproxy -c`` and start HAProxy in the foreground with it.
 
-    ``listening``: the socket ``config`` binds as ``fd@N``, listening since its port was chosen
-    (:func:`processes.children.listening_socket`); the check and HAProxy get it open under the same
-    number (the check reads its address: without it ``haproxy -c`` refuses the line). HAProxy takes
+    ``listening``: the socket ``config`` binds as :data:`INHERITED_BIND`, listening since its port
+    was chosen (:func:`processes.children.listening_socket`); the check and HAProxy get it open as
+    descriptor :data:`LISTENING_FD` (the check reads its address: without it ``haproxy -c`` refuses
+    the line). HAProxy takes
     it over as it is, backlog included (:func:`frontend_maxconn`), so no other process can take the
     port between its choice and HAProxy's start, and connections made meanwhile wait in its queue.
     ``-db`` keeps HAProxy one process in the foreground (no daemon, no master-worker fork). This
     process's copy is closed once HAProxy has started (or failed to): the port is HAProxy's alone.
     """
-    pass_fds = (listening.fileno(),) if listening is not None else ()
+    fds = {LISTENING_FD: listening.fileno()} if listening is not None else {}
     try:
         path = run_dir / f"{name}-haproxy.cfg"
         path.write_text(config)
@@ -158,7 +166,7 @@ def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path, listening
             cwd=cwd,
             env={},
             log_path=run_dir / f"{name}-haproxy-check.log",
-            pass_fds=pass_fds,
+            fds=fds,
         )
         check.start()
         if check.process.wait(30) != 0:
@@ -171,7 +179,7 @@ def start_haproxy(*, config: str, run_dir: Path, name: str, cwd: Path, listening
             cwd=cwd,
             env={},
             log_path=run_dir / f"{name}-haproxy.log",
-            pass_fds=pass_fds,
+            fds=fds,
         )
         haproxy.start()
         return haproxy

@@ -31,7 +31,7 @@ from processes.children import Child, ChildError, listening_socket, stop_all, wa
 from shop.settings import STATIC_ROOT as SHOP_STATIC_ROOT  # where the collect subprocess writes
 from shop.static_lock import static_files
 
-from .balancer import BalancerError, frontend_maxconn, haproxy_config, start_haproxy
+from .balancer import INHERITED_BIND, BalancerError, frontend_maxconn, haproxy_config, start_haproxy
 from .plan import FLOOR, BurstError, BurstPlan
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -366,7 +366,7 @@ class Row:
             raise BurstError("the balancer's port was not reserved (reserve_ports), or HAProxy was started already")
         sock, self.balancer_socket = self.balancer_socket, None
         config = haproxy_config(
-            bind=f"fd@{sock.fileno()}",
+            bind=INHERITED_BIND,
             pods=self.ports,
             health_path=self.health_path,
             connections=self.balancer_connections,

@@ -98,8 +98,10 @@ def _die_with_parent() -> None:
         pass
 
 
-def _before_exec(nice: int):
+def _before_exec(nice: int, fds: dict[int, int]):
     def prepare() -> None:
+        for number, fd in fds.items():
+            os.dup2(fd, number)  # before close_fds, which keeps ``number`` (it is among pass_fds)
         if nice:
             os.nice(nice)
         if sys.platform == "linux":
@@ -125,13 +127,17 @@ class Child:
         nice: int = 0,
         append: bool = False,
         pass_fds: tuple[int, ...] = (),
+        fds: dict[int, int] | None = None,
     ) -> None:
         """``nice`` > 0 lowers the child's CPU priority (any user may); ``append`` keeps the log's
         earlier lines (a process started again); ``pass_fds`` stay open in the child, under the
-        same numbers (a listening socket it takes over)."""
+        same numbers (a listening socket it takes over); ``fds`` maps a number in the child to a
+        descriptor of this process, open there under that number (a low one: a process that sizes
+        its tables by its connections, as HAProxy does, refuses a descriptor past them)."""
         self.name, self.args, self.cwd, self.env, self.nice = name, args, cwd, env, nice
         self.append = append
-        self.pass_fds = pass_fds
+        self.fds = dict(fds or {})
+        self.pass_fds = (*pass_fds, *self.fds, *self.fds.values())
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
 
@@ -152,7 +158,7 @@ class Child:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_before_exec(self.nice),
+            preexec_fn=_before_exec(self.nice, self.fds),
             pass_fds=self.pass_fds,
         )
 

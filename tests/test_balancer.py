@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -12,7 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtests.balancer import HOLDS_AT_MOST_S, BalancerError, frontend_maxconn, haproxy_config, start_haproxy
+from loadtests.balancer import (
+    HOLDS_AT_MOST_S,
+    INHERITED_BIND,
+    BalancerError,
+    frontend_maxconn,
+    haproxy_config,
+    start_haproxy,
+)
 from loadtests.connection import NETWORK_TIMEOUT_S
 from processes.children import listening_socket
 
@@ -33,7 +41,7 @@ def config(bind: str, pods: list[int], per_pod: int = 2, **timeouts) -> str:
 
 def burst_config() -> str:
     """The configuration a burst row's balancer gets (loadtests/pods.py), for 5,000 shoppers."""
-    return haproxy_config(bind="fd@3", pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
+    return haproxy_config(bind=INHERITED_BIND, pods=[2], health_path=HEALTH, connections=5016, per_pod=16, idle_s=300)
 
 
 def seconds(config: str, name: str) -> float:
@@ -90,7 +98,7 @@ def balancer(tmp_path):
         """HAProxy on a socket listening from its choice on (``bind fd@N``), as a burst row's balancer."""
         sock = listening_socket(backlog=frontend_maxconn(CONNECTIONS))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        haproxy = config(f"fd@{sock.fileno()}", pods, **sizing)
+        haproxy = config(INHERITED_BIND, pods, **sizing)
         child = start_haproxy(config=haproxy, run_dir=tmp_path, name="t", cwd=tmp_path, listening=sock)
         started.append(child)
         # The port listens already: an answer, whatever its status, says HAProxy has taken it over. A
@@ -109,6 +117,22 @@ def balancer(tmp_path):
     yield start
     for child in started:
         child.stop()
+
+
+def test_a_balancer_started_by_a_process_with_many_descriptors_open_takes_its_socket(balancer, dead_port):
+    """A fresh clone's full run: three tests here failed with HAProxy's "not enough free sockets
+    (raise '-n' parameter)": the test worker's listening socket had a descriptor number past the
+    table HAProxy sizes for a few connections. The socket is HAProxy's descriptor 3 whatever its
+    number here."""
+    with open(os.devnull) as null:
+        crowd = [os.dup(null.fileno()) for _ in range(600)]
+        try:
+            url = balancer([dead_port])  # its listening socket's number is past 600 here
+        finally:
+            for fd in crowd:
+                os.close(fd)
+    status, _, _ = get(url + HEALTH)
+    assert status == 503
 
 
 def test_no_pod_up_is_a_503_with_retry_after(balancer, dead_port):

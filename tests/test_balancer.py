@@ -102,9 +102,8 @@ def balancer(tmp_path):
         child = start_haproxy(config=haproxy, run_dir=tmp_path, name="t", cwd=tmp_path, listening=sock)
         started.append(child)
         # The port listens already: an answer, whatever its status, says HAProxy has taken it over. A
-        # first request was reset instead in a fresh clone's full run at load 6 (two tests of this
-        # file; not reproduced alone, under CPU stress, or with connections queued before and during
-        # HAProxy's start, which it answered): asked again, as the runner's wait_until_answers does.
+        # request queued on the socket is reset if HAProxy exits instead (seen when it refused a
+        # descriptor numbered past its table): asked again while it runs, as wait_until_answers does.
         deadline, status = time.monotonic() + 10, None
         while status is None and child.running() and time.monotonic() < deadline:
             try:

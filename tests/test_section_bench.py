@@ -28,6 +28,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
         (["atomic", "50", "--batch", "ten"], 2, "--batch must be a whole number from 1 to 1000, not 'ten'"),
     ],
 )
+@pytest.mark.slow  # a subprocess each: make test runs it, make check does not
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, code, said):
     done = bench(*args)
 

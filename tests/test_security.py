@@ -50,6 +50,7 @@ def test_production_refuses_to_start_without_a_secret_key(key):
     assert "DJANGO_SECRET_KEY must be set when FLASHSALE_ENV=production" in result.stderr
 
 
+@pytest.mark.slow  # waits out a connect timeout: make test runs it, make check does not
 def test_preflight_tells_a_refused_login_from_a_server_that_does_not_answer():
     """Seen by a helper: a role that does not exist read "does not answer ... install and start it"."""
     result = run(
@@ -60,6 +61,7 @@ def test_preflight_tells_a_refused_login_from_a_server_that_does_not_answer():
     assert len(lines) == 1 and "answered and refused the login" in lines[0] and "install" not in lines[0], lines
 
 
+@pytest.mark.slow  # waits out a connect timeout in a subprocess: make test runs it, make check does not
 @pytest.mark.parametrize("command", [["seed"], ["reconcile", "--dry-run"], ["createstaff", "--username", "x"]])
 def test_a_database_that_does_not_answer_is_one_line(command):
     """Seen by a helper: each ended in an OperationalError traceback."""

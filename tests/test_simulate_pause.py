@@ -19,6 +19,7 @@ from tests import slots
 REDLOCK_TEST_PORT = slots.LOCK_TEST_BASE_PORT
 
 
+@pytest.mark.slow  # waits out a paused holder's lease: make test runs it, make check does not
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend", ["redis", "redlock"])
 def test_every_step_of_the_pause_scenario_holds(backend):

@@ -75,6 +75,7 @@ def test_replies_owed_by_a_frozen_node_are_never_read_as_later_answers(twin, clu
     assert fences == sorted(set(fences))
 
 
+@pytest.mark.slow  # waits out a BLPOP on a frozen node: make test runs it, make check does not
 def test_a_blpop_timed_out_on_a_frozen_node_is_not_read_as_an_acquire_reply(twin, cluster, name):
     """asyncio twin before: TypeError ('>' between NoneType and int) from the late BLPOP nil."""
     nodes, sync_clients = cluster
@@ -333,6 +334,7 @@ def key_left(sync_clients, name: str) -> list[int]:
     return [client.pttl(name) for client in sync_clients]
 
 
+@pytest.mark.slow  # waits out a reply's timeout: make test runs it, make check does not
 def test_an_acquire_whose_reply_times_out_does_not_leave_the_key_for_a_ttl(twin, cluster, name):
     """Before: the client gave up on the reply (QuorumUnavailable, "the node did not answer"), but
     the node had run SET NX: the key stayed its whole TTL (about 9.5 s of 10), held by nobody."""
@@ -363,6 +365,7 @@ async def _cancelled_mid_acquire(lock, after_s: float) -> float:
     return time.monotonic() - cancelled
 
 
+@pytest.mark.slow  # waits for a frozen node: make test runs it, make check does not
 def test_an_asyncio_acquire_cancelled_mid_round_trip_does_not_leave_the_key(cluster, name):
     """Before: a purchase cancelled while its acquire's reply was on its way (a client gone, an
     ASGI request cancelled) left the key on the node for the whole TTL."""
@@ -388,6 +391,7 @@ def test_an_asyncio_acquire_cancelled_mid_round_trip_does_not_leave_the_key(clus
         proxy.close()
 
 
+@pytest.mark.slow  # waits for a slow node: make test runs it, make check does not
 def test_an_asyncio_redlock_acquire_cancelled_while_one_node_is_slow_does_not_leave_the_key(cluster, name):
     """Before: four nodes had answered with a grant, the fifth's reply was late, the task was
     cancelled: the key stayed on all four answering nodes for the TTL."""
@@ -497,6 +501,7 @@ def test_a_redlock_waiter_that_gives_up_on_a_lost_majority_unregisters(twin, clu
             node.resume()
 
 
+@pytest.mark.slow  # waits out a lease: make test runs it, make check does not
 def test_an_on_lost_that_raises_still_releases_and_raises_lock_lost(twin, cluster, name, caplog):
     """Before (asyncio twin): the `async with` ended with the callback's RuntimeError and the key
     still held after the block (the watchdog task's exception came out of its stop, before the

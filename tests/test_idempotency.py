@@ -242,6 +242,31 @@ def test_a_keyed_purchase_leaves_nothing_in_redis(use_strategy, make_product, re
     assert set(redis_client.keys("flashsale:*")) == before
 
 
+def reset_between_the_reads(monkeypatch, reset_and_twin, *, inside_the_section: bool = False) -> list[int]:
+    """Make each read of a key's order by this thread (``section.order_read_as``), up to twenty, run
+    ``reset_and_twin`` on a staff thread first; the order ids it was asked for, as they come.
+    ``inside_the_section``: the reset must not wait on the purchase (which holds its guard)."""
+    reads, main, real = [], threading.current_thread(), section.order_read_as
+
+    def staff() -> None:
+        try:
+            reset_and_twin()
+        finally:
+            connection.close()
+
+    def read(order_id: int):
+        if threading.current_thread() is main and len(reads) < 20:
+            reads.append(order_id)
+            thread = threading.Thread(target=staff)
+            thread.start()
+            thread.join(10)
+            assert not (inside_the_section and thread.is_alive()), "the reset waited on the section"
+        return real(order_id)
+
+    monkeypatch.setattr(section, "order_read_as", read)
+    return reads
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(use_strategy, make_product, monkeypatch):
     """The plain read found the key's order by id, read it, found it deleted by a reset, and read
@@ -252,24 +277,12 @@ def test_the_plain_read_stops_chasing_a_keyed_order_that_resets_keep_deleting(us
     use_strategy("db")
     make_product(stock=5, limit=1)
     assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
-    reads, main, real = [], threading.current_thread(), section.order_read_as
 
     def reset_and_twin() -> None:
-        try:
-            reset_sale(sku="phone-x", stock=5)
-            assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
-        finally:
-            connection.close()
+        reset_sale(sku="phone-x", stock=5)
+        assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
 
-    def reset_between_the_reads(order_id: int):
-        if threading.current_thread() is main and len(reads) < 20:
-            reads.append(order_id)
-            staff = threading.Thread(target=reset_and_twin)
-            staff.start()
-            staff.join(10)
-        return real(order_id)
-
-    monkeypatch.setattr(section, "order_read_as", reset_between_the_reads)
+    reads = reset_between_the_reads(monkeypatch, reset_and_twin)
     MARKS.drop_all(subscribed=True)  # no row remembered: the purchase reads the shelf
     result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
     assert len(reads) == section.REPLAY_READ_TRIES, reads
@@ -293,27 +306,14 @@ def test_the_section_stops_chasing_a_keyed_order_that_resets_keep_deleting(
     make_product(stock=5, limit=1)
     assert purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1").confirmed
     assert purchase(sku="phone-x", customer="b", quantity=1).confirmed  # the row remembered here
-    reads, main, real = [], threading.current_thread(), section.order_read_as
 
     def reset_and_twin() -> None:
-        try:
-            reset_sale(sku="phone-x", stock=5)
-            # The twin's order, written as the section would (its read must find an order again).
-            product = Product.objects.get(sku="phone-x")
-            Order.objects.create(product=product, customer="a", quantity=1, strategy=strategy, idempotency_key="k-1")
-        finally:
-            connection.close()
+        reset_sale(sku="phone-x", stock=5)
+        # The twin's order, written as the section would (its read must find an order again).
+        product = Product.objects.get(sku="phone-x")
+        Order.objects.create(product=product, customer="a", quantity=1, strategy=strategy, idempotency_key="k-1")
 
-    def reset_between_the_reads(order_id: int):
-        if threading.current_thread() is main and len(reads) < 20:
-            reads.append(order_id)
-            staff = threading.Thread(target=reset_and_twin)
-            staff.start()
-            staff.join(10)
-            assert not staff.is_alive(), "the reset waited on the section"
-        return real(order_id)
-
-    monkeypatch.setattr(section, "order_read_as", reset_between_the_reads)
+    reads = reset_between_the_reads(monkeypatch, reset_and_twin, inside_the_section=True)
     result = purchase(sku="phone-x", customer="a", quantity=1, idempotency_key="k-1")
     assert len(reads) == section.REPLAY_READ_TRIES, reads
     assert result.outcome is Outcome.BUSY and result.order_id is None

@@ -22,6 +22,7 @@ from locks.etcd import EtcdLock
 from locks.etcd_client import WATCH_RECHECK_S, EtcdClient
 from processes.etcd_cluster import EtcdCluster
 from tests import slots
+from tests.locks.contention import shared_object_taken_by_two_threads
 
 CLIENT_PORTS = [slots.LOCK_ETCD_BASE_PORT + i for i in range(3)]
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-etcd-{slots.SLOT}"
@@ -306,21 +307,7 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     holder = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=1_000)
     holder.acquire()
     shared = EtcdLock(client, name, ttl_ms=5_000, timeout_ms=3_000)
-    outcomes: list = []
-
-    def take() -> None:
-        try:
-            outcomes.append(("granted", shared.acquire()))
-        except LockError as error:
-            outcomes.append((type(error).__name__, str(error)))
-
-    threads = [threading.Thread(target=take) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.5)
-    holder.release()
-    for thread in threads:
-        thread.join(10)
+    outcomes = shared_object_taken_by_two_threads(holder, shared, held_s=0.5)
     granted = [lease for outcome, lease in outcomes if outcome == "granted"]
     assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
     assert keys_under(client, name) == [granted[0].token.encode()]

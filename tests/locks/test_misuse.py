@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from locks import LockError, LockLost, NotOwned, QuorumUnavailable, RedisLock, Redlock
+from tests.locks.contention import shared_object_taken_by_two_threads
 
 FORK = multiprocessing.get_context("fork")
 
@@ -126,22 +127,7 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     holder, _ = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=0)[kind]
     holder.acquire()
     shared, clients = make_locks(single, cluster, name, ttl_ms=10_000, timeout_ms=3_000)[kind]
-    outcomes: list = []
-
-    def take() -> None:
-        try:
-            lease = shared.acquire()
-            outcomes.append(("granted", lease))
-        except Exception as error:  # noqa: BLE001 - every outcome is checked below
-            outcomes.append((type(error).__name__, str(error)))
-
-    threads = [threading.Thread(target=take) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.3)
-    holder.release()
-    for thread in threads:
-        thread.join(10)
+    outcomes = shared_object_taken_by_two_threads(holder, shared, held_s=0.3)
     granted = [lease for outcome, lease in outcomes if outcome == "granted"]
     refused = [message for outcome, message in outcomes if outcome == "LockError"]
     assert len(granted) == 1 and len(refused) == 1, outcomes

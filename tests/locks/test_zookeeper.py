@@ -25,6 +25,7 @@ from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
 from tests import slots
+from tests.locks.contention import shared_object_taken_by_two_threads
 
 from .netfaults import Proxy
 from .test_etcd import FencedRegister
@@ -445,21 +446,7 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     holder = ZooKeeperLock(client, name, timeout_ms=2_000)
     holder.acquire()
     shared = ZooKeeperLock(client, name, timeout_ms=3_000)
-    outcomes: list = []
-
-    def take() -> None:
-        try:
-            outcomes.append(("granted", shared.acquire()))
-        except LockError as error:
-            outcomes.append((type(error).__name__, str(error)))
-
-    threads = [threading.Thread(target=take) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.5)
-    holder.release()
-    for thread in threads:
-        thread.join(10)
+    outcomes = shared_object_taken_by_two_threads(holder, shared, held_s=0.5)
     granted = [lease for outcome, lease in outcomes if outcome == "granted"]
     assert len(granted) == 1 and [outcome for outcome, _ in outcomes].count("LockError") == 1, outcomes
     assert znodes(client, name) == [granted[0].token]

@@ -656,6 +656,43 @@ def forked_message(parent: int) -> str:
     )
 
 
+class ConsensusLockParts:
+    """What the etcd and ZooKeeper locks share: their errors name the lock and its nodes, and a
+    child forked while its parent held the lock holds none of it. A subclass keeps its lease in
+    ``_lease``, the process it was granted to in ``_pid``, and says in :meth:`_forget_held` what
+    else of the grant to drop."""
+
+    name: str
+    _lease: object
+    _pid: int
+
+    @property
+    def lease(self):
+        """The lease this object holds; None in a child forked while its parent held it."""
+        if self._lease is not None and self._pid != os.getpid():
+            return None
+        return self._lease
+
+    def node_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def _forget_held(self) -> None:
+        raise NotImplementedError
+
+    def _forget_if_forked(self) -> None:
+        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
+        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
+        if self._lease is None or self._pid == os.getpid():
+            return
+        parent = self._pid
+        self._forget_held()
+        unclaim(self)
+        raise self._error(LockError, forked_message(parent))
+
+    def _error(self, cls: type[LockError], message: str) -> LockError:
+        return cls(message, name=self.name, nodes=self.node_names())
+
+
 def log_failed_release(name: str, node: str, error) -> None:
     logger.warning("release of %s failed on %s (%s); the key there expires by its TTL", name, node, error)
 

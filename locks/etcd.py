@@ -68,10 +68,10 @@ import etcd3gw
 from etcd3gw import exceptions as gw_errors
 
 from ._core import (
+    ConsensusLockParts,
     Lease,
     acquire_claimed,
     check_arguments,
-    forked_message,
     new_claim,
     new_token,
     raise_unless_interrupted,
@@ -96,7 +96,7 @@ __all__ = ["DEFAULT_CALL_TIMEOUT_MS", "WATCH_RECHECK_S", "EtcdClient", "EtcdLock
 T = TypeVar("T")
 
 
-class EtcdLock:
+class EtcdLock(ConsensusLockParts):
     """One acquisition of the lock ``name`` on an etcd cluster; make one object per acquisition.
 
     ``client_or_endpoints``: an :class:`EtcdClient`, or member endpoints (then the process's
@@ -134,28 +134,11 @@ class EtcdLock:
         self.ttl_s = max(1, math.ceil(ttl_ms / 1000))
         self.timeout_ms = timeout_ms
 
-    @property
-    def lease(self) -> Lease | None:
-        """The lease this object holds; None in a child forked while its parent held it."""
-        if self._lease is not None and self._pid != os.getpid():
-            return None
-        return self._lease
-
-    def _forget_if_forked(self) -> None:
-        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
-        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
-        if self._lease is None or self._pid == os.getpid():
-            return
-        parent = self._pid
+    def _forget_held(self) -> None:
         self._lease = self._key = self._session = None
-        unclaim(self)
-        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.endpoints)
-
-    def _error(self, cls: type[LockError], message: str) -> LockError:
-        return cls(message, name=self.name, nodes=self.node_names())
 
     def acquire(self) -> Lease:
         """Take the lock, waiting up to ``timeout_ms``; returns the :class:`Lease` (fence = create revision)."""

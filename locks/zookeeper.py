@@ -71,11 +71,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from ._core import (
+    ConsensusLockParts,
     Lease,
     acquire_claimed,
     check_arguments,
     checked_ttl,
-    forked_message,
     new_claim,
     raise_unless_interrupted,
     unclaim,
@@ -249,7 +249,7 @@ def _stop_quietly(client: KazooClient) -> None:
         pass
 
 
-class ZooKeeperLock:
+class ZooKeeperLock(ConsensusLockParts):
     """One acquisition of the lock ``name`` on a ZooKeeper ensemble; make one object per acquisition.
 
     ``timeout_ms``: how long ``acquire()`` may wait for the lock. The session timeout is the
@@ -282,28 +282,11 @@ class ZooKeeperLock:
         self.prefix = ""
         self.timeout_ms = timeout_ms
 
-    @property
-    def lease(self) -> Lease | None:
-        """The lease this object holds; None in a child forked while its parent held it."""
-        if self._lease is not None and self._pid != os.getpid():
-            return None
-        return self._lease
-
-    def _forget_if_forked(self) -> None:
-        """In a child forked while its parent held the lock: forget the parent's lease (nothing is
-        deleted: the lock is the parent's) and raise :class:`LockError` saying so."""
-        if self._lease is None or self._pid == os.getpid():
-            return
-        parent = self._pid
+    def _forget_held(self) -> None:
         self._lease = self._node = self._zk = None
-        unclaim(self)
-        raise self._error(LockError, forked_message(parent))
 
     def node_names(self) -> list[str]:
         return list(self.client.hosts)
-
-    def _error(self, cls: type[LockError], message: str) -> LockError:
-        return cls(message, name=self.name, nodes=self.node_names())
 
     def held(self) -> bool:
         """The grant still stands: no session trouble since it, or, after a connection dropped, the

@@ -1,7 +1,9 @@
-"""One lock object taken from two threads at once, for the misuse tests of every lock."""
+"""Misuse shared by every lock's tests: one lock object taken from two threads at once, and an
+acquire interrupted by a signal handler's exception."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -26,3 +28,18 @@ def shared_object_taken_by_two_threads(holder, shared, *, held_s: float) -> list
     for thread in threads:
         thread.join(10)
     return outcomes
+
+
+class Interrupted(Exception):
+    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
+
+
+def interrupted_in(seconds: float) -> None:
+    """In this process (a child of the test), raise :class:`Interrupted` from a SIGALRM handler
+    ``seconds`` from now, wherever the main thread is then."""
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)

@@ -22,7 +22,7 @@ from locks.etcd import EtcdLock
 from locks.etcd_client import WATCH_RECHECK_S, EtcdClient
 from processes.etcd_cluster import EtcdCluster
 from tests import slots
-from tests.locks.contention import shared_object_taken_by_two_threads
+from tests.locks.contention import Interrupted, interrupted_in, shared_object_taken_by_two_threads
 
 CLIENT_PORTS = [slots.LOCK_ETCD_BASE_PORT + i for i in range(3)]
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / f"test-etcd-{slots.SLOT}"
@@ -343,17 +343,9 @@ def test_a_lock_object_reused_after_a_doubtful_acquire_does_not_retire_the_next_
     other.release()
 
 
-class Interrupted(Exception):
-    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
-
-
 def _wait_then_be_interrupted(endpoints: list[str], name: str, pipe) -> None:
-    def interrupt(signum, frame):
-        raise Interrupted()
-
-    signal.signal(signal.SIGALRM, interrupt)
     client = EtcdClient(endpoints, call_timeout_ms=CALL_TIMEOUT_MS)
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    interrupted_in(0.5)
     try:
         EtcdLock(client, name, ttl_ms=5_000, timeout_ms=5_000).acquire()
         pipe.send("granted")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing
-import signal
 import threading
 import time
 
@@ -18,7 +17,7 @@ import pytest
 import redis
 
 from locks import LockError, LockLost, NotOwned, QuorumUnavailable, RedisLock, Redlock
-from tests.locks.contention import shared_object_taken_by_two_threads
+from tests.locks.contention import Interrupted, interrupted_in, shared_object_taken_by_two_threads
 
 FORK = multiprocessing.get_context("fork")
 
@@ -253,22 +252,14 @@ def test_an_even_count_of_nodes_needs_three_of_four_and_fences_rise_through_rest
     assert all(client.get(name) is None for client in four)
 
 
-class Interrupted(Exception):
-    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
-
-
 def _wait_then_be_interrupted(kind: str, ports: list[int], name: str, pipe) -> None:
-    def interrupt(signum, frame):
-        raise Interrupted()
-
-    signal.signal(signal.SIGALRM, interrupt)
     clients = [redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) for port in ports]
     lock = (
         RedisLock(clients[0], name, timeout_ms=5_000)
         if kind == "RedisLock"
         else Redlock(clients, name, timeout_ms=5_000)
     )
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    interrupted_in(0.5)
     started = time.monotonic()
     try:
         lock.acquire()

@@ -25,7 +25,7 @@ from locks import zookeeper as zookeeper_module
 from locks.zookeeper import LOCK_ROOT, WATCH_RECHECK_S, ZooKeeperClient, ZooKeeperLock
 from processes.zookeeper_ensemble import ZooKeeperEnsemble
 from tests import slots
-from tests.locks.contention import shared_object_taken_by_two_threads
+from tests.locks.contention import Interrupted, interrupted_in, shared_object_taken_by_two_threads
 
 from .netfaults import Proxy
 from .test_etcd import FencedRegister
@@ -454,18 +454,10 @@ def test_one_lock_object_acquired_from_two_threads_at_once_is_refused_to_the_sec
     assert znodes(client, name) == []
 
 
-class Interrupted(Exception):
-    """What a signal handler raises: a script's own time limit (``signal.alarm``), or Ctrl-C."""
-
-
 def _wait_then_be_interrupted(hosts: list[str], name: str, pipe) -> None:
-    def interrupt(signum, frame):
-        raise Interrupted()
-
-    signal.signal(signal.SIGALRM, interrupt)
     client = ZooKeeperClient(hosts, session_ms=SESSION_MS)
     client.kazoo(time.monotonic() + 10)  # connected before the clock starts
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    interrupted_in(0.5)
     try:
         ZooKeeperLock(client, name, timeout_ms=5_000).acquire()
         pipe.send("granted")

@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable
 import redis
 import redis.asyncio
 from asgiref.sync import async_to_sync
-from django.db import DatabaseError, IntegrityError, OperationalError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, OperationalError, connections
 
 from .combining import (
     AsyncCombiner,
@@ -156,12 +156,21 @@ def _ms(since: float, until: float | None = None) -> float:
     return ((until or time.perf_counter()) - since) * 1000
 
 
+def _pool_while_queued() -> None:
+    """A pooled connection this thread holds goes back to the pool while its purchase queues: only a
+    leader needs one (a worker's threads share few). Most queued purchases hold none (answered from
+    the remembered row, they read nothing), so the wrapper is looked up once and asked first whether
+    it holds one: each read through the ``connection`` proxy is a thread-local lookup of its own."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.connection is not None and db.settings_dict.get("OPTIONS", {}).get("pool") and not db.in_atomic_block:
+        db.close()
+
+
 def purchase_in_batch(
     strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str
 ) -> PurchaseResult:
     """Queue the purchase and return its own answer, whoever's section served it."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
-        connection.close()  # back to the pool while queued: only a leader needs one (a worker's threads share few)
+    _pool_while_queued()
     combiner = shared_queue_for(strategy, sku) if strategy.queue == "shared" else combiner_for(strategy, sku)
 
     def serve(take) -> None:

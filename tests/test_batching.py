@@ -12,7 +12,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from inventory import soldout, soldout_local
 from inventory.audit import audit
-from inventory.batched import combiners_of, run_batch
+from inventory.batched import _pool_while_queued, combiners_of, run_batch
 from inventory.models import Allocation, Order, Product
 from inventory.results import Timings
 from inventory.services import purchase, reset_sale
@@ -371,3 +371,34 @@ def test_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strateg
     assert all(results[name].confirmed for name in results)
     assert results["eve"].timings.queue_wait_ms >= 500, "the linger counts as the batch's queue time"
     assert Product.objects.get(pk=product.pk).stock == 3 and audit(sku="hot").ok
+
+
+@pytest.fixture
+def pooled_connection():
+    """This thread's connection wrapper, made pooled (as under gunicorn) for the test, then put back."""
+    db = connections[DEFAULT_DB_ALIAS]
+    saved = db.settings_dict
+    db.close()
+    pool = {"min_size": 0, "max_size": 2}
+    db.settings_dict = {**saved, "CONN_MAX_AGE": 0, "OPTIONS": {**saved.get("OPTIONS", {}), "pool": pool}}
+    try:
+        yield db
+    finally:
+        db.close()
+        db.close_pool()
+        db.settings_dict = saved
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_purchase_gives_its_pooled_connection_back_and_keeps_a_transactions(pooled_connection):
+    db = pooled_connection
+    db.ensure_connection()
+    held = db.connection
+    _pool_while_queued()
+    assert db.connection is None
+    assert db.pool.get_stats()["pool_available"] == 1  # back in the pool, not closed
+    with transaction.atomic():
+        db.ensure_connection()
+        _pool_while_queued()  # inside a transaction the connection is the transaction's: kept
+        assert db.connection is not None
+    assert held is not None

@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from faults.demos import reset_product
 from inventory.audit import audit
-from inventory.models import Allocation, BurstRun, Order, Product
+from inventory.models import BurstRun, Product
 from processes.children import ChildError
 
 from . import cpu
@@ -66,25 +65,6 @@ def prepare_product(*, sku: str, stock: int) -> Product:
     return reset_product(sku=sku, name="Flash-burst phone", stock=stock, per_customer_limit=1)
 
 
-#: The tables a sale's reset deletes from, vacuumed before each row (:func:`vacuum_sale_tables`).
-SALE_TABLES = (Order, Allocation, Product)
-
-
-def vacuum_sale_tables() -> None:
-    """Reclaim what the resets deleted, so that every row runs against tables as clean as the first's.
-
-    A reset deletes all of a sale's orders and units; where autovacuum is off (the PostgreSQL of
-    the machines this was measured on says ``autovacuum = off``) the dead rows stay, about 260,000
-    of each by the end of issue 28's deep command, and the rows run last read and wrote through
-    them. Not inside a transaction (a test's), where VACUUM cannot run.
-    """
-    if connection.in_atomic_block:
-        return
-    tables = ", ".join(connection.ops.quote_name(model._meta.db_table) for model in SALE_TABLES)
-    with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM (ANALYZE) {tables}")
-
-
 def run_row(
     *,
     backend: str,
@@ -105,7 +85,6 @@ def run_row(
     """
     for number in range(plan.sales):
         prepare_product(sku=plan.sale_sku(number), stock=plan.sale_stock)
-    vacuum_sale_tables()
     started_at = timezone.now()
     progress = Progress(backend=backend, requests=plan.requests, sales=len(sale_rounds(row_rounds(backend, plan))))
     faulted = fault_run(backend, plan)

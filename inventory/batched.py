@@ -156,7 +156,7 @@ def _ms(since: float, until: float | None = None) -> float:
     return ((until or time.perf_counter()) - since) * 1000
 
 
-def _pool_while_queued() -> None:
+def pooled_connection_back() -> None:
     """A pooled connection this thread holds goes back to the pool while its purchase queues: only a
     leader needs one (a worker's threads share few). Most queued purchases hold none (answered from
     the remembered row, they read nothing), so the wrapper is looked up once and asked first whether
@@ -170,7 +170,7 @@ def purchase_in_batch(
     strategy: Strategy, *, sku: str, product_id: int, customer: str, quantity: int, key: str
 ) -> PurchaseResult:
     """Queue the purchase and return its own answer, whoever's section served it."""
-    _pool_while_queued()
+    pooled_connection_back()
     combiner = shared_queue_for(strategy, sku) if strategy.queue == "shared" else combiner_for(strategy, sku)
 
     def serve(take) -> None:

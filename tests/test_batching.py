@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from inventory import soldout, soldout_local
 from inventory.audit import audit
-from inventory.batched import _pool_while_queued, combiners_of, run_batch
+from inventory.batched import combiners_of, pooled_connection_back, run_batch
 from inventory.models import Allocation, Order, Product
 from inventory.results import Timings
 from inventory.services import purchase, reset_sale
@@ -394,11 +394,11 @@ def test_a_queued_purchase_gives_its_pooled_connection_back_and_keeps_a_transact
     db = pooled_connection
     db.ensure_connection()
     held = db.connection
-    _pool_while_queued()
+    pooled_connection_back()
     assert db.connection is None
     assert db.pool.get_stats()["pool_available"] == 1  # back in the pool, not closed
     with transaction.atomic():
         db.ensure_connection()
-        _pool_while_queued()  # inside a transaction the connection is the transaction's: kept
+        pooled_connection_back()  # inside a transaction the connection is the transaction's: kept
         assert db.connection is not None
     assert held is not None

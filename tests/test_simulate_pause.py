@@ -20,6 +20,9 @@ REDLOCK_TEST_PORT = slots.LOCK_TEST_BASE_PORT
 
 
 @pytest.mark.slow  # waits out a paused holder's lease: make test runs it, make check does not
+# Seen: redlock's case, once in a fresh clone's make test at load 8 on a slow 2-core VM: four of five
+# nodes did not answer within 25 ms (the node timeout of the demo's 500 ms TTL), twice in a row.
+@pytest.mark.flaky(reruns=2)
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend", ["redis", "redlock"])
 def test_every_step_of_the_pause_scenario_holds(backend):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import string
 import threading
 
 from django.conf import settings
@@ -324,7 +325,7 @@ def buy(request: HttpRequest, sku: str) -> HttpResponse:
 
 def order_key(request: HttpRequest, product: Product) -> str:
     """The form's order key ("" from a form without one); raises :class:`Refused` for one that is no key."""
-    key = request.POST.get("key", "").strip()
+    key = request.POST.get("key", "").strip(string.whitespace)
     if key and not IDEMPOTENCY_KEY.match(key):
         message = "The order form was damaged on its way: reload the product page and try again."
         raise Refused(error_page(request, product, 400, "Check your order", message))
@@ -362,7 +363,9 @@ def buy_form(request: HttpRequest, sku: str) -> tuple[Product, int]:
     if raw is None:  # the page always sends one (a select, or a hidden 1); so does the busy page's retry
         message = f"The order named no quantity. {quantity_hint(product)}"
         raise Refused(error_page(request, product, 400, "Check your order", message))
-    raw = raw.strip()
+    # ASCII whitespace only: str.strip() also takes the separators \x1c-\x1f and other scripts'
+    # spaces for whitespace, and sold "1\x1f" as 1.
+    raw = raw.strip(string.whitespace)
     # Decimal digits only: int() also reads "+1", "0_1" and other scripts' digits ("\u0662" is 2).
     if not (raw.isascii() and raw.isdigit()):
         hint = f"The quantity must be a whole number. {quantity_hint(product)}"

@@ -427,6 +427,12 @@ def test_property_raw_bodies_and_content_types(roomy_product, new_shopper, raw, 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(quantity=st.text(max_size=30))
+# Seen in a fresh clone's make test: "1\x1f" was sold as 1 (str.strip() takes the separators
+# \x1c-\x1f for whitespace; int() does not, nor should a quantity carry them).
+@example(quantity="1\x1f")
+@example(quantity="\x1c2")
+@example(quantity="1\xa0")
+@example(quantity=" 2\t")
 def test_property_form_quantity_text(roomy_product, new_shopper, quantity):
     before = snapshot()
     response = new_shopper().post("/products/phone-x/buy", {"quantity": quantity})

@@ -393,7 +393,7 @@ def pooled_connection():
 def test_a_queued_purchase_gives_its_pooled_connection_back_and_keeps_a_transactions(pooled_connection):
     db = pooled_connection
     db.ensure_connection()
-    held = db.connection
+    assert db.connection is not None
     pooled_connection_back()
     assert db.connection is None
     assert db.pool.get_stats()["pool_available"] == 1  # back in the pool, not closed
@@ -401,4 +401,3 @@ def test_a_queued_purchase_gives_its_pooled_connection_back_and_keeps_a_transact
         db.ensure_connection()
         pooled_connection_back()  # inside a transaction the connection is the transaction's: kept
         assert db.connection is not None
-    assert held is not None

@@ -204,7 +204,7 @@ class TestBuyOutcomes:
         assert Order.objects.count() == 1 and Product.objects.get().stock == 9
         assert key not in shopper.get("/products/phone-x/").content.decode()  # each render its own key
 
-    @pytest.mark.parametrize("key", ["no spaces allowed", "x" * 65])
+    @pytest.mark.parametrize("key", ["no spaces allowed", "x" * 65, "\x1fk1"])  # str.strip() took \x1f off
     def test_a_damaged_order_key_is_a_400_page_and_buys_nothing(self, shopper, make_product, key):
         make_product(stock=10)
         response = buy(shopper, "1", key=key)

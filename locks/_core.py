@@ -413,7 +413,8 @@ def server_key(client) -> str:
     those addresses are refused too: give them different ports); a socket path through a symlink
     or with ``..``. Not caught: a DNS name and the address it resolves to, two names for one
     machine (its LAN address and loopback, ``127.0.0.2``), one server reached over TCP and over
-    its unix socket, or through a proxy or port forward. Computed once per client
+    its unix socket, or through a proxy or port forward: those ``Redlock.check_servers`` finds,
+    asking each server its run_id (a round trip, so not here). Computed once per client
     (``NodeConnections.server``), never per lock.
     """
     kwargs = client.connection_pool.connection_kwargs
@@ -450,6 +451,33 @@ def check_distinct_nodes(nodes: Sequence, clients: Sequence, name: str) -> None:
                 f"more than once (clients {first} and {index}: {given}); databases of one server, or two names "
                 f"for it, fail together{_of(name)}"
             )
+
+
+# Which server a node is: the run_id of ``INFO server``, 40 hex digits a server process draws at
+# random when it starts, whatever name or address it was reached by. No keys; returns the run_id.
+SERVER_ID = Script("return string.match(redis.call('info', 'server'), 'run_id:(%x+)')")
+
+
+def check_server_ids(replies: Sequence, node_names: Sequence[str], name: str) -> list[str | None]:
+    """Each node's run_id from its :data:`SERVER_ID` reply (None for a node that did not answer
+    with one: down, slow, or not Redis); :class:`ValueError` when two nodes answered the same: one
+    server under two names, which :func:`check_distinct_nodes` cannot see from hosts and ports."""
+    ids = [
+        reply.decode() if isinstance(reply, bytes) else reply if isinstance(reply, str) else None for reply in replies
+    ]
+    seen: dict[str, int] = {}
+    for index, run_id in enumerate(ids):
+        if run_id is None:
+            continue
+        first = seen.setdefault(run_id, index)
+        if first != index:
+            raise ValueError(
+                f"clients: Redlock needs independent servers, but {node_names[first]} and {node_names[index]} "
+                f"(clients {first} and {index}) are one server, run_id {run_id}: two names for one Redis "
+                f"(a DNS name and its address, a LAN address and loopback, TCP and its socket, a proxy or "
+                f"port forward) fail together{_of(name)}"
+            )
+    return ids
 
 
 # Redlock's reading of one round's replies (a list with, per node, its reply or its exception).

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 from django.core import checks
+from django.core.management.base import CommandError
 
 from inventory.checks import check_inventory_strategy
 from inventory.strategies import STRATEGIES, load_strategy, strategy_class
+from processes.management.commands.preflight import check_redlock_servers
+from processes.relay import Relay
 from tests.helpers import WORKING_STRATEGIES
 
 CONTROLS = [name for name in STRATEGIES if strategy_class(name).control]
@@ -116,3 +119,20 @@ def test_every_strategy_describes_itself(settings):
         assert isinstance(cls.server_env(settings.INVENTORY), dict)
         if not cls.control:
             assert load_strategy(name).name == name
+
+
+def test_preflight_refuses_redlock_urls_that_reach_one_server_twice(redlock_nodes):
+    """REDLOCK_URLS naming node 0 directly and through a port forward pass ``manage.py check``
+    (five hosts and ports) and gave Redlock a majority of which two were one process; preflight
+    now asks the servers and stops with one line naming both URLs. The nodes as configured pass."""
+    urls = redlock_nodes.urls
+    check_redlock_servers(urls)
+    relay = Relay(target_port=redlock_nodes[0].port)
+    try:
+        aliased = [urls[0], relay.url, *urls[1:4]]
+        with pytest.raises(CommandError, match=rf"^REDLOCK_URLS: .*127\.0\.0\.1:{relay.port}.* are one server"):
+            check_redlock_servers(aliased)
+    finally:
+        relay.close()
+    with pytest.raises(CommandError, match="REDLOCK_URLS: .*given more than once"):
+        check_redlock_servers([urls[0], urls[0], urls[1]])

@@ -28,11 +28,13 @@ from .._core import (
     RAISE_FENCE,
     RELEASE,
     RELEASED,
+    SERVER_ID,
     SIGNAL_LIFETIME_MS,
     Attempt,
     Lease,
     check_distinct_nodes,
     check_ms,
+    check_server_ids,
     confirmations,
     default_node_timeout_ms,
     drift_ms,
@@ -232,6 +234,20 @@ class AsyncRedlock(BaseLock):
 
     def node_names(self) -> list[str]:
         return [node.name for node in self._nodes]
+
+    async def check_servers(self, timeout_ms: float = 1_000) -> list[str | None]:
+        """Ask every node which server it is and raise :class:`ValueError` if two are one.
+
+        The constructor refuses one host and port given twice, from the clients' settings alone;
+        this asks the servers (the run_id of ``INFO server``, one script call a node, all sent at
+        once) and so also sees a DNS name and its address, a LAN address and loopback, TCP and the
+        unix socket, a proxy or a port forward. Returns each node's run_id, None for a node that
+        gave none within ``timeout_ms`` (not compared: check again when it is back). One round
+        trip: for a process to run once on its node list (``manage.py preflight`` does), not per lock.
+        """
+        check_ms(timeout_ms, "timeout_ms", name=self.name, positive=True)
+        replies = await _io.eval_all(self._nodes, SERVER_ID, (), (), timeout_ms / 1000.0)
+        return check_server_ids(replies, self.node_names(), self.name)
 
     async def _attempt(self, token: str, waiter_id: str, register: bool) -> Attempt:
         start = time.monotonic()

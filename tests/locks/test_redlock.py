@@ -15,6 +15,7 @@ import time
 import pytest
 
 from locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
+from processes.relay import Relay
 
 from .conftest import SINGLE_URL
 from .workers import increment_under_lock
@@ -432,3 +433,26 @@ def test_a_grant_leaves_no_waiter_registration_on_the_nodes_that_refused(twin, c
     twin(lock.release())
     assert [client.smembers(f"{name}:waiters") for client in sync_clients] == [set()] * 5
     assert [client.get(name) for client in sync_clients] == [None] * 3 + [b"stale"] * 2
+
+
+def test_check_servers_finds_one_server_behind_a_port_forward(twin, cluster, name):
+    """One node reached twice, directly and through a TCP relay on another port: the constructor
+    sees five host:port pairs and accepts them (a quorum of 3, two of them one process); asking the
+    servers their run_id refuses it. A node that is down is left out of the comparison."""
+    nodes, _ = cluster
+    relay = Relay(target_port=nodes[0].port)
+    try:
+        aliased = twin.Redlock(twin.clients([nodes[0].port, relay.port, *(n.port for n in nodes[1:4])]), name)
+        assert aliased.quorum == 3
+        with pytest.raises(ValueError, match=rf"127\.0\.0\.1:{nodes[0].port} and 127\.0\.0\.1:{relay.port}") as refused:
+            twin(aliased.check_servers())
+        assert "are one server" in str(refused.value) and "clients 0 and 1" in str(refused.value)
+    finally:
+        relay.close()
+    lock = twin.Redlock(twin.clients([node.port for node in nodes]), name)
+    ids = twin(lock.check_servers())
+    assert len(set(ids)) == 5 and all(re.fullmatch(r"[0-9a-f]{40}", run_id) for run_id in ids)
+    nodes[4].kill()
+    assert twin(lock.check_servers(timeout_ms=500)) == [*ids[:4], None]
+    with pytest.raises(ValueError, match="timeout_ms"):
+        twin(lock.check_servers(timeout_ms=0))

@@ -4,10 +4,12 @@ Redlock nodes (processes of the project)."""
 from __future__ import annotations
 
 import psycopg
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from psycopg import sql
 
+from locks import Redlock
 from processes.needs import project_nodes
 from processes.nodes import NodeError, ping_error
 
@@ -43,6 +45,23 @@ def ensure_database() -> bool:
         ) from exc
 
 
+def check_redlock_servers(urls: list[str]) -> None:
+    """Refuse REDLOCK_URLS that reach one Redis server under two names (its run_id answered twice:
+    ``Redlock.check_servers``), which settings cannot tell from the URLs: Redlock's majority would
+    be one process. A node that does not answer is not compared (the nodes are not started yet
+    with --no-nodes); the strategy's own check refuses one host and port named twice."""
+    if not urls:
+        return
+    clients = [redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0) for url in urls]
+    try:
+        Redlock(clients, "flashsale:lock:nodes").check_servers()
+    except ValueError as exc:
+        raise CommandError(f"REDLOCK_URLS: {exc}; give each node its own Redis process") from exc
+    finally:
+        for client in clients:
+            client.close()
+
+
 class Command(BaseCommand):
     requires_system_checks: list[str] = []  # runs before migrations exist
     help = "Check PostgreSQL and Redis, create the database if missing, start the private Redlock nodes."
@@ -64,5 +83,6 @@ class Command(BaseCommand):
                 project_nodes().start()
             except NodeError as exc:
                 raise CommandError(str(exc)) from exc
+        check_redlock_servers(settings.INVENTORY["REDLOCK_URLS"])
         nodes = "" if no_nodes else ", 5 Redlock nodes (processes)"
         self.stdout.write(f"ready: PostgreSQL and Redis (services){nodes}")

@@ -202,6 +202,16 @@ def finish_connect(node: NodeConnections, conn, sock: socket.socket, timeout_s: 
     bound_blocking(sock, node.timeout_s)
 
 
+def keep_pending(node: NodeConnections, conn, sock, started: float) -> None:
+    """Keep a connect its round could not wait for on ``node``, unless the node keeps one already
+    (another thread's round left it meanwhile): then this one is closed. One is all a later round
+    needs, and each kept beside it stayed open for the kernel's SYN retries (minutes)."""
+    if node.pending:
+        sock.close()  # not yet the connection's: ``conn`` holds no socket
+        return
+    node.pending.append((conn, sock, started))
+
+
 def pending_connect(node: NodeConnections, started: float):
     """A connect of ``node`` that an earlier round left unfinished: ``(conn, None)`` once it is
     connected, ``(None, error)`` while it is still pending (or failed), so the round does not

@@ -62,8 +62,9 @@ class NodeConnections:
         # (loop, its idle connections) of the last loop that used this node: one tuple, read and
         # replaced whole, so a thread running another loop never takes from this one's.
         self._here: tuple = (None, deque())
-        # (connection, connect task, loop-time start) of a connect a round left unfinished.
-        self.pending: tuple | None = None
+        # Per loop, (connection, connect task, loop-time start) of a connect a round left unfinished:
+        # at most one a loop (a connect task runs on its loop, and only that loop may end it).
+        self.pending: dict = {}
 
     @classmethod
     def of(cls, client: aioredis.Redis) -> "NodeConnections":
@@ -139,9 +140,8 @@ async def aclose_connections() -> None:
     for node, idle in nodes.items():
         if node._here[0] is loop:
             node._here = (None, deque())
-        pending = node.pending
-        if pending is not None and pending[1].get_loop() is loop:
-            node.pending = None
+        pending = node.pending.pop(loop, None)
+        if pending is not None:
             pending[1].cancel()
             await _disconnect(pending[0])
         while idle:
@@ -238,17 +238,17 @@ async def _connect_and_send(conn, packed: list, round_open: list) -> bool:
     return False
 
 
-def _pending_connect(node: NodeConnections, started: float):
-    """The asyncio version of ``_sync/io.py``'s ``_pending_connect``: ``(conn, None)``, ``(None, error)``
-    or ``(None, None)``."""
-    conn, task, since = node.pending
+def _pending_connect(node: NodeConnections, loop, started: float):
+    """The asyncio version of ``_connections.pending_connect``, for ``loop``'s connect pending on
+    ``node``: ``(conn, None)``, ``(None, error)`` or ``(None, None)``."""
+    conn, task, since = node.pending[loop]
     if not task.done():
         if started - since < CONNECT_BACKOFF_S:
             return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
-        node.pending = None
+        del node.pending[loop]
         task.cancel()
         return None, None
-    node.pending = None
+    del node.pending[loop]
     if task.cancelled() or task.exception() is not None:
         node.give(conn)
         return None, task.exception() if not task.cancelled() else None
@@ -309,13 +309,12 @@ class _Round(Round):
         idle: dict = {}
         for index, node in enumerate(self.nodes):
             conn = None
-            if node.pending is not None and not self.fresh:
-                if node.pending[1].get_loop() is not self.loop:
-                    node.pending = None
-                else:
-                    conn, self.replies[index] = _pending_connect(node, self.started)
-                    if self.replies[index] is not None:
-                        continue
+            # Only this loop's, and in a fresh round (a release's retry) too: another loop's dropped
+            # here, or one more connect beside it, stayed open for the kernel's SYN retries.
+            if node.pending and self.loop in node.pending:
+                conn, self.replies[index] = _pending_connect(node, self.loop, self.started)
+                if self.replies[index] is not None:
+                    continue
             if conn is None:
                 conn = node.fresh() if self.fresh else node.take_unchecked()
                 if conn.is_connected:
@@ -357,7 +356,7 @@ class _Round(Round):
             conn = self.conns[index]
             name = self.nodes[index].name
             if task not in done:
-                self.nodes[index].pending = (conn, task, self.started)
+                await self.keep_pending(index, conn, task)
                 self.conns[index] = None
                 self.replies[index] = RedisTimeoutError(
                     f"{name}: connect did not finish within {self.timeout_s * 1000:.0f} ms"
@@ -370,6 +369,16 @@ class _Round(Round):
             else:
                 if not sent:
                     self.replies[index] = RedisTimeoutError(f"{name}: connected too late")
+
+    async def keep_pending(self, index: int, conn, task: asyncio.Task) -> None:
+        """Keep the node's unfinished connect for this loop's later rounds, unless another round on
+        this loop kept one meanwhile: then this one is ended (one is all a later round needs)."""
+        pending = self.nodes[index].pending
+        if self.loop in pending:
+            task.cancel()
+            await _disconnect(conn)
+        else:
+            pending[self.loop] = (conn, task, self.started)
 
     async def read_all(self) -> None:
         """Read each node's reply until the deadline; a connection that timed out is closed."""

@@ -34,6 +34,7 @@ from .._connections import (
     NodeConnections,
     bound_blocking,
     finish_connect,
+    keep_pending,
     pending_connect,
     start_connect,
     went_away,
@@ -181,7 +182,9 @@ class _Round(Round):
         idle: dict = {}
         for index, node in enumerate(self.nodes):
             conn = None
-            if node.pending and not self.fresh:
+            # A fresh round (a release's retry) reads it too: one more connect beside it to a host
+            # that drops SYNs stayed open for the kernel's retries, one a release (issue 28's session).
+            if node.pending:
                 conn, self.replies[index] = pending_connect(node, self.started)
                 if self.replies[index] is not None:
                     continue
@@ -276,7 +279,7 @@ class _Round(Round):
             sock = self.connecting.pop(index, None)
             name = self.nodes[index].name
             if sock is not None:
-                self.nodes[index].pending.append((self.conns[index], sock, self.started))
+                keep_pending(self.nodes[index], self.conns[index], sock, self.started)
                 self.conns[index] = None
                 self.replies[index] = RedisTimeoutError(
                     f"{name}: connect did not finish within {self.timeout_s * 1000:.0f} ms"

@@ -15,6 +15,7 @@ import locks
 from locks import AsyncRedisLock, AsyncRedlock, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
 from .conftest import SINGLE_URL, async_clients, run
+from .netfaults import Unreachable
 
 #: A node's time to answer in the tests that set it (the sync twin's tests use the same).
 NODE_TIMEOUT_MS = 50
@@ -212,3 +213,45 @@ def test_async_connections_close_on_their_loop_a_dropped_client_s_too(single, na
         run(loop_s_life())
         gc.collect()
     assert unclosed(caught) == []
+
+
+def test_async_a_connect_left_pending_stays_its_loop_s_when_another_loop_uses_the_node(cluster, name):
+    """A node whose connect outlasts a round (SYNs dropped) keeps that connect pending for the
+    round's loop: the next round there reads it or fails fast, and the loop's
+    ``aclose_connections`` ends it. Before, the node kept one pending connect for every loop, and
+    another loop's round dropped it: the first loop's next round opened a second connect beside the
+    first, which nothing then ended (two connects pending on that loop, one left after its close)."""
+    nodes, _ = cluster
+    unreachable = Unreachable()
+    loop_a = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop_a.run_forever, daemon=True)
+    thread.start()
+    clients = async_clients(list(nodes)[:4]) + [aioredis.Redis(host="127.0.0.1", port=unreachable.port)]
+
+    async def take_and_give(key: str) -> None:
+        lock = AsyncRedlock(clients, key, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+        async with lock:
+            pass
+
+    def on_a(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop_a).result(10)
+
+    def connects_on_a() -> int:
+        async def count() -> int:
+            return sum(1 for task in asyncio.all_tasks() if task is not asyncio.current_task())
+
+        return on_a(count())
+
+    try:
+        on_a(take_and_give(f"{name}:a1"))  # leaves the unreachable node's connect pending on loop A
+        assert connects_on_a() == 1
+        run(take_and_give(f"{name}:b"))  # another loop, on this thread, uses the same node
+        on_a(take_and_give(f"{name}:a2"))  # within the back-off: loop A's own connect, still pending
+        assert connects_on_a() == 1, "loop A opened a second connect: its first was dropped by loop B"
+        on_a(locks.aclose_connections())
+        assert connects_on_a() == 0, "a connect of loop A was left running after its aclose_connections"
+    finally:
+        loop_a.call_soon_threadsafe(loop_a.stop)
+        thread.join(5)
+        loop_a.close()
+        unreachable.close()

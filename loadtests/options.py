@@ -5,9 +5,11 @@ and docs/faults.md), the checks of their values before anything starts (each ref
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -339,6 +341,8 @@ def check_paths(*, sku: str, json_path: str, report_path: str) -> None:
         if value and Path(value).is_dir():
             raise CommandError(f"{flag} {value} is a folder: give a file path, e.g. {example}")
         check_output(flag, value)
+    if report_path:  # Locust's own reports are copied into locust/ beside it
+        try_writing_in(Path(report_path).absolute().parent / "locust", "--report", report_path)
     if json_path and report_path and Path(json_path).resolve() == Path(report_path).resolve():
         raise CommandError(f"--report {report_path}: is the --json file too: give each its own file")
 
@@ -377,6 +381,25 @@ def check_output(flag: str, value: str) -> None:
         raise CommandError(f"{flag} {value}: {existing} is a file, not a folder: give a path in a folder")
     if not os.access(existing, os.W_OK):
         raise CommandError(f"{flag} {value}: this user may not write in {existing}")
+    try_writing_in(target.parent, flag, value)
+
+
+def try_writing_in(folder: Path, flag: str, value: str) -> None:
+    """Make ``folder`` (with its missing parents) and a file in it, then remove what was made: the
+    only sure answer to "may this be written?" (``os.access`` says yes to root under ``/proc``, where
+    a folder cannot be made, and under ``/sys``). A refusal is one line, and leaves nothing behind."""
+    made = [parent for parent in (folder, *folder.parents) if not parent.exists()][::-1]
+    try:
+        for parent in made:
+            parent.mkdir()
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise CommandError(f"{flag} {value}: cannot write in {folder} ({exc.strerror or exc})") from None
+    finally:
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
 
 
 def check_fault(

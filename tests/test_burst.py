@@ -7,6 +7,7 @@ Each test starts gunicorn on the test database, so the rows must be committed:
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from io import StringIO
@@ -17,6 +18,7 @@ from django.core.management import CommandError, call_command
 from inventory.audit import audit
 from inventory.models import BurstRun, Order, Product
 from loadtests.management.commands.flashsale import Command as Flashsale
+from loadtests.options import try_writing_in
 from loadtests.report.base import BREAKDOWN_PARTS, ms
 from loadtests.report.page import render_report
 from loadtests.report.sentences import sentence
@@ -562,6 +564,29 @@ def test_an_output_under_a_file_is_refused_before_the_run(flag, name, tmp_path):
     assert str(excinfo.value) == f"{name} {blocker / 'out'}: {blocker} is a file, not a folder: give a path in a folder"
     assert not Product.objects.filter(sku=SKU).exists()
     assert not BurstRun.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "flag, name, value", [("json_path", "--json", "/proc/no-such/x.json"), ("report_path", "--report", "/proc/x.html")]
+)
+def test_an_output_in_a_folder_that_cannot_be_made_is_refused_before_the_run(flag, name, value, monkeypatch):
+    """Seen as root (2026-12-05): ``--json /proc/nope/x.json`` passed the check (``os.access`` says
+    root may write anywhere), the burst ran, then ended in a FileNotFoundError traceback with its
+    figures unwritten; ``--report /sys/x.html`` in a PermissionError making ``locust/`` beside it.
+    The check now makes the folder and a file in it, and removes them."""
+    monkeypatch.setattr(Flashsale, "run_rows", lambda *args, **kwargs: pytest.fail("the rows ran"))
+    with pytest.raises(CommandError) as excinfo:
+        call_command("flashsale", backends="db", requests=10, stdout=StringIO(), stderr=StringIO(), **{flag: value})
+    # Root is told the folder cannot be made (or written); another user that it may not write there.
+    assert re.fullmatch(rf"{name} {value}: (cannot|this user may not) write in /proc.*", str(excinfo.value))
+    assert not Product.objects.filter(sku=SKU).exists()
+
+
+def test_the_output_check_leaves_no_folder_behind(tmp_path):
+    """A good path's missing folders are made to try them and removed; the writer makes them again."""
+    try_writing_in(tmp_path / "a" / "b", "--json", "x")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.django_db(transaction=True)

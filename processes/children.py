@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -223,3 +224,23 @@ def stop_all(children: list[Child | None], sig: int = signal.SIGTERM) -> None:
             errors.append(f"{child.name}: {exc}")
     if errors:
         raise ChildError("could not stop " + "; ".join(errors))
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Treat SIGTERM like Ctrl-C while the block runs, so the ``finally`` blocks that stop a run's
+    private processes run: ``timeout``, a cancelled CI job or ``kill`` send SIGTERM, on which Python
+    ends at once. Only in the main thread (elsewhere a signal handler cannot be set); the previous
+    handler comes back after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -5,12 +5,19 @@ judged met or not by its target; a peer that cannot be imported is one line, not
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from loadtests.management.commands.lockbench import TARGETS, Command
+from processes.nodes import ping_error
 from tests import slots
 
 ROWS = [
@@ -37,6 +44,7 @@ ROWS = [
 ]  # the etcd rows: their own cluster on BASE_PORT+5..+10; the ZooKeeper rows on BASE_PORT+171..+193
 # Inside the lock tests' range (7679-7690), clear of tests/locks (7679-7683).
 BASE_PORT = slots.LOCKBENCH_BASE_PORT
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # Seen by trying them: --rounds -1 ended in a ZeroDivisionError, --base-port 70000 in a
@@ -143,3 +151,32 @@ def test_a_consensus_row_that_fails_is_not_measured_and_the_other_rows_are_kept(
     lines = out.getvalue().splitlines()
     assert any(line.startswith("ours-zookeeper: not measured, ") for line in lines), lines
     assert any(line.startswith("  ours-redis / floor-1node = ") for line in lines), lines
+
+
+@pytest.mark.slow  # a manage.py subprocess that starts five nodes
+def test_a_sigterm_stops_its_nodes_and_says_so(tmp_path):
+    """Seen with ``timeout 60 manage.py lockbench`` (2026-12-05): SIGTERM ended Python at once, and
+    its five redis-server processes (7779-7783) ran on with nobody to stop them. SIGTERM now
+    stops them as Ctrl-C does, and the command says so in one line."""
+    ports = [BASE_PORT + index for index in range(5)]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}  # its slot is this worker's
+    command = [sys.executable, "manage.py", "lockbench", "--json", str(tmp_path / "x.json"), "--seconds", "30"]
+    bench = subprocess.Popen(
+        [*command, "--base-port", str(BASE_PORT)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not all(answers(port) for port in ports):
+            assert bench.poll() is None and time.monotonic() < deadline, "the nodes did not come up"
+            time.sleep(0.2)
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=30)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 1 and "interrupted: its Redis nodes, etcd and ZooKeeper were stopped" in stderr.decode()
+    assert [port for port in ports if answers(port)] == []
+
+
+def answers(port: int) -> bool:
+    return ping_error(f"redis://127.0.0.1:{port}/0", timeout_s=0.5) is None

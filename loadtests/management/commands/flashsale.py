@@ -6,10 +6,8 @@ import json
 import os
 import platform
 import shlex
-import signal
 import statistics
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +43,7 @@ from loadtests.table import (
     table_row,
 )
 from loadtests.targets import verdict_lines
+from processes.children import sigterm_as_interrupt
 from processes.needs import processes_running
 from processes.nodes import NodeError
 from processes.protocol import ProcessUnavailable
@@ -154,7 +153,6 @@ class Command(BaseCommand):
         turn (``vias``), ``repeat`` times, with the processes the strategies need running; each row
         printed as it ends. A row is a strategy at a BATCH size on a queue. With ``hot_row`` the hot-row limit's
         two rows come first."""
-        fault = plan.fault
         names = list(dict.fromkeys(name for name, _, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
@@ -162,8 +160,22 @@ class Command(BaseCommand):
                 f"warning: {', '.join(controls)} oversell(s) by design (controls); "
                 "ALLOW_UNSAFE_STRATEGY=1 is set for their gunicorn only"
             )
+        with sigterm_as_interrupt():
+            return self.rows_in_turn(keys, plan, vias, repeat=repeat, unfenced=unfenced, hot_row=hot_row)
+
+    def rows_in_turn(
+        self,
+        keys: list[tuple[str, int, str]],
+        plan: BurstPlan,
+        vias: list[tuple[str, str]],
+        *,
+        repeat: int,
+        unfenced: bool,
+        hot_row: bool,
+    ) -> list[dict]:
+        """:meth:`run_rows`' rows, its processes stopped at the end however it ends."""
+        fault = plan.fault
         runs: list[dict] = []
-        previous_sigterm = self.stop_on_sigterm()
         try:
             # Each row starts (and stops) only the processes its own strategy needs: see run_round.
             collect_static()
@@ -188,8 +200,6 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         finally:
             wait_for_lingering_masters()  # their Locust reports are complete, and no process is left
-            if previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, previous_sigterm)
         return runs
 
     def run_round(
@@ -352,17 +362,6 @@ class Command(BaseCommand):
                 "or raise max_connections"
             )
         return per_worker
-
-    @staticmethod
-    def stop_on_sigterm():
-        """Treat SIGTERM like Ctrl-C, so the finally blocks stop gunicorn and Locust; the old handler."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-
-        return signal.signal(signal.SIGTERM, interrupt)
 
     def progress_line(self):
         """A callback that shows one updating line on a terminal, a plain line a second otherwise."""

@@ -57,6 +57,7 @@ from loadtests.options import check_output
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
 from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
+from processes.children import sigterm_as_interrupt
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import LOCKBENCH_BASE_PORT, LOCKBENCH_ZOOKEEPER_BASE_PORT
 
@@ -303,6 +304,18 @@ class Command(BaseCommand):
         self.unmeasured: dict[str, str] = {}  # peer row → why it could not be measured here
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.BASE_DIR) / ".run" / "lockbench")
         try:
+            with sigterm_as_interrupt():  # a SIGTERM (timeout, a cancelled job) still stops the nodes
+                rows = self._measure(nodes, seconds, rounds, base_port)
+        except KeyboardInterrupt:
+            raise CommandError("interrupted: its Redis nodes, etcd and ZooKeeper were stopped") from None
+        path = Path(options["json"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rows": rows, "unmeasured": self.unmeasured}, indent=2) + "\n")
+        self._report(rows, path)
+
+    def _measure(self, nodes: RedisNodes, seconds: float, rounds: int, base_port: int) -> list[dict]:
+        """Every row, on the five nodes (started here and stopped at the end however it ends)."""
+        try:
             nodes.start()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
@@ -318,10 +331,7 @@ class Command(BaseCommand):
             rows += self._consensus("zookeeper", zookeeper_rows, seconds, zookeeper_port)
         finally:
             nodes.stop()
-        path = Path(options["json"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"rows": rows, "unmeasured": self.unmeasured}, indent=2) + "\n")
-        self._report(rows, path)
+        return rows
 
     def _consensus(self, service: str, measure: Callable[[float, int], list[dict]], seconds: float, port: int):
         """A consensus service's two rows; if the service fails them (a member that did not start,

@@ -182,8 +182,8 @@ class _Round(Round):
         idle: dict = {}
         for index, node in enumerate(self.nodes):
             conn = None
-            # A fresh round (a release's retry) reads it too: one more connect beside it to a host
-            # that drops SYNs stayed open for the kernel's retries, one a release (issue 28's session).
+            # A fresh round (a release's retry) reads it too: one more connect beside it, to a host
+            # that drops SYNs, stayed open for the kernel's SYN retries (one socket a release, seen).
             if node.pending:
                 conn, self.replies[index] = pending_connect(node, self.started)
                 if self.replies[index] is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import time
 
 import pytest
@@ -473,6 +474,37 @@ def test_a_node_that_drops_syns_keeps_one_connect_pending_not_one_a_lock(twin, c
         # Every second the back-off ends and one round waits its 50 ms for a new connect; before,
         # every release's retry did (100 cycles took 2.1 s, sync and asyncio alike).
         assert took < 1.0, took
+    finally:
+        unreachable.close()
+
+
+def test_threads_sharing_a_node_that_drops_syns_keep_one_connect_pending_between_them(cluster, name):
+    """The blocking twin's rounds on several threads at once each start a connect when none is
+    pending and leave it unfinished together: the node keeps the first, the others are closed."""
+    nodes, _ = cluster
+    unreachable = Unreachable()
+    try:
+        clients = [redis.Redis(host="127.0.0.1", port=node.port) for node in list(nodes)[:4]]
+        clients.append(redis.Redis(host="127.0.0.1", port=unreachable.port))
+        errors = []
+
+        def cycles(thread: int) -> None:
+            try:
+                for index in range(30):
+                    with Redlock(clients, f"{name}:{thread}:{index}", ttl_ms=5_000, timeout_ms=0, node_timeout_ms=50):
+                        pass
+            except Exception as exc:  # noqa: BLE001 - said by the assertion below
+                errors.append(repr(exc))
+
+        before = len(os.listdir("/proc/self/fd"))
+        threads = [threading.Thread(target=cycles, args=(thread,)) for thread in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        # Each thread's idle connections to the four nodes (8 × 4), and one connect kept pending.
+        assert len(os.listdir("/proc/self/fd")) - before <= 8 * 4 + 2
     finally:
         unreachable.close()
 

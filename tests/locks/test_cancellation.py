@@ -472,8 +472,9 @@ def test_a_node_that_drops_syns_keeps_one_connect_pending_not_one_a_lock(twin, c
         took = cycles(100)
         assert len(os.listdir("/proc/self/fd")) - before <= 2, "a connect left open per cycle"
         # Every second the back-off ends and one round waits its 50 ms for a new connect; before,
-        # every release's retry did (100 cycles took 2.1 s, sync and asyncio alike).
-        assert took < 1.0, took
+        # every release's retry did (100 cycles took 2.1 s, sync and asyncio alike; 0.1 s now, with
+        # room for a slow, loaded machine).
+        assert took < 1.5, took
     finally:
         unreachable.close()
 

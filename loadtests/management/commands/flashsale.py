@@ -75,9 +75,10 @@ class Command(BaseCommand):
         self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
         self.finished: list[dict] = []  # every strategy row run so far, kept should a later one fail
         try:
-            runs = self.run_rows(
-                rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
-            )
+            with sigterm_as_interrupt():  # the rows' finally blocks stop gunicorn and Locust on SIGTERM too
+                runs = self.run_rows(
+                    rows.keys, rows.plan, repeat=repeat, unfenced=unfenced, vias=rows.vias, hot_row=rows.hot_row
+                )
         except CommandError as exc:
             self.write_unfinished(exc, options, started_at=started_at, probe=probe, vias=rows.vias)
             raise
@@ -153,6 +154,7 @@ class Command(BaseCommand):
         turn (``vias``), ``repeat`` times, with the processes the strategies need running; each row
         printed as it ends. A row is a strategy at a BATCH size on a queue. With ``hot_row`` the hot-row limit's
         two rows come first."""
+        fault = plan.fault
         names = list(dict.fromkeys(name for name, _, _ in keys))
         controls = [name for name in names if strategy_class(name).control]
         if controls:
@@ -160,21 +162,6 @@ class Command(BaseCommand):
                 f"warning: {', '.join(controls)} oversell(s) by design (controls); "
                 "ALLOW_UNSAFE_STRATEGY=1 is set for their gunicorn only"
             )
-        with sigterm_as_interrupt():
-            return self.rows_in_turn(keys, plan, vias, repeat=repeat, unfenced=unfenced, hot_row=hot_row)
-
-    def rows_in_turn(
-        self,
-        keys: list[tuple[str, int, str]],
-        plan: BurstPlan,
-        vias: list[tuple[str, str]],
-        *,
-        repeat: int,
-        unfenced: bool,
-        hot_row: bool,
-    ) -> list[dict]:
-        """:meth:`run_rows`' rows, its processes stopped at the end however it ends."""
-        fault = plan.fault
         runs: list[dict] = []
         try:
             # Each row starts (and stops) only the processes its own strategy needs: see run_round.

@@ -32,7 +32,29 @@ BACKEND_COLOURS = {
 FALLBACK_COLOURS = ["#0f766e", "#be185d", "#4d7c0f", "#475569"]
 #: viewBox width of every chart; about a phone's CSS width, so 12-unit text stays readable there.
 WIDTH = 360
+#: Row labels (12 units, right-aligned left of their bars): the plot starts far enough right for
+#: the longest ("redis-stock ×64" is 15 characters), within these bounds; a label longer than the
+#: widest margin is squeezed into it (``textLength``) rather than cut at the chart's edge.
+ROW_LABEL_SIZE, ROW_LABEL_EM = 12, 0.6  # a generous average advance of a sans-serif character
+LABEL_LEFT_MIN, LABEL_LEFT_MAX = 84, 150
 _ids = itertools.count(1)
+
+
+def label_left(labels: Sequence[str]) -> int:
+    """The plot's left edge for ``labels`` drawn right-aligned before it (:func:`row_label`)."""
+    widest = max((_label_width(label) for label in labels), default=0)
+    return round(min(LABEL_LEFT_MAX, max(LABEL_LEFT_MIN, widest + 8)))
+
+
+def row_label(label: str, *, left: float, y: float) -> str:
+    """A row's name ending 6 units left of the plot at ``left``; squeezed to fit if it is wider."""
+    room = left - 8
+    fit = f' textLength="{num(room)}" lengthAdjust="spacingAndGlyphs"' if _label_width(label) > room else ""
+    return f'<text class="tick row-label" x="{num(left - 6)}" y="{num(y)}" text-anchor="end"{fit}>{esc(label)}</text>'
+
+
+def _label_width(label: str) -> float:
+    return len(label) * ROW_LABEL_SIZE * ROW_LABEL_EM
 
 
 def colour_for(name: str, index: int = 0) -> str:
@@ -274,7 +296,9 @@ def hbar_chart(
     bar_h, gap = 13, 9
     height = 24 + 30 + len(rows) * (per_row * bar_h + gap)
     values = [v for _, bars in rows for _, v in bars] + ([reference[1]] if reference else [])
-    plot = Plot(height=height, x_max=max(values, default=1) * 1.15 or 1, y_max=1, left=84, right=14, top=20, bottom=30)
+    left = label_left([label for label, _ in rows])
+    x_max = max(values, default=1) * 1.15 or 1
+    plot = Plot(height=height, x_max=x_max, y_max=1, left=left, right=14, top=20, bottom=30)
     body = []
     for tick in plot.x_ticks:
         x = num(plot.x(tick))
@@ -287,10 +311,7 @@ def hbar_chart(
 
     y = plot.top + gap / 2
     for i, (label, bars) in enumerate(rows):
-        body.append(
-            f'<text class="tick row-label" x="{plot.left - 6}" y="{num(y + per_row * bar_h / 2 + 4)}" '
-            f'text-anchor="end">{esc(label)}</text>'
-        )
+        body.append(row_label(label, left=plot.left, y=y + per_row * bar_h / 2 + 4))
         for j, (series, value) in enumerate(bars):
             width = plot.x(value) - plot.left
             body.append(
@@ -360,7 +381,8 @@ def stacked_bar_chart(
     bar_h, gap = 14, 10
     height = top + 8 + len(stacks) * (bar_h + gap) + 30
     biggest = max((sum(stack.values) for stack in stacks), default=1) or 1
-    plot = Plot(height=height, x_max=biggest * 1.18, y_max=1, left=84, right=14, top=top + 4, bottom=30)
+    left = label_left([stack.label for stack in stacks])
+    plot = Plot(height=height, x_max=biggest * 1.18, y_max=1, left=left, right=14, top=top + 4, bottom=30)
     body = legend + [
         f'<line class="grid" x1="{num(plot.x(tick))}" x2="{num(plot.x(tick))}" y1="{plot.top}" y2="{plot.base}"/>'
         for tick in plot.x_ticks
@@ -368,10 +390,7 @@ def stacked_bar_chart(
     body += plot.x_axis(unit)
     y = plot.top + gap / 2
     for stack in stacks:
-        body.append(
-            f'<text class="tick row-label" x="{plot.left - 6}" y="{num(y + bar_h / 2 + 4)}" '
-            f'text-anchor="end">{esc(stack.label)}</text>'
-        )
+        body.append(row_label(stack.label, left=plot.left, y=y + bar_h / 2 + 4))
         body += _stacked_bar(stack, plot, y=y, height=bar_h, parts=parts, inset=inset, unit=unit)
         body.append(
             f'<text class="value" x="{num(plot.x(sum(stack.values)) + 4)}" y="{num(y + bar_h - 3)}">'

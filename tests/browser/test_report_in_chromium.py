@@ -110,3 +110,46 @@ def test_report_of_a_real_burst(browser, tmp_path):
         assert page.locator("dl.machine").inner_text().count("PostgreSQL") >= 2  # label and SELECT version()
     finally:
         context.close()
+
+
+def long_label_document() -> dict:
+    """The rows of issue 28's deep command whose labels are the longest ("redis-stock ×64"), each
+    alone and batched, with the breakdown the time chart draws and a floor to read them against."""
+    runs = [{"row": "floor", "batch": 1, "rps": 2000.0, "requests": 3000, "invariants_ok": True}]
+    for name in ("optimistic", "zookeeper", "redis-stock", "a-strategy-named-at-length"):
+        for batch, rps in ((1, 400.0), (64, 1200.0)):
+            parts = {"queue_wait_ms": 9.0 if batch > 1 else 0.0, "lock_wait_ms": 2.0, "lock_hold_ms": 8.0}
+            runs.append(
+                {
+                    "row": name,
+                    "batch": batch,
+                    "requests": 3000,
+                    "rps": rps,
+                    "floor_ratio": rps / 2000.0,
+                    "invariants_ok": True,
+                    "stock_initial": 3000,
+                    "stock_final": 0,
+                    "orders": 3000,
+                    "oversold": 0,
+                    "breakdown": {"answers": 3000, **parts, "outside_ms": 1.0, "total_ms": sum(parts.values()) + 1.0},
+                }
+            )
+    return {"runs": runs}
+
+
+def test_every_row_label_fits_inside_its_chart(browser, tmp_path):
+    """The bar charts put each row's name left of its bar; "redis-stock ×64" (15 characters) once
+    ran past the chart's left edge and read "dis-stock ×64". A name longer than the widest margin
+    is squeezed into it."""
+    path = write_report(long_label_document(), tmp_path / "report.html")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page, _ = open_report(context, path)
+        labels = page.locator("svg.chart text.row-label").evaluate_all(
+            "texts => texts.map(t => [t.textContent, t.getBBox().x])"
+        )
+        assert {"redis-stock ×64", "a-strategy-named-at-length ×64"} <= {text for text, _ in labels}
+        outside = [(text, round(x, 1)) for text, x in labels if x < 0]
+        assert not outside, f"row labels cut off at the chart's left edge: {outside}"
+    finally:
+        context.close()

@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from unittest import mock
 
 import pytest
 from django.conf import settings
@@ -20,34 +21,48 @@ from django.contrib.messages import get_messages
 from django.db import connections, transaction
 from django.test import Client
 
+from inventory import services
 from inventory.errors import ProductNotFound
 from inventory.models import Order, Product
-from inventory.services import purchase
+from inventory.services import prepare, purchase
 from inventory.soldout_local import MARKS
 from tests.helpers import run_threads
 
 SHOPPERS = 6
 
 
-def buy_behind(change, *, sku: str = "hot", quantity: int = 1, buy=None) -> Counter[str]:
+def buy_behind(change, *, sku: str = "hot", quantity: int = 1, buy=None, readers: int = SHOPPERS) -> Counter[str]:
     """SHOPPERS threads each buy ``quantity`` while a staff thread holds the row of ``sku`` (locked
-    in its transaction), then, once the shoppers are on their way, runs ``change(product)`` inside
-    that transaction and commits. Every answer's outcome, counted (``not_found`` for a 404, and
-    ``raised <exception>`` for what would be a shopper's 500). ``buy(index)``: another way to buy,
-    returning the answer to count."""
+    in its transaction), then, once ``readers`` of them are past the plain read, runs
+    ``change(product)`` inside that transaction and commits. Every answer's outcome, counted
+    (``not_found`` for a 404, and ``raised <exception>`` for what would be a shopper's 500).
+    ``buy(index)``: another way to buy, returning the answer to count (on one event loop only the
+    purchases it admits read the shelf while the row is held: ``readers=0`` waits 0.5 s instead)."""
     outcomes: Counter[str] = Counter()
     guard = threading.Lock()
     held = threading.Event()
+    read = threading.Semaphore(0)  # released once per shopper past its plain read (services.prepare)
 
     def staff() -> None:
         try:
             with transaction.atomic():
                 product = Product.objects.select_for_update().get(sku=sku)
                 held.set()
-                time.sleep(0.5)  # the shoppers pass the plain read and wait on the row
+                # ``readers`` shoppers have read the shelf as it was (under load that took longer than
+                # the 0.5 s this waited once, and six read the change instead); then they wait on the row.
+                deadline = time.monotonic() + 10
+                for _ in range(readers):
+                    read.acquire(timeout=max(0.0, deadline - time.monotonic()))
+                time.sleep(0.2 if readers else 0.5)
                 change(product)
         finally:
             connections.close_all()
+
+    def prepared(*args, **kwargs):
+        try:
+            return prepare(*args, **kwargs)
+        finally:
+            read.release()
 
     def shopper(index: int) -> None:
         held.wait(10)
@@ -65,7 +80,8 @@ def buy_behind(change, *, sku: str = "hot", quantity: int = 1, buy=None) -> Coun
 
     changing = threading.Thread(target=staff)
     changing.start()
-    run_threads(SHOPPERS, shopper, timeout_s=60)
+    with mock.patch.object(services, "prepare", prepared):
+        run_threads(SHOPPERS, shopper, timeout_s=60)
     changing.join(30)
     assert not changing.is_alive()
     return outcomes
@@ -268,6 +284,7 @@ def test_on_the_loop_a_product_deleted_while_purchases_wait_for_it_answers_404(n
         outcomes = buy_behind(
             lambda product: product.delete(),
             buy=lambda index: apurchase(sku="hot", customer=f"c{index}", quantity=1).outcome.value,
+            readers=0,
         )
     assert set(outcomes) <= {"not_found", "busy", "sold_out"}, outcomes
     assert not Order.objects.exists()
@@ -373,6 +390,23 @@ def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(
     assert product.stock == 20 - 2 * orders.count() >= 0
     if product.sale_ends_at is not None:
         assert not orders.filter(created_at__gte=product.sale_ends_at).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_shoppers_slow_to_reach_the_shelf_still_read_it_before_the_edit(use_strategy, make_product):
+    """The tests above need every shopper past its plain read before staff change the product. A
+    fresh clone's run on a loaded machine once had all six read it after (six "quantity must be 1"
+    under a lowered limit): the edit waits for their reads, here each 0.7 s late."""
+    use_strategy("db")
+    make_product("hot", stock=20, limit=3)
+
+    def late(index: int) -> str:
+        time.sleep(0.7)
+        return purchase(sku="hot", customer=f"c{index}", quantity=2).outcome.value
+
+    outcomes = buy_behind(_lower_limit, quantity=2, buy=late)
+    assert not [answer for answer in outcomes if answer.startswith("raised")], outcomes
+    assert sum(outcomes.values()) == SHOPPERS
 
 
 @pytest.mark.slow

@@ -392,6 +392,7 @@ def test_a_product_edited_while_purchases_wait_for_it_keeps_every_unit(
         assert not orders.filter(created_at__gte=product.sale_ends_at).exists()
 
 
+@pytest.mark.slow  # the helper's own check: its shoppers start late on purpose
 @pytest.mark.django_db(transaction=True)
 def test_shoppers_slow_to_reach_the_shelf_still_read_it_before_the_edit(use_strategy, make_product):
     """The tests above need every shopper past its plain read before staff change the product. A

@@ -69,8 +69,12 @@ class NodeConnections:
         self.timeout_s = float(kwargs["socket_timeout"])
         self._address = None if "path" in kwargs else (kwargs.get("host", "localhost"), kwargs.get("port", 6379))
         self._idle: deque = deque()
-        # (connection, socket, monotonic start) of connects a round left unfinished.
+        # (connection, socket, monotonic start) of connects a round left unfinished, and the lock
+        # that makes "none kept yet, keep this one" and "claim it, still pending, put it back" one
+        # step each: between a claim's check (a poll, which lets other threads run) and its putting
+        # back, another thread's round saw none kept and kept its own (two were left, seen).
         self.pending: deque = deque()
+        self.pending_lock = threading.Lock()
 
     @classmethod
     def of(cls, client: redis.Redis) -> "NodeConnections":
@@ -87,6 +91,7 @@ class NodeConnections:
         for node in list(cls._registry.values()):
             node._idle = deque()
             node.pending = deque()
+            node.pending_lock = threading.Lock()  # another thread may have held it at the fork
 
     def take(self):
         """An idle connection, or a new one (unconnected: the caller connects it). An idle one
@@ -206,24 +211,27 @@ def keep_pending(node: NodeConnections, conn, sock, started: float) -> None:
     """Keep a connect its round could not wait for on ``node``, unless the node keeps one already
     (another thread's round left it meanwhile): then this one is closed. One is all a later round
     needs, and each kept beside it stayed open for the kernel's SYN retries (minutes)."""
-    if node.pending:
+    with node.pending_lock:
+        kept = not node.pending
+        if kept:
+            node.pending.append((conn, sock, started))
+    if not kept:
         sock.close()  # not yet the connection's: ``conn`` holds no socket
-        return
-    node.pending.append((conn, sock, started))
 
 
 def pending_connect(node: NodeConnections, started: float):
     """A connect of ``node`` that an earlier round left unfinished: ``(conn, None)`` once it is
     connected, ``(None, error)`` while it is still pending (or failed), so the round does not
     wait for it; ``(None, None)`` when there is none, or it was given up after the back-off."""
-    try:
-        conn, sock, since = node.pending.pop()  # atomic: two threads never claim the same connect
-    except IndexError:
-        return None, None
-    if not writable(sock, 0):
-        if started - since < CONNECT_BACKOFF_S:
+    with node.pending_lock:
+        if not node.pending:
+            return None, None
+        conn, sock, since = node.pending.pop()
+        done = writable(sock, 0)
+        if not done and started - since < CONNECT_BACKOFF_S:
             node.pending.append((conn, sock, since))
             return None, RedisTimeoutError(f"{node.name}: connect pending for {(started - since) * 1000:.0f} ms")
+    if not done:
         sock.close()
         return None, None
     try:

@@ -16,14 +16,36 @@ time), every reply reaches the client that much later while requests pass at onc
 on which the server has run a command whose answer is still on its way.
 
 A node that stops answering at the first ``EVAL`` is :class:`processes.relay.Relay` with ``stall_on``.
+
+:func:`sockets_to` counts this process's TCP sockets to given ports (connected, or still connecting).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
+
+
+def sockets_to(ports: set[int]) -> int:
+    """This process's TCP sockets whose far end is one of ``ports``, whatever their state (a
+    connect the kernel is still retrying among them): read from ``/proc``, so a descriptor another
+    thread of the test process opened meanwhile (a listener reconnecting) is not counted."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                mine.add(target[len("socket:[") : -1])
+    count = 0
+    with open("/proc/self/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) in ports and fields[9] in mine:
+                count += 1
+    return count
 
 
 class Unreachable:

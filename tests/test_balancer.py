@@ -6,13 +6,12 @@ import os
 import re
 import socket
 import struct
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -26,6 +25,7 @@ from loadtests.balancer import (
 )
 from loadtests.connection import NETWORK_TIMEOUT_S
 from processes.children import listening_socket
+from tests.helpers import stand_in
 
 #: Slow lane: HAProxy and pods of its own.
 pytestmark = pytest.mark.slow
@@ -82,36 +82,6 @@ class Pod(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
-
-
-class StandInServer(ThreadingHTTPServer):
-    """A stand-in pod's server, whose request threads are joined when it closes: none outlives its
-    test. A `BusyPod` thread still asleep when its test ended once wrote into the socket HAProxy had
-    closed, 1.5 s into a later test, and printed the broken pipe's traceback there; Python 3.11
-    places that traceback's carets with `ast.parse`, whose state its threads share, and the later
-    test's own `ast.parse` (tests/test_layout.py, in a fresh clone's run) failed with "AST
-    constructor recursion depth mismatch"."""
-
-    daemon_threads = False
-    block_on_close = True
-
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # the client hung up
-            super().handle_error(request, client_address)
-
-
-@contextmanager
-def stand_in(handler: type[BaseHTTPRequestHandler]):
-    """A :class:`StandInServer` for ``handler`` on a free port, serving until the block ends."""
-    server = StandInServer(("127.0.0.1", 0), handler)
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
-    serving.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()  # joins the request threads
-        serving.join()
 
 
 @contextmanager

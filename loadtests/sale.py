@@ -3,15 +3,22 @@ figures it counts, reported to the master a slice at a time (:meth:`Sale.report`
 
 The master decides the share (``loadtests/conductor.py``): it hands the worker the global index
 of its first user, the number of users in the whole sale and the number of purchases; global
-user ``g`` buys for shoppers ``g, g + users, g + 2 × users, ...`` below the purchase count, so
+user ``g`` prepares shoppers ``g, g + users, g + 2 × users, ...`` below the purchase count, so
 the shares add up to exactly the sale's purchases whatever the number of workers.
+
+Once a round opens, each user sends purchases from its worker's queue of that round's purchases
+(:meth:`Sale.next_purchase`) until none is left, not only its own shoppers': a user whose pod
+answers faster sends more, so every user keeps sending until the round's last purchases. With a
+fixed quota each, the users on a gunicorn worker that accepted fewer keep-alive connections finish
+early, and the round's last part runs on the worker holding the most, one process on one core
+while the others idle (measured: 53, 21, 14 and 12 of 100 connections on a pod's four workers).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from gevent.event import Event
@@ -51,6 +58,8 @@ class Sale:
         self.page_failures = 0  # shoppers whose preparation failed every attempt
         self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
         self.opening: list[list[tuple[Opener, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
+        # (round, host) → the built purchases no user has sent yet (:meth:`next_purchase`)
+        self.unsent: defaultdict[tuple[int, str], deque[bytes]] = defaultdict(deque)
         self.on_round_end: Callable[[Sale], None] | None = None  # told once this worker's round is answered
         self.start_round(0)
 
@@ -90,6 +99,15 @@ class Sale:
     def arm(self, number: int, shoppers: int) -> None:
         """``shoppers`` more of this worker's shoppers have their request for round ``number`` built."""
         self.armed[number] += shoppers
+
+    def queue(self, number: int, host: str, requests: list[bytes]) -> None:
+        """Purchases built for round ``number`` with ``host`` in their Host header, for any user to send."""
+        self.unsent[(number, host)].extend(requests)
+
+    def next_purchase(self, number: int, host: str) -> bytes | None:
+        """The next unsent purchase of round ``number`` for ``host`` (None: every one has been taken)."""
+        waiting = self.unsent.get((number, host))
+        return waiting.popleft() if waiting else None
 
     def ready_for(self, number: int) -> bool:
         """Every shopper of this worker has its request for round ``number`` built (or failed to prepare)."""

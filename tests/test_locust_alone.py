@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.conf import settings
@@ -14,6 +17,7 @@ from django.conf import settings
 from inventory.models import Order
 from loadtests.burst import prepare_product
 from loadtests.pods import LOCUSTFILE
+from tests.helpers import stand_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -44,6 +48,65 @@ def test_one_process_sells_exactly_its_purchases(live_server, tmp_path, scenario
     assert (sale["sent"], sale["answered"], sale["limit"]) == (expected, expected, expected), done.stderr[-2000:]
     assert sale["status_counts"] == {"201": 5, "409": expected - 5} and sale["phase"] == "done"
     assert Order.objects.filter(product__sku=SKU).count() == 5
+
+
+class OneSlowConnection(BaseHTTPRequestHandler):
+    """A stand-in pod whose first keep-alive connection answers each purchase 50 ms late (the
+    gunicorn worker holding the most connections), the others at once; it counts the POSTs of each."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else each answer's body waits for the client's delayed ACK
+    lock = threading.Lock()
+    connections: list[int] = []
+    posts: Counter[int] = Counter()
+
+    def setup(self) -> None:
+        super().setup()
+        with self.lock:
+            self.number = len(self.connections)
+            self.connections.append(self.number)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.answer(200, b"{}", cookies=("csrftoken=t", "sessionid=s"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with self.lock:
+            self.posts[self.number] += 1
+        if self.number == 0:
+            time.sleep(0.05)
+        self.answer(409, b'{"outcome": "sold_out"}')
+
+    def answer(self, status: int, body: bytes, cookies: tuple[str, ...] = ()) -> None:
+        self.send_response(status)
+        for cookie in cookies:
+            self.send_header("Set-Cookie", f"{cookie}; Path=/")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_users_send_the_round_s_purchases_until_none_is_left_whoever_prepared_them(tmp_path):
+    """A closed loop's users share their worker's purchases: the user on the fast connection sends
+    most of them. Before, each sent its own shoppers' only, 20 of 40: the fast one was done at once
+    and the rest of the round ran on the slow connection alone (as the deep rounds' last part ran on
+    the one gunicorn worker holding 53 of 100 connections while the machine's cores idled)."""
+    OneSlowConnection.connections.clear()
+    OneSlowConnection.posts.clear()
+    summary = tmp_path / "summary.json"
+    with stand_in(OneSlowConnection) as server:
+        done = locust(
+            *("-u", "2", "-r", "2", "-t", "60s", "--host", f"http://127.0.0.1:{server.server_address[1]}"),
+            *("--scenario", "closed", "--purchases", "40", "--countdown", "0", "--summary-json", str(summary)),
+        )
+    sale = json.loads(summary.read_text())
+    assert (sale["sent"], sale["answered"]) == (40, 40), done.stderr[-2000:]
+    assert sum(OneSlowConnection.posts.values()) == 40
+    assert OneSlowConnection.posts[0] <= 5, f"the slow connection sent {OneSlowConnection.posts[0]} of 40"
 
 
 def test_a_negative_purchase_count_is_refused_in_one_line(tmp_path):

@@ -239,7 +239,8 @@ def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(us
 def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strategy, make_product, settings):
     """The ASGI twin of tests/test_batching.py's linger: after a batch with company the leader
     awaits ``BATCH_LINGER_MS`` on the loop (holding no thread), and the tasks that queue meanwhile
-    share its section; a purchase alone on a fresh queue does not wait."""
+    share its section, which starts once they are as many as that batch, well before the linger's
+    end; a purchase alone on a fresh queue does not wait."""
     use_strategy("atomic", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "BATCH_LINGER_MS": 1_000})
     product = make_product("hot", stock=10)
 
@@ -249,7 +250,7 @@ def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it
         alone = await apurchase(sku="hot", customer="ann", quantity=1)
         alone_s = loop.time() - started
         combiner = combiners_of(get_strategy())["hot"]
-        combiner.last_batch = 2  # as after a batch of two (tests/test_batching.py makes one)
+        combiner.note_batch(3)  # as after a batch of three (tests/test_batching.py makes one of two)
         first = asyncio.create_task(apurchase(sku="hot", customer="eve", quantity=1))
         for _ in range(100):
             await asyncio.sleep(0.01)
@@ -261,6 +262,7 @@ def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it
     alone, alone_s, results = asyncio.run(sale())
     assert alone.confirmed and alone.timings.batch == 1 and alone_s < 0.9, "a purchase alone waited for company"
     assert [result.timings.batch for result in results] == [3, 3, 3]
+    assert results[0].timings.queue_wait_ms < 900, "the linger went on after gus made three"
     assert all(result.confirmed for result in results)
     assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok
 

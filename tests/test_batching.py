@@ -325,8 +325,9 @@ def test_purchases_queued_while_the_row_read_waits_join_its_batch(use_strategy, 
 def test_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strategy, make_product, settings):
     """Group commit (``BATCH_LINGER_MS``): the leader of a strategy without a lock whose queue's
     last batch served more than one purchase waits before its section, and what queues meanwhile
-    shares that section. A purchase alone, after a batch of one, does not wait. Before, eve's
-    section served eve alone and fay and gus the next one."""
+    shares that section; the wait ends once as many are queued as the largest recent batch served,
+    and lasts the whole linger when they do not come. A purchase alone, after a batch of one, does
+    not wait. Before the linger, eve's section served eve alone and fay the next one."""
     use_strategy("atomic", OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "BATCH_LINGER_MS": 1_000})
     product = make_product("hot", stock=10)
     started = time.monotonic()
@@ -347,29 +348,34 @@ def test_a_leader_lingers_for_company_only_after_a_batch_that_had_it(use_strateg
         threads.append(threading.Thread(target=shopper))
         threads[-1].start()
 
-    def behind(first: str, ready, what: str, later: tuple[str, str], queued: int) -> None:
-        """``first`` buys; once ``ready()``, the two ``later`` buy and wait until ``queued`` are queued."""
-        start(first)
-        _until(ready, what)
-        for customer in later:
-            start(customer)
-        _until(lambda: len(combiner._queue) == queued, f"{' and '.join(later)} queued behind {first}")
+    def done() -> None:
+        for thread in threads:
+            thread.join(10)
 
     # A batch with company: bob's write waits for the row, cat and dee queue behind it and share the next section.
     with row_locked_elsewhere(product.pk):
-        behind("bob", lambda: waiting_for_a_row_lock_is(1), "bob's write waiting for the row lock", ("cat", "dee"), 2)
-    for thread in threads:
-        thread.join(10)
+        start("bob")
+        _until(lambda: waiting_for_a_row_lock_is(1), "bob's write waiting for the row lock")
+        start("cat")
+        start("dee")
+        _until(lambda: len(combiner._queue) == 2, "cat and dee queued behind bob")
+    done()
     assert [results[name].timings.batch for name in ("bob", "cat", "dee")] == [1, 2, 2]
-    assert combiner.last_batch == 2
-    # Now eve's leader lingers, holding nothing (her own ticket still queued): fay and gus arrive meanwhile.
-    behind("eve", lambda: len(combiner._queue) == 1, "eve queued, her leader lingering", ("fay", "gus"), 3)
-    for thread in threads:
-        thread.join(10)
-
-    assert [results[name].timings.batch for name in ("eve", "fay", "gus")] == [3, 3, 3]
-    assert all(results[name].confirmed for name in results)
-    assert results["eve"].timings.queue_wait_ms >= 500, "the linger counts as the batch's queue time"
+    # Now eve's leader lingers, holding nothing (her own ticket still queued), until fay makes two.
+    start("eve")
+    _until(lambda: len(combiner._queue) == 1, "eve queued, her leader lingering")
+    time.sleep(0.3)
+    assert "eve" not in results and len(combiner._queue) == 1, "eve's leader did not wait for company"
+    start("fay")
+    done()
+    assert [results[name].timings.batch for name in ("eve", "fay")] == [2, 2]
+    assert 300 <= results["eve"].timings.queue_wait_ms < 900, (
+        "the linger ended when fay made two, and counts as queue time"
+    )
+    # gus alone after a batch of two: nobody comes, the whole linger.
+    gus = purchase(sku="hot", customer="gus", quantity=1)
+    assert gus.timings.batch == 1 and gus.timings.queue_wait_ms >= 950
+    assert all(results[name].confirmed for name in results) and gus.confirmed
     assert Product.objects.get(pk=product.pk).stock == 3 and audit(sku="hot").ok
 
 

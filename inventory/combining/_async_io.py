@@ -29,5 +29,5 @@ async def wait(event: asyncio.Event, timeout_s: float | None) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
 
 
-#: A leader's linger before its section (``alead_batch``).
+#: A shared queue leader's linger before its section (``AsyncSharedQueue.linger``).
 sleep = asyncio.sleep

@@ -45,11 +45,13 @@ from ..results import Timings
 from ..strategies.base import Strategy
 from ..strategies.contract import LockUnavailable
 from ..strategies.section import timed_transactions
-from ._sync_io import Answers, Event, Mutex, Served, Taken, sleep, wait
+from ._sync_io import Answers, Event, Mutex, Served, Taken, wait
 
 logger = logging.getLogger(__name__)
 
 QUEUED, TAKEN, ANSWERED, WITHDRAWN = "queued", "taken", "answered", "withdrawn"
+#: How many of a queue's last batches a lingering leader looks back on (:meth:`AsyncCombiner.linger`).
+RECENT_BATCHES = 8
 
 
 @dataclass(eq=False)
@@ -78,6 +80,10 @@ class Combiner:
         #: How many purchases the last batch led from this queue served (:func:`alead_batch`
         #: lingers after more than one).
         self.last_batch = 0
+        #: The sizes of the last few batches (:meth:`linger` waits for as many as the largest).
+        self._recent: deque[int] = deque(maxlen=RECENT_BATCHES)
+        #: While a leader lingers (:meth:`linger`): how many queued end its wait, and the event that says so.
+        self._gathering: tuple[int, Event] | None = None
 
     def submit(
         self,
@@ -98,6 +104,8 @@ class Combiner:
             self._queue.append(ticket)
             lead = not self._leading
             self._leading = True
+            if self._gathering is not None and len(self._queue) >= self._gathering[0]:
+                self._gathering[1].set()
         while True:
             if lead:
                 self._lead(ticket, serve, busy)
@@ -112,6 +120,32 @@ class Combiner:
                     self._queue.remove(ticket)
                     ticket.state, ticket.answer = WITHDRAWN, busy(ticket)
                     return ticket
+
+    def note_batch(self, size: int) -> None:
+        """A batch led from this queue served ``size`` purchases."""
+        self.last_batch = size
+        self._recent.append(size)
+
+    def linger(self, seconds: float) -> None:
+        """Group commit: wait up to ``seconds``, holding nothing, for the queue to hold as many
+        purchases as the last batch served (the leader's own among them), and not a moment longer.
+
+        Purchases keep coming after a batch with company: in a closed loop they are that batch's
+        shoppers back with their next purchase, and once they are all queued more waiting only
+        delays them (MySQL's group commit stops its delay the same way, at
+        ``binlog_group_commit_sync_no_delay_count``). Fewer arrive (the sale ends, shoppers leave):
+        the whole ``seconds``, as a plain sleep would."""
+        with self._mutex:
+            enough = max(self._recent, default=0)
+            if len(self._queue) >= enough:
+                return
+            gathered = Event()
+            self._gathering = (enough, gathered)
+        try:
+            wait(gathered, seconds)
+        finally:
+            with self._mutex:
+                self._gathering = None
 
     @property
     def idle(self) -> bool:
@@ -188,9 +222,10 @@ def lead_batch(
     if strategy.linger_s and combiner.last_batch > 1:
         # Group commit: this queue's last batch had company, so more purchases are on their way.
         # Waiting here, holding nothing, lets them into this batch: fewer sections (each a read, a
-        # write and a COMMIT) for as many purchases. After a batch of one nobody waits, so a
-        # purchase alone is never delayed; the wait counts as the batch's queue time.
-        sleep(strategy.linger_s)
+        # write and a COMMIT) for as many purchases, and the wait ends once as many are queued as
+        # the last batch served. After a batch of one nobody waits, so a purchase alone is never
+        # delayed; the wait counts as the batch's queue time.
+        combiner.linger(strategy.linger_s)
     waiting = time.perf_counter()
     results = None
     try:
@@ -203,7 +238,7 @@ def lead_batch(
                 first = len(tickets)  # ``run`` may take more (db's read waited): they join after these
                 db = Timings()
                 results = run(strategy, grant, product_id=product_id, asks=[t.item for t in tickets], timings=db)
-                combiner.last_batch = len(tickets)
+                combiner.note_batch(len(tickets))
     except LockUnavailable:
         if results is None:
             return  # nothing taken: the combiner answers this leader busy, the queue moves on

@@ -54,5 +54,5 @@ def wait(event: Event, timeout_s: float | None) -> None:
     event.wait(timeout_s)
 
 
-#: A leader's linger before its section (``lead_batch``).
+#: A shared queue leader's linger before its section (``SharedQueue.linger``).
 sleep = time.sleep

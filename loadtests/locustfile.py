@@ -375,7 +375,7 @@ class Shopper(User):
             own = requests[:1] if options.scenario == "spike" else []  # written at the opening
             if own:
                 self.sale.opening[number].append((self, own[0]))
-            self.sale.queue(number, self.connection.host_header, requests[len(own) :])
+            self.sale.queue(number, requests[len(own) :])
             self.sale.arm(number, len(requests))
             flash_sale.tell_ready(self.environment, number)
             self.sale.gates[number].wait()
@@ -383,7 +383,7 @@ class Shopper(User):
                 self.purchase(options, request, sent=self.first_send)
                 self.first_send = None
             # Then the worker's unsent purchases, whoever built them, until none is left (loadtests/sale.py).
-            while (request := self.sale.next_purchase(number, self.connection.host_header)) is not None:
+            while (request := self.sale.next_purchase(number)) is not None:
                 self.purchase(options, request)
         raise StopUser()
 

@@ -58,8 +58,8 @@ class Sale:
         self.page_failures = 0  # shoppers whose preparation failed every attempt
         self.errors: list[str] = []  # exceptions in the locustfile's own code: the run is void
         self.opening: list[list[tuple[Opener, bytes]]] = [[] for _ in range(rounds)]  # spike: written at the opening
-        # (round, host) → the built purchases no user has sent yet (:meth:`next_purchase`)
-        self.unsent: defaultdict[tuple[int, str], deque[bytes]] = defaultdict(deque)
+        # round → the built purchases no user has sent yet (:meth:`next_purchase`)
+        self.unsent: defaultdict[int, deque[bytes]] = defaultdict(deque)
         self.on_round_end: Callable[[Sale], None] | None = None  # told once this worker's round is answered
         self.start_round(0)
 
@@ -100,13 +100,18 @@ class Sale:
         """``shoppers`` more of this worker's shoppers have their request for round ``number`` built."""
         self.armed[number] += shoppers
 
-    def queue(self, number: int, host: str, requests: list[bytes]) -> None:
-        """Purchases built for round ``number`` with ``host`` in their Host header, for any user to send."""
-        self.unsent[(number, host)].extend(requests)
+    def queue(self, number: int, requests: list[bytes]) -> None:
+        """Purchases built for round ``number``, for any user to send, to whichever pod it is connected to.
 
-    def next_purchase(self, number: int, host: str) -> bytes | None:
-        """The next unsent purchase of round ``number`` for ``host`` (None: every one has been taken)."""
-        waiting = self.unsent.get((number, host))
+        One queue for all pods, not one per pod: a user whose pod died fails over to the next and
+        sends there, and a queue per pod would keep the dead pod's purchases unsent for the rest of
+        the round (a request names the pod it was built for in its Host header, which the shop does
+        not read: failing over sent such requests to another pod before the queue, too)."""
+        self.unsent[number].extend(requests)
+
+    def next_purchase(self, number: int) -> bytes | None:
+        """The next unsent purchase of round ``number`` (None: every one has been taken)."""
+        waiting = self.unsent.get(number)
         return waiting.popleft() if waiting else None
 
     def ready_for(self, number: int) -> bool:

@@ -104,6 +104,35 @@ def test_a_leader_failing_before_its_commit_answers_its_batch_busy_and_passes_th
     assert combiner.submit("second", serve=serve, timeout_s=1, busy=busy).answer == "served"
 
 
+def test_a_lingering_leader_starts_once_as_many_are_queued_as_the_largest_recent_batch():
+    """Group commit's wait (``Combiner.linger``): after batches of 4 and then 2 it ends when four are
+    queued, the largest of the recent batches, not two (a closed loop's shoppers come back in the
+    group they were served in, and a batch cut at the last one's size splits them for good); with
+    fewer it lasts the whole linger."""
+    combiner = Combiner(limit=8)
+    combiner.note_batch(4)
+    combiner.note_batch(2)
+    batches: list[tuple[int, float]] = []
+
+    def serve(take) -> None:
+        started = time.monotonic()
+        combiner.linger(1.0)
+        tickets = take()
+        batches.append((len(tickets), time.monotonic() - started))
+        for ticket in tickets:
+            combiner.answer(ticket, "done")
+
+    def shopper(index: int) -> None:
+        time.sleep(0.1 * index)  # the first leads; the others queue 0.1 s apart
+        assert combiner.submit(index, serve=serve, timeout_s=10, busy=busy).answer == "done"
+
+    run_threads(4, shopper, timeout_s=10)
+    [(size, waited)] = batches
+    assert size == 4 and 0.25 < waited < 0.8, batches
+    combiner.submit("alone", serve=serve, timeout_s=10, busy=busy)
+    assert batches[1][0] == 1 and batches[1][1] >= 0.95, "nobody came: the whole linger"
+
+
 def test_a_ticket_is_never_answered_twice():
     combiner = Combiner(limit=2)
     errors = []

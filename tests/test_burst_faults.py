@@ -232,12 +232,16 @@ def assert_fault_row(run: dict, *, fault: str, backend: str, requests: int = REQ
 @pytest.mark.flaky(reruns=2)
 def test_kill_minority_of_redlock_nodes_keeps_selling(fresh_redlock_nodes, tmp_path):
     # The nodes come back after 1 s: with the short hold the 600 purchases took 3.8 s in all, and
-    # with the fault's default hold (about 2 s) none were left to show the sales resuming.
-    document, printed, error = fault_run(tmp_path, backends="redlock", fault="kill-minority", fault_hold=1.0)
+    # with the fault's default hold (about 2 s) none were left to show the sales resuming. Since the
+    # users share the round's purchases (loadtests/sale.py) 600 were all sold within the hold on
+    # this machine ("recovery not observed", 3 of 3 tries): three times as many.
+    document, printed, error = fault_run(
+        tmp_path, 3 * REQUESTS, backends="redlock", fault="kill-minority", fault_hold=1.0
+    )
 
     assert error is None, f"{error}\n{printed}"
     [run] = document["runs"]  # no floor row in a fault run
-    assert_fault_row(run, fault="kill-minority", backend="redlock")
+    assert_fault_row(run, fault="kill-minority", backend="redlock", requests=3 * REQUESTS)
     assert "2 of 5 Redlock nodes" in run["fault_description"]
     assert "  during " in printed and "sales resumed" in printed
     assert all(node.ping() for node in fresh_redlock_nodes)  # the killed two were restarted

@@ -75,10 +75,8 @@ class AsyncCombiner:
         self._mutex = Mutex()
         self._queue: deque[Ticket] = deque()
         self._leading = False
-        #: How many purchases the last batch led from this queue served (:func:`alead_batch`
-        #: lingers after more than one).
-        self.last_batch = 0
-        #: The sizes of the last few batches (:meth:`linger` waits for as many as the largest).
+        #: The sizes of the last few batches led from this queue, newest last (:meth:`linger` waits
+        #: for as many as the largest).
         self._recent: deque[int] = deque(maxlen=RECENT_BATCHES)
         #: While a leader lingers (:meth:`linger`): how many queued end its wait, and the event that says so.
         self._gathering: tuple[int, Event] | None = None
@@ -119,18 +117,25 @@ class AsyncCombiner:
                     ticket.state, ticket.answer = WITHDRAWN, busy(ticket)
                     return ticket
 
+    @property
+    def last_batch(self) -> int:
+        """How many purchases the last batch led from this queue served (:func:`alead_batch` lingers
+        after more than one); 0 before the first."""
+        return self._recent[-1] if self._recent else 0
+
     def note_batch(self, size: int) -> None:
         """A batch led from this queue served ``size`` purchases."""
-        self.last_batch = size
         self._recent.append(size)
 
     async def linger(self, seconds: float) -> None:
         """Group commit: wait up to ``seconds``, holding nothing, for the queue to hold as many
-        purchases as the last batch served (the leader's own among them), and not a moment longer.
+        purchases as the largest of its last ``RECENT_BATCHES`` batches served (the leader's own
+        among them), and not a moment longer.
 
-        Purchases keep coming after a batch with company: in a closed loop they are that batch's
-        shoppers back with their next purchase, and once they are all queued more waiting only
-        delays them (MySQL's group commit stops its delay the same way, at
+        Purchases keep coming after a batch with company: in a closed loop they are those batches'
+        shoppers back with their next purchase (the largest, not the last: a batch cut at the last
+        one's size would split a group that came back together), and once they are all queued more
+        waiting only delays them (MySQL's group commit stops its delay the same way, at
         ``binlog_group_commit_sync_no_delay_count``). Fewer arrive (the sale ends, shoppers leave):
         the whole ``seconds``, as a plain sleep would."""
         with self._mutex:
@@ -221,7 +226,7 @@ async def alead_batch(
         # Group commit: this queue's last batch had company, so more purchases are on their way.
         # Waiting here, holding nothing, lets them into this batch: fewer sections (each a read, a
         # write and a COMMIT) for as many purchases, and the wait ends once as many are queued as
-        # the last batch served. After a batch of one nobody waits, so a purchase alone is never
+        # the queue's largest recent batch served. After a batch of one nobody waits, so a purchase alone is never
         # delayed; the wait counts as the batch's queue time.
         await combiner.linger(strategy.linger_s)
     waiting = time.perf_counter()

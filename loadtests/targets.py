@@ -15,6 +15,10 @@ leaves cores idle between holders (its guard's hand-over binds), a batched row a
 the cores. Beside a batched row's multiple of its own BATCH 1 stands the same bound in its units
 (the batched row's bound times its floor round's rate, over the BATCH 1 row's rate). On two cores
 the floor round itself leaves some CPU idle, so a row can end a little above its bound.
+
+Beside a row alone whose guard is a lock (it waited for one) stands a second bound: one holder at
+a time, each holding it for the row's mean hold (grant to release), sells at most one purchase a
+hold, whatever the CPU. Below both, the hand-over between holders binds too.
 """
 
 from __future__ import annotations
@@ -81,8 +85,23 @@ def _cpu_share(row: dict) -> float | None:
     return floor / own if own and floor else None
 
 
-def _allows(bound: float | None) -> str:
-    return f"  (its CPU a purchase allows {bound:.2f}×)" if bound is not None else ""
+def _allows(bound: float | None, hold: tuple[float, float] | None = None) -> str:
+    said = [f"its CPU a purchase allows {bound:.2f}×"] if bound is not None else []
+    if hold is not None:
+        said.append(f"one holder at a time for its mean hold, {hold[0]:.2f} ms, allows {hold[1]:.2f}×")
+    return f"  ({'; '.join(said)})" if said else ""
+
+
+def hold_bound(alone: dict) -> tuple[float, float] | None:
+    """(the mean hold in ms, the most × floor it allows) for a row alone whose purchases waited for
+    a lock: one holder at a time sells at most one purchase a hold. None without a lock's wait (a
+    row lock's transaction counts its own wait in its hold) or without the figures."""
+    breakdown = alone.get("breakdown") or {}
+    hold, waited = breakdown.get("lock_hold_ms"), breakdown.get("lock_wait_ms")
+    floor_rps = (alone.get("floor") or {}).get("rps")
+    if not hold or not waited or not floor_rps:
+        return None
+    return hold, round(1000.0 / hold / floor_rps, 2)
 
 
 def own_bound(alone: dict, batched: dict) -> float | None:
@@ -126,7 +145,8 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     for target in TARGETS:
         alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
         if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
-            out.append(Verdict(target, alone["floor_ratio"], _allows(cpu_bound(alone)), _broken(alone)))
+            note = _allows(cpu_bound(alone), hold_bound(alone))
+            out.append(Verdict(target, alone["floor_ratio"], note, _broken(alone)))
         elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
             out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched)), _broken(batched)))
         elif target.what == "own" and alone and batched and alone["rps"]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.targets import TARGETS, cpu_bound, own_bound, verdict_lines, verdicts
+from loadtests.targets import TARGETS, cpu_bound, hold_bound, own_bound, verdict_lines, verdicts
 
 
 def row(name: str, batch: int, rps: float, ratio: float | None, **extra) -> dict:
@@ -80,6 +80,24 @@ def test_a_row_alone_is_shown_beside_the_share_its_cpu_allows():
     assert cpu_bound(row("db", 1, 400.0, 0.2)) is None  # not measured: no bound claimed
     lines = verdict_lines([FLOOR, alone])
     assert "  db at BATCH 1 ≥ 0.25× the floor: 0.20×  NOT met  (its CPU a purchase allows 0.30×)" in lines
+
+
+def test_a_row_alone_behind_a_lock_is_shown_beside_what_one_holder_at_a_time_allows():
+    # Seen (redis alone, 0.17× the floor, its CPU allowing 0.26×): the line did not say that each
+    # purchase held the lock 2.06 ms, so one holder at a time sold at most 485/s, 0.21× its floor
+    # round's 2,294/s: the hold, not the CPU, kept it under the target.
+    measured = {"lock_wait_ms": 25.8, "lock_hold_ms": 2.06}
+    floor = {"rps": 2293.6, "cpu_ms": {"total": 0.91}}
+    alone = row("redis", 1, 402.3, 0.17, breakdown=measured, cpu_ms={"total": 3.5}, floor=floor)
+    assert hold_bound(alone) == (2.06, 0.21)
+    lines = verdict_lines([FLOOR, alone])
+    assert (
+        "  redis at BATCH 1 ≥ 0.25× the floor: 0.17×  NOT met  (its CPU a purchase allows 0.26×; "
+        "one holder at a time for its mean hold, 2.06 ms, allows 0.21×)"
+    ) in lines
+    # No lock waited for (db: the row lock's wait is inside its transaction's hold), or no floor: no bound.
+    assert hold_bound(row("db", 1, 500.0, 0.25, breakdown={"lock_wait_ms": 0.0, "lock_hold_ms": 15.0})) is None
+    assert hold_bound(row("redis", 1, 402.3, 0.17, breakdown=measured)) is None
 
 
 def test_a_batched_row_and_its_multiple_are_shown_beside_what_its_cpu_allows():

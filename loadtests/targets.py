@@ -54,10 +54,21 @@ _LABELS = {
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The most a figure can reach, and what sets it: ``its CPU a purchase`` allows 0.26×; ``short``
+    names it in a chart."""
+
+    by: str
+    value: float
+    short: str
+
+
+@dataclass(frozen=True)
 class Verdict:
     target: Target
     value: float
-    note: str = ""
+    #: What the row's own measurements allow the figure, beside it (:func:`cpu_bound`, :func:`hold_bound`).
+    bounds: tuple[Bound, ...] = ()
     #: The rows the figure is read off that broke an invariant (their sales are not to be trusted).
     broken: tuple[str, ...] = ()
 
@@ -65,11 +76,15 @@ class Verdict:
     def met(self) -> bool:
         return self.value >= self.target.minimum and not self.broken
 
+    @property
+    def label(self) -> str:
+        return _LABELS[self.target.what].format(name=self.target.strategy, minimum=self.target.minimum)
+
     def line(self) -> str:
-        label = _LABELS[self.target.what].format(name=self.target.strategy, minimum=self.target.minimum)
         shown = f"{self.value:.2f}×" if self.target.what != "batch_p50" else f"{self.value:g}"
         why = f" ({' and '.join(self.broken)} broke an invariant)" if self.broken else ""
-        return f"  {label}: {shown}  {'met' if self.met else 'NOT met'}{why}{self.note}"
+        allows = "; ".join(f"{bound.by} allows {bound.value:.2f}×" for bound in self.bounds)
+        return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")
 
 
 def cpu_bound(row: dict) -> float | None:
@@ -85,11 +100,11 @@ def _cpu_share(row: dict) -> float | None:
     return floor / own if own and floor else None
 
 
-def _allows(bound: float | None, hold: tuple[float, float] | None = None) -> str:
-    said = [f"its CPU a purchase allows {bound:.2f}×"] if bound is not None else []
+def _allows(bound: float | None, hold: tuple[float, float] | None = None) -> tuple[Bound, ...]:
+    found = [Bound("its CPU a purchase", bound, "CPU")] if bound is not None else []
     if hold is not None:
-        said.append(f"one holder at a time for its mean hold, {hold[0]:.2f} ms, allows {hold[1]:.2f}×")
-    return f"  ({'; '.join(said)})" if said else ""
+        found.append(Bound(f"one holder at a time for its mean hold, {hold[0]:.2f} ms,", hold[1], "hold"))
+    return tuple(found)
 
 
 def hold_bound(alone: dict) -> tuple[float, float] | None:
@@ -145,8 +160,8 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     for target in TARGETS:
         alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
         if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
-            note = _allows(cpu_bound(alone), hold_bound(alone))
-            out.append(Verdict(target, alone["floor_ratio"], note, _broken(alone)))
+            bounds = _allows(cpu_bound(alone), hold_bound(alone))
+            out.append(Verdict(target, alone["floor_ratio"], bounds, _broken(alone)))
         elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
             out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched)), _broken(batched)))
         elif target.what == "own" and alone and batched and alone["rps"]:

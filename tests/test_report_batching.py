@@ -191,6 +191,34 @@ def test_the_section_lists_issue_28s_targets_its_rows_ran():
     assert 'id="targets"' not in render_report({"runs": [floor, alone]})
 
 
+def _chart(html: str, unit: str) -> str:
+    start = html.index(f"Issue 28&#x27;s targets, {unit}")
+    return html[start : html.index("</svg>", start)]
+
+
+def test_the_targets_are_drawn_against_what_each_row_allows():
+    # The verdict lines said each bound in words; a reader could not see at a glance which targets
+    # lay beyond everything the row measured (redis alone past both its CPU's and its hold's marks).
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    measured = {"floor": {"rps": 2000.0, "cpu_ms": {"total": 0.9}}, "cpu_ms": {"total": 3.6}}
+    alone = {
+        **row("redis", batch=1, rps=360.0, sections=3000, drain_s=8.3),
+        **measured,
+        "floor_ratio": 0.18,
+        "breakdown": {"lock_wait_ms": 25.0, "lock_hold_ms": 2.5},
+    }
+    batched = {**row("redis", batch=64, rps=1240.0, sections=150, drain_s=2.4), "floor_ratio": 0.62}
+    html = render_report({"runs": [floor, alone, batched]})
+    per_floor, own = _chart(html, "× the floor"), _chart(html, "× its own BATCH 1")
+    # redis alone: short of its target, its CPU allowing 0.25× and its 2.5 ms hold 0.20×.
+    assert 'class="reach-short"' in per_floor and "redis alone: 0.18 × the floor, not met (target 0.25)" in per_floor
+    assert "<title>its CPU a purchase allows 0.25×</title>" in per_floor
+    assert "<title>one holder at a time for its mean hold, 2.50 ms, allows 0.20×</title>" in per_floor
+    assert per_floor.count('class="target-mark"') == 2  # alone and batched, each × the floor
+    assert 'class="reach-met"' in own and "redis batched: 3.44 × its own BATCH 1, met (target 3)" in own
+    assert 'class="bound-mark"' not in own  # no CPU measured for the batched row: no bound claimed
+
+
 def test_a_batch_size_of_the_wrong_type_leaves_its_row_out_of_the_targets():
     """Seen with a hand-edited document: ``"batch": "64"`` ended the report in a TypeError."""
     floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}

@@ -99,12 +99,42 @@ def targets_list(runs: list[dict]) -> str:
         return ""
     items = "".join(f"<li>{esc(verdict.line().strip())}</li>" for verdict in found)
     met = sum(verdict.met for verdict in found)
+    charts = "".join(
+        f'<figure class="card overview">{chart}</figure>'
+        for chart in (
+            _reach([v for v in found if v.target.what in ("alone", "batched")], unit="× the floor"),
+            _reach([v for v in found if v.target.what == "own"], unit="× its own BATCH 1"),
+        )
+        if chart
+    )
     return (
         '<h3 id="targets">Against issue 28\'s targets</h3>'
         f"<p>{met} of {len(found)} met, read off this run's rows. A ratio to the floor belongs to the "
-        "machine it was measured on: read it from a quiet one.</p>"
-        f'<ul class="sentences">{items}</ul>'
+        "machine it was measured on: read it from a quiet one. In the charts each bar is a figure (green "
+        "met, red not), the solid mark its target, and each dashed mark the most the row's own measurements "
+        "allow it: its CPU a purchase, and for a row alone behind a lock, one holder at a time for its mean "
+        "hold. A target beyond every dashed mark asks a cheaper purchase or a shorter hold, not a luckier run."
+        "</p>"
+        f'<ul class="sentences">{items}</ul>{charts}'
     )
+
+
+def _reach(found: list, *, unit: str) -> str:
+    """The verdicts' figures against their targets and bounds (:func:`svg.reach_chart`); nothing without any."""
+    if not found:
+        return ""
+    rows = [
+        svg.Reach(
+            label=f"{v.target.strategy} {'alone' if v.target.what == 'alone' else 'batched'}",
+            value=v.value,
+            target=v.target.minimum,
+            met=v.met,
+            bounds=[(bound.short, bound.value, f"{bound.by} allows {bound.value:.2f}×") for bound in v.bounds],
+        )
+        for v in found
+    ]
+    said = "; ".join(verdict.line().strip() for verdict in found)
+    return svg.reach_chart(rows, unit=unit, title=f"Issue 28's targets, {unit}", desc=said)
 
 
 def where_time_went(shown: list[View]) -> str:

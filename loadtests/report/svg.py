@@ -335,6 +335,63 @@ def hbar_chart(
     return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-bars")
 
 
+@dataclass(frozen=True)
+class Reach:
+    """One figure against its target and what its row's own measurements allow it (``bounds``:
+    (short name, value, what a hover says))."""
+
+    label: str
+    value: float
+    target: float
+    met: bool
+    bounds: Sequence[tuple[str, float, str]] = ()
+
+
+def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> str:
+    """Horizontal bars, one a figure (green when met, red when not), its target a solid mark across
+    it and each bound a dashed one named above it: how far a figure is from its target, and whether
+    what the row measured leaves room to get there."""
+    bar_h, gap, names_h = 12, 26, 11
+    height = 24 + 30 + len(rows) * (bar_h + gap)
+    left = label_left([row.label for row in rows])
+    x_max = max([v for row in rows for v in (row.value, row.target, *(b[1] for b in row.bounds))], default=1) * 1.1
+    plot = Plot(height=height, x_max=x_max or 1, y_max=1, left=left, right=14, top=20, bottom=30)
+    body = [
+        f'<line class="grid" x1="{num(plot.x(t))}" x2="{num(plot.x(t))}" y1="{plot.top}" y2="{plot.base}"/>'
+        for t in plot.x_ticks
+    ]
+    body += plot.x_axis(unit)
+    y = plot.top + names_h + 2
+    for row in rows:
+        width = max(plot.x(row.value) - plot.left, 1)
+        state = "met" if row.met else "not met"
+        body.append(row_label(row.label, left=plot.left, y=y + bar_h - 2))
+        body.append(
+            f'<rect class="{"reach-met" if row.met else "reach-short"}" x="{plot.left}" y="{num(y)}" '
+            f'width="{num(width)}" height="{bar_h}" rx="2"><title>{esc(row.label)}: {row.value:.2f} {esc(unit)}, '
+            f"{state} (target {row.target:g})</title></rect>"
+        )
+        # The figure's value right of the bar and of every mark across it, so no mark covers it.
+        end = max([plot.left + width, plot.x(row.target), *(plot.x(b[1]) for b in row.bounds)])
+        body.append(f'<text class="value" x="{num(end + 5)}" y="{num(y + bar_h - 2)}">{row.value:.2f}</text>')
+        x = num(plot.x(row.target))
+        body.append(
+            f'<line class="target-mark" x1="{x}" x2="{x}" y1="{num(y - 3)}" y2="{num(y + bar_h + 3)}">'
+            f"<title>target {row.target:g}</title></line>"
+        )
+        for index, (name, value, said) in enumerate(row.bounds):
+            x = num(plot.x(value))
+            # Names alternate above and below the bar, so two bounds close together stay readable.
+            name_y = y - 4 if index % 2 == 0 else y + bar_h + names_h
+            body.append(
+                f'<line class="bound-mark" x1="{x}" x2="{x}" y1="{num(y - 3)}" y2="{num(y + bar_h + 3)}">'
+                f"<title>{esc(said)}</title></line>"
+                f'<text class="mark-name" x="{x}" y="{num(name_y)}" text-anchor="middle">{esc(name)}</text>'
+            )
+        y += bar_h + gap
+    return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-bars")
+
+
 def _suffix(series: str, per_row: int) -> str:
     return f" {series}" if per_row > 1 else ""
 

@@ -23,6 +23,7 @@ hold, whatever the CPU. Below both, the hand-over between holders binds too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from loadtests.plan import FLOOR, queue_of, via_of
@@ -94,9 +95,19 @@ def cpu_bound(row: dict) -> float | None:
     return round(share, 2) if share is not None else None
 
 
+def _measured(row: dict, *path: str, zero: bool = False) -> float | None:
+    """The positive number (with ``zero``, or 0) at ``path`` in ``row`` (``"floor", "rps"``), else
+    None: a figure the document lacks, or holds as something else (a hand-edited file), is not read."""
+    value: object = row
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if value > 0 or (zero and value == 0) else None
+
+
 def _cpu_share(row: dict) -> float | None:
-    own = (row.get("cpu_ms") or {}).get("total")
-    floor = ((row.get("floor") or {}).get("cpu_ms") or {}).get("total")
+    own, floor = _measured(row, "cpu_ms", "total"), _measured(row, "floor", "cpu_ms", "total")
     return floor / own if own and floor else None
 
 
@@ -111,9 +122,8 @@ def hold_bound(alone: dict) -> tuple[float, float] | None:
     """(the mean hold in ms, the most × floor it allows) for a row alone whose purchases waited for
     a lock: one holder at a time sells at most one purchase a hold. None without a lock's wait (a
     row lock's transaction counts its own wait in its hold) or without the figures."""
-    breakdown = alone.get("breakdown") or {}
-    hold, waited = breakdown.get("lock_hold_ms"), breakdown.get("lock_wait_ms")
-    floor_rps = (alone.get("floor") or {}).get("rps")
+    hold, waited = _measured(alone, "breakdown", "lock_hold_ms"), _measured(alone, "breakdown", "lock_wait_ms")
+    floor_rps = _measured(alone, "floor", "rps")
     if not hold or not waited or not floor_rps:
         return None
     return hold, round(1000.0 / hold / floor_rps, 2)
@@ -121,9 +131,8 @@ def hold_bound(alone: dict) -> tuple[float, float] | None:
 
 def own_bound(alone: dict, batched: dict) -> float | None:
     """The most × its own BATCH 1 rate the batched row's CPU allows (None when not measured)."""
-    bound = _cpu_share(batched)
-    floor_rps = (batched.get("floor") or {}).get("rps")
-    return round(bound * floor_rps / alone["rps"], 2) if bound and floor_rps and alone["rps"] else None
+    bound, floor_rps, alone_rps = _cpu_share(batched), _measured(batched, "floor", "rps"), _measured(alone, "rps")
+    return round(bound * floor_rps / alone_rps, 2) if bound and floor_rps and alone_rps else None
 
 
 def _rows(rows: list[dict]) -> dict[tuple[str, bool], dict]:
@@ -159,17 +168,25 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     out = []
     for target in TARGETS:
         alone, batched = found.get((target.strategy, False)), found.get((target.strategy, True))
-        if target.what == "alone" and alone and alone.get("floor_ratio") is not None:
-            bounds = _allows(cpu_bound(alone), hold_bound(alone))
-            out.append(Verdict(target, alone["floor_ratio"], bounds, _broken(alone)))
-        elif target.what == "batched" and batched and batched.get("floor_ratio") is not None:
-            out.append(Verdict(target, batched["floor_ratio"], _allows(cpu_bound(batched)), _broken(batched)))
-        elif target.what == "own" and alone and batched and alone["rps"]:
-            ratio = round(batched["rps"] / alone["rps"], 2)
+        row = alone if target.what == "alone" else batched
+        figure = {"alone": "floor_ratio", "batched": "floor_ratio", "batch_p50": "batch_p50"}.get(target.what)
+        value = _measured(row, figure, zero=True) if row and figure else None
+        if target.what == "alone" and value is not None:
+            out.append(Verdict(target, value, _allows(cpu_bound(alone), hold_bound(alone)), _broken(alone)))
+        elif target.what == "batched" and value is not None:
+            out.append(Verdict(target, value, _allows(cpu_bound(batched)), _broken(batched)))
+        elif target.what == "own" and alone and batched and (rates := _rates(alone, batched)) is not None:
+            ratio = round(rates[1] / rates[0], 2)
             out.append(Verdict(target, ratio, _allows(own_bound(alone, batched)), _broken(alone, batched)))
-        elif target.what == "batch_p50" and batched and batched.get("batch_p50") is not None:
-            out.append(Verdict(target, batched["batch_p50"], broken=_broken(batched)))
+        elif target.what == "batch_p50" and value is not None:
+            out.append(Verdict(target, value, broken=_broken(batched)))
     return out
+
+
+def _rates(alone: dict, batched: dict) -> tuple[float, float] | None:
+    """(the BATCH 1 row's purchases/s, the batched row's) when both are figures, the first above 0."""
+    pair = _measured(alone, "rps"), _measured(batched, "rps", zero=True)
+    return pair if None not in pair else None
 
 
 def verdict_lines(rows: list[dict]) -> list[str]:

@@ -119,3 +119,23 @@ def test_a_spike_is_not_read_against_targets_set_on_the_deep_scenario():
     assert verdict_lines(spike) == []
     deep = [{**FLOOR, "scenario": "deep"}, row("db", 1, 500.0, 0.26, scenario="deep")]
     assert "  db at BATCH 1 ≥ 0.25× the floor: 0.26×  met" in verdict_lines(deep)
+
+
+def test_figures_a_hand_edited_document_holds_as_something_else_are_not_read():
+    # Seen: `manage.py report` on a burst JSON whose redis ×1 row said "floor": "x" ended in an
+    # AttributeError traceback, and one whose breakdown said "lock_hold_ms": "2" in a TypeError.
+    measured = {"floor": {"rps": 2000.0, "cpu_ms": {"total": 0.9}}, "cpu_ms": {"total": 3.6}}
+    good = row("redis", 1, 360.0, 0.18, breakdown={"lock_wait_ms": 25.0, "lock_hold_ms": 2.5}, **measured)
+    assert verdicts([FLOOR, good])[0].bounds != ()
+    for odd in (
+        {"floor": "x"},
+        {"cpu_ms": {"total": "3.6"}},
+        {"breakdown": {"lock_wait_ms": 25.0, "lock_hold_ms": "2"}},
+        {"breakdown": {"lock_wait_ms": True, "lock_hold_ms": float("nan")}},
+    ):
+        [verdict] = verdicts([FLOOR, {**good, **odd}])
+        assert verdict.value == 0.18 and all(bound.value > 0 for bound in verdict.bounds)
+    # A figure itself held as text leaves its target out, as a row that did not run.
+    assert verdicts([FLOOR, {**good, "floor_ratio": "0.18"}]) == []
+    batched = row("redis", 64, "1200", 0.6)
+    assert [v.target.what for v in verdicts([FLOOR, good, batched])] == ["alone", "batched", "batch_p50"]

@@ -179,6 +179,23 @@ def test_what_a_request_cost_in_cpu_is_a_sentence_and_two_bars_a_row():
     assert 'id="cpu-cost"' not in render_report({"runs": [floor, alone, {**batched, "cpu_ms": None}]})
 
 
+def test_cpu_figures_held_as_something_else_are_not_drawn():
+    # Seen by rendering a burst's JSON with one figure at a time replaced: "pods": "x" in a row's
+    # cpu_ms ended the report in a TypeError (svg.py), "total": "x" in a ValueError, and the floor
+    # round's "total": "x" in a TypeError: `manage.py report` printed a traceback, wrote nothing.
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    alone = row("redis", batch=1, rps=300.0, sections=3000, drain_s=10.0)
+    batched = row("redis", batch=64, rps=620.0, sections=73, drain_s=4.8)
+    batched["cpu_ms"] = {"pods": "x", "postgres": 0.33, "total": 2.46}
+    batched["floor"] = {"rps": 1000.0, "cpu_ms": {"pods": 1.39, "total": "x"}}
+    html = render_report({"runs": [floor, alone, batched]})
+    assert "redis ×64: 2.46 ms of CPU a purchase." in html  # no floor round's figure to compare with
+    start = html.index('id="cpu-cost"')
+    assert html[start : html.index("</figure>", start)].count('class="tick row-label"') == 1
+    unreadable = {**batched, "cpu_ms": {"pods": 1.0, "total": "x"}}
+    assert 'id="cpu-cost"' not in render_report({"runs": [floor, alone, unreadable]})
+
+
 def test_the_section_lists_issue_28s_targets_its_rows_ran():
     floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
     alone = {**row("redis", batch=1, rps=100.0, sections=3000, drain_s=30.0), "floor_ratio": 0.1}

@@ -171,15 +171,15 @@ def what_a_request_cost(shown: list[View]) -> str:
     """A sentence per row on the CPU a purchase cost against its floor round's, and a stacked bar
     each (the row's, then its floor round's): on cores both rounds keep busy, ×floor is about one
     over that ratio. Nothing when no row measured it (``cpu_ms``)."""
-    found = [v for v in shown if (v.run.get("cpu_ms") or {}).get("total")]
+    found = [v for v in shown if _cpu_figures(v.run.get("cpu_ms"))]
     if not found:
         return ""
     stacks, said = [], []
     for v in found:
-        cost, floor = v.run["cpu_ms"], (v.run.get("floor") or {}).get("cpu_ms")
+        cost, floor = _cpu_figures(v.run["cpu_ms"]), _cpu_figures((v.run.get("floor") or {}).get("cpu_ms"))
         stacks.append(svg.Stack(v.label, [cost.get(group, 0.0) for group, _ in CPU_COLOURS]))
         sentence = f"{v.label}: {_cpu(cost['total'])} ms of CPU a purchase"
-        if floor and floor.get("total"):
+        if floor:
             stacks.append(svg.Stack("its floor", [floor.get(group, 0.0) for group, _ in CPU_COLOURS]))
             sentence += f", {ratio(cost['total'] / floor['total'])} its floor round's {_cpu(floor['total'])} ms"
         said.append(sentence)
@@ -200,6 +200,15 @@ def what_a_request_cost(shown: list[View]) -> str:
         f'<ul class="sentences">{"".join(f"<li>{esc(one)}.</li>" for one in said)}</ul>'
         f'<figure class="card overview">{chart}</figure>'
     )
+
+
+def _cpu_figures(measured: object) -> dict[str, float] | None:
+    """A ``cpu_ms`` document's figures (each a number of 0 or more: another value, from a hand-edited
+    file, counts as not measured), or None when its total is not above 0."""
+    if not isinstance(measured, dict):
+        return None
+    found = {key: value for key in measured if (value := figure(measured, key)) is not None}
+    return found if found.get("total") else None
 
 
 def _cpu(value: float) -> str:

@@ -56,10 +56,10 @@ _LABELS = {
 
 @dataclass(frozen=True)
 class Bound:
-    """The most a figure can reach, and what sets it: ``its CPU a purchase`` allows 0.26×; ``short``
-    names it in a chart."""
+    """The most a figure can reach (``value``), ``said`` in words ("its CPU a purchase allows
+    0.26×") and named ``short`` in a chart ("CPU")."""
 
-    by: str
+    said: str
     value: float
     short: str
 
@@ -84,7 +84,7 @@ class Verdict:
     def line(self) -> str:
         shown = f"{self.value:.2f}×" if self.target.what != "batch_p50" else f"{self.value:g}"
         why = f" ({' and '.join(self.broken)} broke an invariant)" if self.broken else ""
-        allows = "; ".join(f"{bound.by} allows {bound.value:.2f}×" for bound in self.bounds)
+        allows = "; ".join(bound.said for bound in self.bounds)
         return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")
 
 
@@ -112,9 +112,10 @@ def _cpu_share(row: dict) -> float | None:
 
 
 def _allows(bound: float | None, hold: tuple[float, float] | None = None) -> tuple[Bound, ...]:
-    found = [Bound("its CPU a purchase", bound, "CPU")] if bound is not None else []
+    found = [Bound(f"its CPU a purchase allows {bound:.2f}×", bound, "CPU")] if bound is not None else []
     if hold is not None:
-        found.append(Bound(f"one holder at a time for its mean hold, {hold[0]:.2f} ms,", hold[1], "hold"))
+        said = f"one holder at a time for its mean hold, {hold[0]:.2f} ms, allows {hold[1]:.2f}×"
+        found.append(Bound(said, hold[1], "hold"))
     return tuple(found)
 
 

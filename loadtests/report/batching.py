@@ -129,7 +129,7 @@ def _reach(found: list, *, unit: str) -> str:
             value=v.value,
             target=v.target.minimum,
             met=v.met,
-            bounds=[(bound.short, bound.value, f"{bound.by} allows {bound.value:.2f}×") for bound in v.bounds],
+            bounds=[(bound.short, bound.value, bound.said) for bound in v.bounds],
         )
         for v in found
     ]

@@ -46,8 +46,9 @@ TEST_WORKERS ?= 3
 # alternated pairs of `make check`: 60.2 and 58.1 s with two workers, 52.7 and 48.2 s with three.
 # Four were no faster (47-54 s) and showed a try-lock's cold first round missing its 50 ms once (its
 # test now warms first); on 2026-12-02 a failover test's Redis timed out once with four, and six were
-# slower (106 s) with five timing tests failed.
-CHECK_WORKERS ?= 3
+# slower (106 s) with five timing tests failed. On 2026-12-06's VM (slower round trips, 1,247 tests),
+# alternated: three 55.2, 51.5 and 50.4 s, four 47.4, 47.6 and 46.6 s, every run passing.
+CHECK_WORKERS ?= 4
 
 test: lint-and-services
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup

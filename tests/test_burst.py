@@ -122,6 +122,9 @@ def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
 
     assert error is None, f"{error}\n{printed}"
     assert document["command"] and document["started_at"] and document["runs"][0]["row"] == "floor"
+    # What a round trip costs on this machine, printed before the rows and kept with them.
+    assert document["machine"]["wake_up"]["round_trip_us"] > 0
+    assert printed.startswith("machine wake-up: one round trip through a pipe"), printed
     by_backend = rows(document)
     assert set(by_backend) == {"floor", "db"}
     for run in by_backend.values():

@@ -42,6 +42,7 @@ from .views import View, cell, views
 def machine_rows(machine: dict) -> list[tuple[str, str]]:
     labels = {**MACHINE_LABELS, "measured": "Measured", "cpus": "CPU cores", "platform": "OS"}
     labels["steadiness"] = "Steadiness (flashsale --steadiness)"
+    labels["wake_up"] = "Wake-up (loadtests/wakeup.py)"
     rows = []
     for key, value in machine.items():
         if key == "memory_bytes" and figure(machine, key) is not None:
@@ -51,6 +52,11 @@ def machine_rows(machine: dict) -> list[tuple[str, str]]:
             value = (
                 f"one fixed CPU job took {min(seconds):.2f}-{max(seconds):.2f} s over {len(seconds)} runs in a row "
                 f"({max(seconds) / min(seconds):.2f}x): the machine's own noise"
+            )
+        elif key == "wake_up" and isinstance(value, dict) and figure(value, "round_trip_us") is not None:
+            value = (
+                f"one round trip through a pipe between two processes {figure(value, 'round_trip_us'):.1f} µs: "
+                "every round trip of a row or a floor pays it"
             )
         elif isinstance(value, dict):
             value = ", ".join(f"{k} {v if v != '' else '(empty)'}" for k, v in value.items())

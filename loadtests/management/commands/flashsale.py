@@ -7,6 +7,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -43,6 +44,8 @@ from loadtests.table import (
     table_row,
 )
 from loadtests.targets import verdict_lines
+from loadtests.wakeup import describe as describe_wake_up
+from loadtests.wakeup import wake_up
 from processes.children import sigterm_as_interrupt
 from processes.needs import processes_running
 from processes.nodes import NodeError
@@ -72,6 +75,7 @@ class Command(BaseCommand):
         repeat, fault, unfenced = options["repeat"], options.get("fault"), options.get("unfenced", False)
         started_at = timezone.now()
         probe = self.probe_steadiness() if options.get("steadiness") else None
+        self.wake_up = self.probe_wake_up()
         self.hot_rows: list[dict] = []  # the hot-row limit's shapes (--hot-row), run before the strategy rows
         self.finished: list[dict] = []  # every strategy row run so far, kept should a later one fail
         try:
@@ -89,7 +93,7 @@ class Command(BaseCommand):
         if not fault:
             for line in verdict_lines(medians):
                 self.stdout.write(line)
-        document = self.document(medians, started_at)
+        document = self.document(medians, started_at, wake_up=self.wake_up)
         if probe:
             document["machine"]["steadiness"] = probe
         if self.hot_rows:
@@ -106,7 +110,7 @@ class Command(BaseCommand):
         if not self.finished or not (options["json_path"] or options.get("report_path")):
             return
         floors = [floor_row([run for run in self.finished if via_of(run) == via]) for via in vias]
-        document = self.document([*filter(None, floors), *self.finished], started_at)
+        document = self.document([*filter(None, floors), *self.finished], started_at, wake_up=self.wake_up)
         document["incomplete"] = str(error)
         if probe:
             document["machine"]["steadiness"] = probe
@@ -114,6 +118,17 @@ class Command(BaseCommand):
             document["hot_row"] = self.hot_rows
         self.write_outputs(document, json_path=options["json_path"], report_path=options.get("report_path", ""))
         self.stdout.write(f"the {len(self.finished)} row(s) that ran before it are in the outputs")
+
+    def probe_wake_up(self) -> dict | None:
+        """What a round trip between two processes costs here, before anything of the burst starts
+        (printed first): the unit every row's and the floor's round trips are made of."""
+        try:
+            probe = wake_up()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            self.stdout.write(f"machine wake-up: not measured ({exc})")
+            return None
+        self.stdout.write(describe_wake_up(probe))
+        return probe
 
     def probe_steadiness(self) -> dict:
         """The machine's own noise, measured before anything of the burst starts (printed first)."""
@@ -319,11 +334,12 @@ class Command(BaseCommand):
         return rows
 
     @staticmethod
-    def document(rows: list[dict], started_at) -> dict:
+    def document(rows: list[dict], started_at, *, wake_up: dict | None = None) -> dict:
+        machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
         return {
             "command": " ".join(shlex.quote(arg) for arg in sys.argv),
             "started_at": started_at.isoformat(),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "machine": {**machine, "wake_up": wake_up} if wake_up else machine,
             "runs": rows,
         }
 

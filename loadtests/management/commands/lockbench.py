@@ -54,6 +54,8 @@ from loadtests.bench import alternate
 from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.options import check_output
+from loadtests.wakeup import describe as describe_wake_up
+from loadtests.wakeup import wake_up
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
 from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
@@ -302,6 +304,9 @@ class Command(BaseCommand):
         check_output("--json", options["json"])
         rounds = rounds or max(1, round(seconds / 0.2))
         self.unmeasured: dict[str, str] = {}  # peer row → why it could not be measured here
+        # Every row is round trips one after another: what one wake-up costs here sets the floors.
+        machine = {"wake_up": wake_up()}
+        self.stdout.write(describe_wake_up(machine["wake_up"]))
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.BASE_DIR) / ".run" / "lockbench")
         try:
             with sigterm_as_interrupt():  # a SIGTERM (timeout, a cancelled job) still stops the nodes
@@ -310,7 +315,7 @@ class Command(BaseCommand):
             raise CommandError("interrupted: its Redis nodes, etcd and ZooKeeper were stopped") from None
         path = Path(options["json"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"rows": rows, "unmeasured": self.unmeasured}, indent=2) + "\n")
+        path.write_text(json.dumps({"rows": rows, "unmeasured": self.unmeasured, "machine": machine}, indent=2) + "\n")
         self._report(rows, path)
 
     def _measure(self, nodes: RedisNodes, seconds: float, rounds: int, base_port: int) -> list[dict]:

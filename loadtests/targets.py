@@ -81,11 +81,27 @@ class Verdict:
     def label(self) -> str:
         return _LABELS[self.target.what].format(name=self.target.strategy, minimum=self.target.minimum)
 
+    @property
+    def shown(self) -> str:
+        """The figure as printed: a ratio to as many places as tell met from not (:func:`_digits`)."""
+        return _digits(self.value, self.target.minimum) if self.target.what != "batch_p50" else f"{self.value:g}"
+
     def line(self) -> str:
-        shown = f"{self.value:.2f}×" if self.target.what != "batch_p50" else f"{self.value:g}"
+        shown = f"{self.shown}×" if self.target.what != "batch_p50" else self.shown
         why = f" ({' and '.join(self.broken)} broke an invariant)" if self.broken else ""
         allows = "; ".join(bound.said for bound in self.bounds)
         return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")
+
+
+def _digits(value: float, minimum: float) -> str:
+    """``value`` to the hundredth, or to as many more places (up to four) as it takes for the shown
+    figure to fall on the same side of ``minimum`` as the figure itself: 0.247 against 0.25 showed
+    as "0.25×  NOT met"."""
+    for places in (2, 3, 4):
+        shown = f"{value:.{places}f}"
+        if (float(shown) >= minimum) == (value >= minimum):
+            break
+    return shown
 
 
 def cpu_bound(row: dict) -> float | None:
@@ -177,7 +193,7 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
         elif target.what == "batched" and value is not None:
             out.append(Verdict(target, value, _allows(cpu_bound(batched)), _broken(batched)))
         elif target.what == "own" and alone and batched and (rates := _rates(alone, batched)) is not None:
-            ratio = round(rates[1] / rates[0], 2)
+            ratio = rates[1] / rates[0]  # not rounded first: 2.996 rounded to 3.00 read as met
             out.append(Verdict(target, ratio, _allows(own_bound(alone, batched)), _broken(alone, batched)))
         elif target.what == "batch_p50" and value is not None:
             out.append(Verdict(target, value, broken=_broken(batched)))

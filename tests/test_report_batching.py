@@ -236,6 +236,17 @@ def test_the_targets_are_drawn_against_what_each_row_allows():
     assert 'class="bound-mark"' not in own  # no CPU measured for the batched row: no bound claimed
 
 
+def test_a_near_miss_is_drawn_and_listed_with_the_places_that_show_it_missed():
+    # 0.247 drawn as a red bar labelled "0.25" beside a target of 0.25 read as a contradiction.
+    floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}
+    alone = {**row("db", batch=1, rps=247.0, sections=3000, drain_s=12.1), "floor_ratio": 0.247}
+    batched = {**row("db", batch=64, rps=740.0, sections=150, drain_s=4.1), "floor_ratio": 0.74}
+    html = render_report({"runs": [floor, alone, batched]})
+    per_floor = _chart(html, "× the floor")
+    assert "db alone: 0.247 × the floor, not met (target 0.25)" in per_floor and ">0.247</text>" in per_floor
+    assert "db at BATCH 1 ≥ 0.25× the floor: 0.247×  NOT met" in html
+
+
 def test_a_batch_size_of_the_wrong_type_leaves_its_row_out_of_the_targets():
     """Seen with a hand-edited document: ``"batch": "64"`` ended the report in a TypeError."""
     floor = {"row": "floor", "batch": 1, "rps": 1000.0, "requests": 3000}

@@ -42,6 +42,18 @@ def test_a_figure_below_its_target_is_not_met_and_says_so():
     assert lines[-1] == "  0 of 4 met"
 
 
+def test_a_figure_that_misses_by_less_than_a_hundredth_is_not_shown_as_its_target():
+    # Seen in the thirty-second session's run: "db at BATCH 1 ≥ 0.25× the floor: 0.25×  NOT met",
+    # the median 0.247 rounded up to the very figure it missed; and 2.996× read "3.00×  NOT met".
+    rows = [FLOOR, row("db", 1, 494.0, 0.247), row("db", 64, 1480.0, 0.7488, batch_p50=20.0)]
+    lines = verdict_lines(rows)
+    assert "  db at BATCH 1 ≥ 0.25× the floor: 0.247×  NOT met" in lines
+    assert "  db batched ≥ 3× its own BATCH 1: 2.996×  NOT met" in lines
+    assert "  db batched ≥ 0.5× the floor: 0.75×  met" in lines  # met: two decimals say it truly
+    # Met by a hair is not shown below its target either, and a miss closer still gets a fourth digit.
+    assert "  db at BATCH 1 ≥ 0.25× the floor: 0.2499×  NOT met" in verdict_lines([FLOOR, row("db", 1, 500, 0.2499)])
+
+
 def test_a_figure_read_off_a_row_that_broke_an_invariant_is_not_met():
     # Before, a db ×64 row that broke an invariant (invariants_ok false, the command exiting 1) read
     # "db batched ≥ 0.5× the floor: 0.75×  met", in the command's lines and in the report.

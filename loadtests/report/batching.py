@@ -130,6 +130,7 @@ def _reach(found: list, *, unit: str) -> str:
             target=v.target.minimum,
             met=v.met,
             bounds=[(bound.short, bound.value, bound.said) for bound in v.bounds],
+            shown=v.shown,
         )
         for v in found
     ]

@@ -345,6 +345,8 @@ class Reach:
     target: float
     met: bool
     bounds: Sequence[tuple[str, float, str]] = ()
+    #: The figure as its verdict prints it (more places when two would round it onto its target).
+    shown: str = ""
 
 
 def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> str:
@@ -365,15 +367,16 @@ def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> s
     for row in rows:
         width = max(plot.x(row.value) - plot.left, 1)
         state = "met" if row.met else "not met"
+        shown = esc(row.shown or f"{row.value:.2f}")
         body.append(row_label(row.label, left=plot.left, y=y + bar_h - 2))
         body.append(
             f'<rect class="{"reach-met" if row.met else "reach-short"}" x="{plot.left}" y="{num(y)}" '
-            f'width="{num(width)}" height="{bar_h}" rx="2"><title>{esc(row.label)}: {row.value:.2f} {esc(unit)}, '
+            f'width="{num(width)}" height="{bar_h}" rx="2"><title>{esc(row.label)}: {shown} {esc(unit)}, '
             f"{state} (target {row.target:g})</title></rect>"
         )
         # The figure's value right of the bar and of every mark across it, so no mark covers it.
         end = max([plot.left + width, plot.x(row.target), *(plot.x(b[1]) for b in row.bounds)])
-        body.append(f'<text class="value" x="{num(end + 5)}" y="{num(y + bar_h - 2)}">{row.value:.2f}</text>')
+        body.append(f'<text class="value" x="{num(end + 5)}" y="{num(y + bar_h - 2)}">{shown}</text>')
         x = num(plot.x(row.target))
         body.append(
             f'<line class="target-mark" x1="{x}" x2="{x}" y1="{num(y - 3)}" y2="{num(y + bar_h + 3)}">'

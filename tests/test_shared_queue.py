@@ -268,7 +268,15 @@ def test_two_pods_share_one_queue_and_never_oversell(backend, use_strategy, make
     The first section's write waits on the row, locked here until more purchases wait in the shared
     list than one pod has threads: the next section then takes both pods' (left to chance, seven
     sections each served one pod in a full run on a loaded machine)."""
-    use_strategy(backend, OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": "shared"})
+    # A fresh clone's full run (three workers, bursts beside it) once had only 6 asks in the list
+    # after 4 s, the forked pods' first purchases slow to open their connections: the row's wait and
+    # the asks' deadlines get 12 s here, and the wait for both pods' asks 8 s (within the lease, 10 s).
+    use_strategy(
+        backend,
+        OPTIONS={**settings.INVENTORY["OPTIONS"], "BATCH": 8, "QUEUE": "shared"},
+        ACQUIRE_TIMEOUT_MS=12_000,
+        ROW_LOCK_TIMEOUT_MS=12_000,
+    )
     product = make_product("hot", stock=STOCK)
     connections.close_all()
     reset_strategy()
@@ -277,7 +285,7 @@ def test_two_pods_share_one_queue_and_never_oversell(backend, use_strategy, make
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
         with row_locked_elsewhere(product.pk) as release:
             pending = pool.map_async(functools.partial(buy_in_threads, opens_at=time.time() + 0.5), range(PROCESSES))
-            deadline = time.monotonic() + 4.0  # within ROW_LOCK_TIMEOUT_MS and the queue's wait (5 s)
+            deadline = time.monotonic() + 8.0  # within ROW_LOCK_TIMEOUT_MS and the asks' deadlines (12 s)
             while waiting.llen(key) <= THREADS and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert waiting.llen(key) > THREADS, "both pods' purchases never waited in the shared list"

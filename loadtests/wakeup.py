@@ -107,6 +107,16 @@ def describe(probe: dict) -> str:
     )
 
 
+def measured() -> tuple[dict | None, str]:
+    """The probe and its line, as a command prints it before its rows; a probe that could not run
+    (no child process here, one that stopped answering) is None, its line saying why."""
+    try:
+        probe = wake_up()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"machine wake-up: not measured ({exc})"
+    return probe, describe(probe)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=BATCHES, help=f"batches timed (default {BATCHES})")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from loadtests.report.page import machine_rows
-from loadtests.wakeup import describe, idle_states, wake_up
+from loadtests.wakeup import describe, idle_states, measured, wake_up
 
 
 def test_the_probe_times_round_trips_to_a_child_and_gives_the_caller_its_cores_back():
@@ -70,3 +70,9 @@ def test_a_bad_count_on_the_command_line_is_one_line_and_exit_2(arguments):
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].endswith("give --batches 1 or more and --round-trips 1 or more")
+
+
+def test_a_probe_that_cannot_start_its_child_says_so_in_its_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+    probe, line = measured()
+    assert probe is None and line.startswith("machine wake-up: not measured (") and "no-python-here" in line

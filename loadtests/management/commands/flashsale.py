@@ -7,7 +7,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -44,8 +43,7 @@ from loadtests.table import (
     table_row,
 )
 from loadtests.targets import verdict_lines
-from loadtests.wakeup import describe as describe_wake_up
-from loadtests.wakeup import wake_up
+from loadtests.wakeup import measured as wake_up_measured
 from processes.children import sigterm_as_interrupt
 from processes.needs import processes_running
 from processes.nodes import NodeError
@@ -122,12 +120,8 @@ class Command(BaseCommand):
     def probe_wake_up(self) -> dict | None:
         """What a round trip between two processes costs here, before anything of the burst starts
         (printed first): the unit every row's and the floor's round trips are made of."""
-        try:
-            probe = wake_up()
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            self.stdout.write(f"machine wake-up: not measured ({exc})")
-            return None
-        self.stdout.write(describe_wake_up(probe))
+        probe, line = wake_up_measured()
+        self.stdout.write(line)
         return probe
 
     def probe_steadiness(self) -> dict:

@@ -54,8 +54,7 @@ from loadtests.bench import alternate
 from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.options import check_output
-from loadtests.wakeup import describe as describe_wake_up
-from loadtests.wakeup import wake_up
+from loadtests.wakeup import measured as wake_up_measured
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
 from locks.scripts import ACQUIRE, HANDOFF_WINDOW_MS, RELEASE, SIGNAL_LIFETIME_MS, acquire_keys, release_keys
@@ -305,8 +304,9 @@ class Command(BaseCommand):
         rounds = rounds or max(1, round(seconds / 0.2))
         self.unmeasured: dict[str, str] = {}  # peer row → why it could not be measured here
         # Every row is round trips one after another: what one wake-up costs here sets the floors.
-        machine = {"wake_up": wake_up()}
-        self.stdout.write(describe_wake_up(machine["wake_up"]))
+        probe, line = wake_up_measured()
+        machine = {"wake_up": probe} if probe else {}
+        self.stdout.write(line)
         nodes = RedisNodes(base_port=base_port, count=5, run_dir=Path(settings.BASE_DIR) / ".run" / "lockbench")
         try:
             with sigterm_as_interrupt():  # a SIGTERM (timeout, a cancelled job) still stops the nodes

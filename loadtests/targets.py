@@ -83,8 +83,8 @@ class Verdict:
 
     @property
     def shown(self) -> str:
-        """The figure as printed: a ratio to as many places as tell met from not (:func:`_digits`)."""
-        return _digits(self.value, self.target.minimum) if self.target.what != "batch_p50" else f"{self.value:g}"
+        """The figure as printed: a ratio to as many places as tell met from not (:func:`shown_against`)."""
+        return shown_against(self.value, self.target.minimum) if self.target.what != "batch_p50" else f"{self.value:g}"
 
     def line(self) -> str:
         shown = f"{self.shown}×" if self.target.what != "batch_p50" else self.shown
@@ -93,7 +93,7 @@ class Verdict:
         return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")
 
 
-def _digits(value: float, minimum: float) -> str:
+def shown_against(value: float, minimum: float) -> str:
     """``value`` to the hundredth, or to as many more places (up to four) as it takes for the shown
     figure to fall on the same side of ``minimum`` as the figure itself: 0.247 against 0.25 showed
     as "0.25×  NOT met"."""

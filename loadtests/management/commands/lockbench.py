@@ -54,6 +54,7 @@ from loadtests.bench import alternate
 from loadtests.etcd_bench import etcd_rows
 from loadtests.figures import percentile
 from loadtests.options import check_output
+from loadtests.targets import shown_against
 from loadtests.wakeup import measured as wake_up_measured
 from loadtests.zookeeper_bench import zookeeper_rows
 from locks import AsyncRedisLock, AsyncRedlock, RedisLock, Redlock, aclose_connections
@@ -456,7 +457,14 @@ class Command(BaseCommand):
                 continue
             ratio = by_name[numerator] / by_name[denominator]
             verdict = "met" if ratio >= target else "NOT met"
-            out.write(f"  {numerator} / {denominator} = {ratio:5.2f}x  (target >= {target}x)  {verdict}")
+            shown = shown_against(ratio, target)
+            line = f"  {numerator} / {denominator} = {shown:>5}x  (target >= {target}x)  {verdict}"
+            fenced = by_name.get(f"{denominator}-fenced")
+            if fenced:  # a lock against its floor: what our scripts alone reach there, with no library
+                line += (
+                    f"  (the fenced floor, our scripts with no library, reaches {fenced / by_name[denominator]:.2f}x)"
+                )
+            out.write(line)
         out.write("where the gap to the floor goes (the scripts' share, then the library's):")
         for ours, floor in (("ours-redis", "floor-1node"), ("ours-redlock", "floor-5nodes")):
             fenced = f"{floor}-fenced"

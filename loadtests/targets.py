@@ -87,7 +87,7 @@ class Verdict:
         return shown_against(self.value, self.target.minimum) if self.target.what != "batch_p50" else f"{self.value:g}"
 
     def line(self) -> str:
-        shown = f"{self.shown}×" if self.target.what != "batch_p50" else self.shown
+        shown = self.shown if self.target.what == "batch_p50" else f"{self.shown}×"  # a count has no unit
         why = f" ({' and '.join(self.broken)} broke an invariant)" if self.broken else ""
         allows = "; ".join(bound.said for bound in self.bounds)
         return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")

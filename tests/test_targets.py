@@ -44,7 +44,7 @@ def test_a_figure_below_its_target_is_not_met_and_says_so():
 
 def test_a_figure_that_misses_by_less_than_a_hundredth_is_not_shown_as_its_target():
     # Seen in the thirty-second session's run: "db at BATCH 1 ≥ 0.25× the floor: 0.25×  NOT met",
-    # the median 0.247 rounded up to the very figure it missed; and 2.996× read "3.00×  NOT met".
+    # the median 0.247 rounded up to the very figure it missed; and 2.996× was rounded to 3.00 first, "met".
     rows = [FLOOR, row("db", 1, 494.0, 0.247), row("db", 64, 1480.0, 0.7488, batch_p50=20.0)]
     lines = verdict_lines(rows)
     assert "  db at BATCH 1 ≥ 0.25× the floor: 0.247×  NOT met" in lines

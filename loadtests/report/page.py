@@ -53,9 +53,11 @@ def machine_rows(machine: dict) -> list[tuple[str, str]]:
                 f"one fixed CPU job took {min(seconds):.2f}-{max(seconds):.2f} s over {len(seconds)} runs in a row "
                 f"({max(seconds) / min(seconds):.2f}x): the machine's own noise"
             )
-        elif key == "wake_up" and isinstance(value, dict) and figure(value, "round_trip_us") is not None:
+        elif (
+            key == "wake_up" and isinstance(value, dict) and (round_trip := figure(value, "round_trip_us")) is not None
+        ):
             value = (
-                f"one round trip through a pipe between two processes {figure(value, 'round_trip_us'):.1f} µs: "
+                f"one round trip through a pipe between two processes {round_trip:.1f} µs: "
                 "every round trip of a row or a floor pays it"
             )
         elif isinstance(value, dict):

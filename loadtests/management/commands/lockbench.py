@@ -461,9 +461,8 @@ class Command(BaseCommand):
             line = f"  {numerator} / {denominator} = {shown:>5}x  (target >= {target}x)  {verdict}"
             fenced = by_name.get(f"{denominator}-fenced")
             if fenced:  # a lock against its floor: what our scripts alone reach there, with no library
-                line += (
-                    f"  (the fenced floor, our scripts with no library, reaches {fenced / by_name[denominator]:.2f}x)"
-                )
+                reach = fenced / by_name[denominator]
+                line += f"  (the fenced floor, our scripts with no library, reaches {reach:.2f}x)"
             out.write(line)
         out.write("where the gap to the floor goes (the scripts' share, then the library's):")
         for ours, floor in (("ours-redis", "floor-1node"), ("ours-redlock", "floor-5nodes")):

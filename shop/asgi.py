@@ -6,15 +6,15 @@ os.environ.setdefault("SHOP_SERVER", "asgi")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
 
 import django  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
 
 django.setup(set_prefix=False)
 
 from shop.body_limit import BodyLimit  # noqa: E402
+from shop.handlers import ShopASGIHandler  # noqa: E402
 from shop.static_lock import static_files  # noqa: E402
 
 with static_files(writing=False):  # ServeStatic scans STATIC_ROOT here: not while a collect rewrites it
-    django_application = get_asgi_application()
+    django_application = ShopASGIHandler()  # Django's, with requests that leave no cycle (shop/handlers.py)
 
 # As in shop/wsgi.py: the configured strategy's module is imported before the first purchase; and a
 # strategy whose guard would block the event loop stops the pod at start, saying why.

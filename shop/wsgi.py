@@ -2,17 +2,16 @@
 
 import os
 
-from django.core.wsgi import get_wsgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
 import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
+from shop.handlers import ShopWSGIHandler  # noqa: E402
 from shop.static_lock import static_files  # noqa: E402
 
 with static_files(writing=False):  # WhiteNoise scans STATIC_ROOT here: not while a collect rewrites it
-    application = get_wsgi_application()
+    application = ShopWSGIHandler()  # Django's, with requests that leave no cycle (shop/handlers.py)
 
 # Import the configured strategy's module now, not inside a shopper's first purchase: a worker is
 # warm before it answers (and a strategy that cannot be imported stops the worker at start).

@@ -26,8 +26,16 @@ from django.utils import timezone
 
 from ..models import Allocation, Order
 from .contract import Grant, Refusal, SectionParts, SectionResult, Shelf
-from .section import allocate_many, decide, new_order, roll_back_section, saved, section_transaction, sell_and_commit
-from .statements import batch_side_read, lock_row
+from .section import (
+    allocate_many,
+    decide_open,
+    new_order,
+    on_sale,
+    roll_back_section,
+    section_transaction,
+    sell_and_commit,
+)
+from .statements import NewOrders, batch_side_read, lock_row
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ def decide_batch(
 ) -> list[Verdict]:
     """Each ask in order against the running stock and units: what sequential sections would decide."""
     stock, units, keyed = shelf.stock, dict(held), {}
+    open_now = on_sale(shelf, now=now)  # one reading of the window for the batch, as for one purchase
     verdicts: list[Verdict] = []
     for index, ask in enumerate(asks):
         pair = (ask.customer, ask.key)
@@ -71,9 +80,8 @@ def decide_batch(
         elif ask.key and pair in keyed:
             verdicts.append(Verdict(same_as=keyed[pair]))
         else:
-            refusal = decide(
-                replace(shelf, stock=stock), quantity=ask.quantity, held=units.get(ask.customer, 0), now=now
-            )
+            held_now = units.get(ask.customer, 0)
+            refusal = decide_open(shelf, stock=stock, quantity=ask.quantity, held=held_now, open_now=open_now)
             if refusal is None:
                 stock -= ask.quantity
                 units[ask.customer] = units.get(ask.customer, 0) + ask.quantity
@@ -170,15 +178,14 @@ def _write_in_bulk(
     units = Counter()
     for index in sold:
         units[asks[index].customer] += asks[index].quantity
-    now = timezone.now()
-    orders = [order_for(strategy, shelf, asks[i], grant) for i in sold]
-    for order in orders:
-        order.created_at = now
+    each = [(asks[i].customer, asks[i].quantity, asks[i].key) for i in sold]
+    # At the price of the batch's one read (``shelf``), which decided them.
+    orders = NewOrders(strategy.name, shelf.product_id, grant.token, timezone.now(), shelf.price, each)
     update = strategy.stock_update(shelf, quantity=sum(asks[i].quantity for i in sold), grant=grant)
     ids = sell_and_commit(update, units=dict(units), cap=shelf.per_customer_limit, orders=orders)
     if ids is None:
         return None
-    return {index: saved(order, pk) for index, order, pk in zip(sold, orders, ids, strict=True)}
+    return dict(zip(sold, orders.saved(ids), strict=True))
 
 
 def _write_one_by_one(

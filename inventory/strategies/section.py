@@ -38,6 +38,7 @@ from .contract import Grant, Outcome, Refusal, SectionParts, SectionResult, Shel
 from .prepared import forget, is_stale
 from .statements import (
     SHELF_FIELDS,
+    NewOrders,
     Statement,
     batch_read,
     checked_update,
@@ -253,12 +254,19 @@ def decide(shelf: Shelf, *, quantity: int, held: int, now: datetime) -> Refusal 
 
     ``held`` is what the customer already holds of this product (units across their orders).
     """
-    if not on_sale(shelf, now=now):
+    return decide_open(shelf, stock=shelf.stock, quantity=quantity, held=held, open_now=on_sale(shelf, now=now))
+
+
+def decide_open(shelf: Shelf, *, stock: int, quantity: int, held: int, open_now: bool) -> Refusal | None:
+    """:func:`decide` with the sale window already read (``open_now``) and the row at ``stock``:
+    a batch decides each purchase at the stock its earlier purchases left, against one reading
+    of the window (``batch.decide_batch``)."""
+    if not open_now:
         return Refusal(Outcome.NOT_ON_SALE)
     if held + quantity > shelf.per_customer_limit:
         return Refusal(Outcome.LIMIT_REACHED)
-    if shelf.stock < quantity:
-        return Refusal(Outcome.SOLD_OUT, units_left=max(shelf.stock, 0))
+    if stock < quantity:
+        return Refusal(Outcome.SOLD_OUT, units_left=max(stock, 0))
     return None
 
 
@@ -372,9 +380,11 @@ def new_order(
     key: str = "",
     unit_price: Decimal | None = None,
 ) -> Order:
-    """The one place an order is built (not saved): what was bought, by whom, at what unit price,
-    under which strategy and token. ``unit_price`` is the price the read that decided the sale saw
-    (``Shelf.price``); None only where the write itself reads it (:func:`take_in_one_statement`)."""
+    """An order built before its write (not saved): what was bought, by whom, at what unit price,
+    under which strategy and token, where the write takes the model (a savepoint's ``save()``,
+    :func:`take_in_one_statement`'s one statement). A section's bulk write takes
+    :class:`~.statements.NewOrders` and builds the models after it. ``unit_price`` is the price the
+    read that decided the sale saw (``Shelf.price``); None only where the write itself reads it."""
     return Order(
         product_id=product_id,
         customer=customer,
@@ -421,7 +431,7 @@ def commit_rides() -> bool:
     return len(connection.atomic_blocks) == 1 and not connection.needs_rollback
 
 
-def sell_and_commit(update: Statement, *, units: dict[str, int], cap: int, orders: list[Order]) -> list[int] | None:
+def sell_and_commit(update: Statement, *, units: dict[str, int], cap: int, orders: NewOrders) -> list[int] | None:
     """The section's write (:func:`.statements.sell`), with the COMMIT aboard when it may ride
     (:func:`commit_rides`): the section's last statement. While :func:`timed_transactions` collects,
     the round trip that carried the COMMIT counts as the commit's time."""
@@ -462,21 +472,12 @@ def attempt_section(
         refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
             return SectionResult(refusal=refusal)
-        order = new_order(
-            strategy.name,
-            product_id=product_id,
-            customer=customer,
-            quantity=quantity,
-            token=grant.token,
-            key=key,
-            unit_price=shelf.price,
-        )
-        order.created_at = now
+        order = NewOrders(strategy.name, product_id, grant.token, now, shelf.price, [(customer, quantity, key)])
         update = strategy.stock_update(shelf, quantity=quantity, grant=grant)
-        ids = sell_and_commit(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=[order])
+        ids = sell_and_commit(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=order)
         if ids is None:
             return SectionResult(conflict=shelf)
-    return SectionResult(order=saved(order, ids[0]))
+    return SectionResult(order=order.saved(ids)[0])
 
 
 def take_in_one_statement(

@@ -30,7 +30,9 @@ def release(request) -> None:
         request.__dict__.pop(name, None)
 
 
-class ReleasingWSGIRequest(WSGIRequest):
+class ReleasedOnClose:
+    """A request (mixed in before Django's class) released when Django closes it."""
+
     def close(self) -> None:
         try:
             super().close()
@@ -38,12 +40,12 @@ class ReleasingWSGIRequest(WSGIRequest):
             release(self)
 
 
-class ReleasingASGIRequest(ASGIRequest):
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            release(self)
+class ReleasingWSGIRequest(ReleasedOnClose, WSGIRequest):
+    pass
+
+
+class ReleasingASGIRequest(ReleasedOnClose, ASGIRequest):
+    pass
 
 
 class ShopWSGIHandler(WSGIHandler):

@@ -84,7 +84,7 @@ def decide_batch(
             refusal = decide_open(shelf, stock=stock, quantity=ask.quantity, held=held_now, open_now=open_now)
             if refusal is None:
                 stock -= ask.quantity
-                units[ask.customer] = units.get(ask.customer, 0) + ask.quantity
+                units[ask.customer] = held_now + ask.quantity
                 if ask.key:
                     keyed[pair] = index
             verdicts.append(Verdict(sell=refusal is None, refusal=refusal))

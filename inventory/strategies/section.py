@@ -472,12 +472,12 @@ def attempt_section(
         refusal = decide(shelf, quantity=quantity, held=held, now=now)
         if refusal is not None:
             return SectionResult(refusal=refusal)
-        order = NewOrders(strategy.name, product_id, grant.token, now, shelf.price, [(customer, quantity, key)])
+        placed = NewOrders(strategy.name, product_id, grant.token, now, shelf.price, [(customer, quantity, key)])
         update = strategy.stock_update(shelf, quantity=quantity, grant=grant)
-        ids = sell_and_commit(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=order)
+        ids = sell_and_commit(update, units={customer: quantity}, cap=shelf.per_customer_limit, orders=placed)
         if ids is None:
             return SectionResult(conflict=shelf)
-    return SectionResult(order=order.saved(ids)[0])
+    return SectionResult(order=placed.saved(ids)[0])
 
 
 def take_in_one_statement(

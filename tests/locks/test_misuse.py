@@ -191,6 +191,7 @@ def test_a_with_block_entered_again_on_its_own_lock_is_refused_and_the_outer_one
     assert holders(clients, name) == [None] * len(clients)
 
 
+@pytest.mark.flaky(reruns=2)  # five nodes answering within 5 ms under load: docs/testing.md
 @pytest.mark.parametrize("kind", ["RedisLock", "Redlock"])
 def test_an_extend_after_the_leases_validity_is_refused_even_while_the_key_is_still_there(single, cluster, name, kind):
     # The key can outlive the client's validity (the drift allowance, a node whose clock runs

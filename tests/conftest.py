@@ -183,3 +183,21 @@ def _content_types_read_afresh():
     from django.contrib.contenttypes.models import ContentType
 
     ContentType.objects.clear_cache()
+
+
+#: What each rerun test failed on, for the summary: pytest-rerunfailures names a rerun test and
+#: nothing more, and a failure seen only in a full run is otherwise lost.
+RERUN_REASONS: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.outcome == "rerun" and report.longrepr is not None:
+        lines = [line for line in str(report.longreprtext).splitlines() if line.startswith("E ")]
+        RERUN_REASONS.append((report.nodeid, " / ".join(line[1:].strip() for line in lines[:3]) or "(no message)"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if RERUN_REASONS:
+        terminalreporter.section("what each rerun failed on")
+        for nodeid, reason in RERUN_REASONS:
+            terminalreporter.write_line(f"{nodeid}: {reason[:400]}")

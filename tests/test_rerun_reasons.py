@@ -1,0 +1,49 @@
+"""The suite's summary says what each rerun test failed on (``tests/conftest.py``): a failure that a
+rerun hides is otherwise lost, and the flaky tests' rows in docs/testing.md need what was seen."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+FAILS_ONCE = textwrap.dedent(
+    """
+    import os
+
+    import pytest
+
+    @pytest.mark.flaky(reruns=1)
+    def test_fails_once():
+        marker = os.path.join(os.path.dirname(__file__), "tried")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            assert 1 == 2, "the first try fails"
+    """
+)
+
+
+@pytest.mark.slow  # a pytest of its own: about 2 s
+def test_a_rerun_tests_first_failure_is_in_the_summary(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_once.py").write_text(FAILS_ONCE)
+    (tests / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(root / "pytest.ini")]
+        + ["--rootdir", str(tmp_path), str(tests)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed, 1 rerun" in result.stdout
+    assert "test_once.py::test_fails_once: AssertionError: the first try fails" in result.stdout, result.stdout

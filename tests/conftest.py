@@ -146,18 +146,29 @@ ZOOKEEPER_FILES = ("test_zookeeper.py", "test_zookeeper_strategy.py", "test_zook
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Every test that needs a ZooKeeper ensemble runs on one pytest-xdist worker (``xdist_group``):
+    """A test that needs the etcd cluster is ``slow`` (:func:`_needs_etcd`). Every test that needs a
+    ZooKeeper ensemble runs on one pytest-xdist worker (``xdist_group``):
     each ensemble is three JVMs, and a worker that starts its own pays their start-up CPU again.
     They are ``slow`` too, so ``make check`` starts no JVM (``make test`` runs them all). Then
     :func:`_no_post_migrate_replay`."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        if _needs_etcd(item, params):
+            item.add_marker(pytest.mark.slow)
         if not (item.path.name in ZOOKEEPER_FILES or "zookeeper" in params.values()):
             continue
         item.add_marker(pytest.mark.slow)
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("zookeeper"))
     _no_post_migrate_replay(items)
+
+
+def _needs_etcd(item, params) -> bool:
+    """A test that starts its worker's etcd cluster (the fixture, or the ``etcd`` strategy) is
+    ``slow`` too: each of ``make check``'s four workers paid three etcd members' start for a few
+    tests (2.7 s of set-up each, 12 s of tests in all on 2026-12-06), in a lane over its minute."""
+    fixtures = getattr(item, "fixturenames", ())
+    return "etcd_project_cluster" in fixtures or "etcd_cluster" in fixtures or "etcd" in params.values()
 
 
 def _no_post_migrate_replay(items):

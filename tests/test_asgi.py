@@ -58,6 +58,7 @@ def fresh_process(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 def test_the_asgi_chain_adapts_no_middleware():
     """Every middleware of the ASGI pod is async-capable: Django adapts none to a thread, so an
     ``async def`` view is awaited on the worker's event loop (a sync one would put the chain, and
@@ -74,12 +75,14 @@ def test_the_asgi_chain_adapts_no_middleware():
     assert not [message for message in loaded["logged"] if "adapted" in message], loaded["logged"]
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 def test_the_wsgi_chain_is_left_as_it_was():
     result = fresh_process(LOAD_CHAIN.replace("ASGIHandler", "WSGIHandler").replace(".asgi", ".wsgi"))
     assert result.returncode == 0, result.stderr
     assert "whitenoise.middleware.WhiteNoiseMiddleware" in json.loads(result.stdout)["middleware"]
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize("where", ["settings", "gunicorn.conf.py"])
 def test_an_unknown_server_is_refused_in_one_line(where):
     read_config = "import runpy; runpy.run_path('gunicorn.conf.py')"

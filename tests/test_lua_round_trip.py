@@ -30,6 +30,7 @@ def test_prints_every_row_against_the_plain_set_and_leaves_no_key():
     assert redis.Redis.from_url(LOCK_TEST_REDIS_URL).keys("lua_round_trip:*") == []
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize(
     ("args", "code", "said"),
     [

@@ -42,6 +42,7 @@ def test_two_different_names_are_refused():
 OLD_AND_NEW = {"INVENTORY_STRATEGY", "INVENTORY_BACKEND", "ALLOW_UNSAFE_STRATEGY", "ALLOW_UNSAFE_BACKEND"}
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize(
     "env, expected",
     [

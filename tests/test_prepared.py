@@ -110,12 +110,14 @@ def test_without_prepared_statements_the_text_is_sent(use_strategy, make_product
     assert any(message.sql.startswith("BEGIN; SELECT set_config") for message in sent)
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize("value, expected", [("0", "False"), ("1", "True"), ("", "True")])
 def test_the_setting_reads_the_environment(value, expected):
     """Read in a fresh process, as gunicorn reads the settings; unset or empty keeps the default."""
     assert settings_in_a_fresh_process(value).stdout.split() == [expected]
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 def test_a_bad_setting_stops_the_process_and_says_what_to_write():
     done = settings_in_a_fresh_process("maybe")
     assert done.returncode != 0

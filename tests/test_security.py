@@ -100,6 +100,7 @@ def test_a_database_not_yet_migrated_is_one_line_saying_to_migrate(command, unmi
     assert lines[0].endswith("the database has not been migrated: run python manage.py migrate (make migrate)")
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize(
     "env, said",
     [
@@ -119,6 +120,7 @@ def test_a_bad_gunicorn_setting_is_one_line(env, said):
     assert result.stderr.strip().splitlines() == [said], result.stderr
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize(
     "env, said",
     [
@@ -165,6 +167,7 @@ def test_a_bad_setting_is_one_line_saying_what_to_fix(env, said):
     assert result.stderr.strip().splitlines() == [f"ImproperlyConfigured: {said}"], result.stderr
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize("url", ["garbage", "postgres://postgres@127.0.0.1:99999/flashsale"])
 def test_a_database_url_that_does_not_parse_names_the_variable(url):
     """Seen by a helper: UnknownSchemeError and ParseError tracebacks that named no variable."""
@@ -174,6 +177,7 @@ def test_a_database_url_that_does_not_parse_names_the_variable(url):
     assert len(lines) == 1 and lines[0].startswith(f"ImproperlyConfigured: DATABASE_URL={url!r}: "), result.stderr
 
 
+@pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not
 @pytest.mark.parametrize("url", ["postgres://postgres@127.0.0.1:5432/", "postgres://postgres@127.0.0.1:5432"])
 @pytest.mark.parametrize("command", [["preflight", "--no-nodes"], ["check"]])
 def test_a_database_url_without_a_database_name_is_one_line(url, command):

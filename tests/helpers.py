@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -259,3 +260,15 @@ def stand_in(handler: type[BaseHTTPRequestHandler]):
         server.shutdown()
         server.server_close()  # joins the request threads
         serving.join()
+
+
+def pytest_of_its_own(folder: Path, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A pytest run in ``folder`` (a small suite a test wrote there), quiet and without a cache."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(folder), *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -4,12 +4,12 @@ rerun hides is otherwise lost, and the flaky tests' rows in docs/testing.md need
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import pytest_of_its_own
 
 FAILS_ONCE = textwrap.dedent(
     """
@@ -35,15 +35,7 @@ def test_a_rerun_tests_first_failure_is_in_the_summary(tmp_path):
     (tests / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(root / "pytest.ini")]
-        + ["--rootdir", str(tmp_path), str(tests)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = pytest_of_its_own(tmp_path, ["-c", str(root / "pytest.ini"), str(tests)], env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed, 1 rerun" in result.stdout
     assert "test_once.py::test_fails_once: AssertionError: the first try fails" in result.stdout, result.stdout

@@ -9,11 +9,11 @@ installed pytest and pytest-xdist on a small grouped suite and reads which worke
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.helpers import pytest_of_its_own
 
 GROUPED_SUITE = textwrap.dedent(
     """
@@ -43,15 +43,8 @@ def test_every_test_of_an_xdist_group_runs_on_one_worker(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_grouped.py").write_text(GROUPED_SUITE)
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:django", "-p", "no:cacheprovider"]
-        + ["-q", "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["-n", "2", "--dist", "loadgroup", "-p", "no:django", "-c", str(tmp_path / "pytest.ini"), str(tmp_path)]
+    result = pytest_of_its_own(tmp_path, args, env)
     assert result.returncode == 0, result.stdout + result.stderr
     ran = [line.split() for line in (tmp_path / "workers.txt").read_text().splitlines()]
     grouped = {worker for name, worker in ran if name == "grouped"}

@@ -348,15 +348,9 @@ def orders_insert(orders: NewOrders) -> Statement:
     """The INSERT of ``orders`` from ``taken``, returning their ids in the order given."""
     if len(orders.each) == 1:
         ((customer, quantity, key),) = orders.each
-        return _ORDER_FROM_TAKEN, [
-            customer,
-            quantity,
-            orders.strategy,
-            orders.fence,
-            key,
-            orders.created_at,
-            orders.unit_price,
-        ]
+        values = {"customer": customer, "quantity": quantity, "idempotency_key": key, "strategy": orders.strategy}
+        values |= {"fence": orders.fence, "created_at": orders.created_at, "unit_price": orders.unit_price}
+        return _ORDER_FROM_TAKEN, [values[field] for field in _ORDER_FIELDS]
     shared = [orders.strategy, orders.fence, orders.created_at, orders.unit_price]
     return _ORDERS_FROM_TAKEN, [*shared, json.dumps(orders.each)]
 

@@ -231,7 +231,11 @@ def sigterm_as_interrupt():
     """Treat SIGTERM like Ctrl-C while the block runs, so the ``finally`` blocks that stop a run's
     private processes run: ``timeout``, a cancelled CI job or ``kill`` send SIGTERM, on which Python
     ends at once. Only in the main thread (elsewhere a signal handler cannot be set); the previous
-    handler comes back after the block."""
+    handler comes back after the block.
+
+    An interrupt raised while a finaliser runs (a ``__del__``, a weakref callback) is only printed
+    by Python, and the run would go on: such a swallowed interrupt is delivered again, as SIGTERM,
+    once the finaliser has returned."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -239,8 +243,23 @@ def sigterm_as_interrupt():
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    def deliver_again(unraisable):
+        previous_hook(unraisable)
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # Sent from another thread a moment later: the handler then runs in the main thread
+            # outside this hook and the finaliser (raised here, it would be swallowed again).
+            again.append(threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)))
+            again[-1].start()
+
+    again: list[threading.Timer] = []
     previous = signal.signal(signal.SIGTERM, interrupt)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, deliver_again
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
+        if any(timer.is_alive() for timer in again):  # the block ended before the signal came again
+            for timer in again:
+                timer.cancel()
+            raise KeyboardInterrupt

@@ -197,5 +197,38 @@ def test_a_sigterm_stops_its_nodes_and_says_so(tmp_path):
     assert [port for port in ports if answers(port)] == []
 
 
+FINALISER_SIGTERM = """
+import gc, os, signal, sys, time
+from processes.children import sigterm_as_interrupt
+
+class Pool:
+    def __del__(self):  # a finaliser running when SIGTERM comes, as ConnectionPool.__del__ did
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):
+            pass
+
+try:
+    with sigterm_as_interrupt():
+        Pool()  # collected at once: its __del__ takes the signal
+        time.sleep(5)
+    print("ran on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_sigterm_during_a_finaliser_still_interrupts():
+    """Seen in CI (stop 56): ``test_a_sigterm_stops_its_nodes_and_says_so`` timed out because
+    lockbench ran on after its SIGTERM; its stderr began "Exception ignored in: <function
+    ConnectionPool.__del__". The handler's KeyboardInterrupt was raised inside a finaliser, where
+    Python only prints an exception. Such a swallowed interrupt is now delivered again."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", FINALISER_SIGTERM], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout.strip() == "interrupted", done.stdout + done.stderr
+    assert time.monotonic() - started < 4
+
+
 def answers(port: int) -> bool:
     return ping_error(f"redis://127.0.0.1:{port}/0", timeout_s=0.5) is None

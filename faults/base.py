@@ -94,9 +94,12 @@ class Fault:
         return f"<{type(self).__name__} {self.name}: {self.description}>"
 
 
-def freeze(pid: int) -> None:
-    """SIGSTOP ``pid`` and return once it really is stopped (the signal is delivered asynchronously)."""
-    os.kill(pid, signal.SIGSTOP)
+def freeze(*pids: int) -> None:
+    """SIGSTOP every one of ``pids``, then return once each really is stopped (the signal is
+    delivered asynchronously; all are sent before any is waited for)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + 1.0
-    while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
-        time.sleep(0.001)
+    for pid in pids:
+        while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
+            time.sleep(0.001)

@@ -103,6 +103,8 @@ class Failover(Fault):
 
 #: pause-worker stops a holder whose section has run at most this share of the lease, if it finds one.
 FRESH_SHARE = 0.25
+#: How long a search for a holder lets every worker run between two looks (each look stops them all).
+SEARCH_PAUSE_S = 0.01
 
 
 class PauseWorker(Fault):
@@ -147,24 +149,40 @@ class PauseWorker(Fault):
         self.into_ms: float | None = None
 
     def _inject(self) -> None:
+        if self._holding is None:
+            self.pid = self._pids()[0]
+            freeze(self.pid)
+            return
         deadline = time.monotonic() + self.search_s
         while True:
-            pids = list(self._workers())
-            if not pids:
-                raise FaultError("pause-worker: no worker process to pause")
-            inside = self._holding(pids) if self._holding else {}
-            self.pid = min(inside, key=inside.__getitem__) if inside else pids[0]
-            freeze(self.pid)
-            if self._holding is None:
-                return
-            self.into_ms = self._holding([self.pid]).get(self.pid)
-            self.holder = self.into_ms is not None
-            fresh = self.holder and (self.fresh_ms is None or self.into_ms <= self.fresh_ms)
+            pids = self._pids()
+            # Every worker stopped before the probe asks: a BATCH 1 section lasts 1-3 ms, about a
+            # probe's own time on a loaded machine, so one seen inside while its process ran had
+            # often left by the time the freeze landed. Stopped, it is still inside when chosen.
+            freeze(*pids)
+            inside = self._holding(pids)
+            fresh = {pid: ms for pid, ms in inside.items() if self.fresh_ms is None or ms <= self.fresh_ms}
             late = time.monotonic() - deadline
-            # Past the search, any holder will do; past twice it, whoever is stopped stays stopped.
-            if fresh or (self.holder and late > 0) or late > self.search_s:
+            # Past the search, any holder will do; past twice it, the last worker stays stopped.
+            candidates = fresh or (inside if late > 0 else {})
+            chosen = min(candidates, key=candidates.__getitem__) if candidates else None
+            if chosen is None and late > self.search_s:
+                chosen = pids[-1]
+            for pid in pids:
+                if pid != chosen:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            if chosen is not None:
+                self.pid, self.into_ms = chosen, inside.get(chosen)
+                self.holder = self.into_ms is not None
                 return
-            os.kill(self.pid, signal.SIGCONT)
+            time.sleep(SEARCH_PAUSE_S)  # the sale runs on between two looks
+
+    def _pids(self) -> list[int]:
+        pids = list(self._workers())
+        if not pids:
+            raise FaultError("pause-worker: no worker process to pause")
+        return pids
 
     def _recover(self) -> None:
         # It may have died while stopped (its master killed it): then there is nothing to resume.

@@ -227,6 +227,32 @@ def test_pause_worker_freezes_the_holder_with_the_most_lease_left():
             process.wait()
 
 
+def test_pause_worker_catches_a_section_shorter_than_its_probe():
+    """Seen in a fresh clone's full run (2026-12-06, load average 9): the pause-worker test's
+    ``wsgi`` case reran on "worker N was frozen outside its section (none found inside in time)".
+    A BATCH 1 section lasts 1-3 ms, about what one probe takes on a loaded machine: a holder the
+    probe saw inside had left its section by the time the freeze landed on it, and the search went
+    on for twice its length. In miniature: a holder seen inside only while it is stopped."""
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    outside, holder = (process.pid for process in sleepers)
+
+    def holding(pids):
+        return {pid: 30.0 for pid in pids if pid == holder and process_state(pid) == "T"}
+
+    try:
+        fault = make_fault("pause-worker", workers=lambda: [outside, holder], lease_ttl_ms=1000, holding=holding)
+        fault.search_s = 0.2
+        fault.inject()
+        assert (fault.pid, fault.holder, fault.into_ms) == (holder, True, 30.0)
+        assert process_state(holder) == "T" and process_state(outside) != "T"
+        fault.recover()
+        assert process_state(holder) in {"S", "R"}
+    finally:
+        for process in sleepers:
+            process.kill()
+            process.wait()
+
+
 def test_close_recovers_a_fault_left_injected(nodes):
     fault = make_fault("kill-minority", redlock_nodes=nodes)
     fault.inject()

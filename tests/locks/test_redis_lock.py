@@ -55,13 +55,17 @@ def test_expiry_then_stale_release_is_ignored(single, name):
 
 
 def test_extend_resets_ttl_only_for_the_owner_and_is_bounded(single, name):
-    lock = RedisLock(single, name, ttl_ms=300, timeout_ms=0, max_extensions=2)
+    """A fresh clone's full run (2026-12-06, load average 9) failed the first extend with "extend
+    after the lease's validity ended": it gave a 300 ms lease 200 ms of sleep, and the process
+    stalled for the other 100. The lease is now 1 s against 0.1 s of sleep (the extend still moves
+    the validity forward: to 3 s)."""
+    lock = RedisLock(single, name, ttl_ms=1_000, timeout_ms=0, max_extensions=2)
     first = lock.acquire()
-    time.sleep(0.2)
-    extended = lock.extend(ttl_ms=1_000)
+    time.sleep(0.1)
+    extended = lock.extend(ttl_ms=3_000)
     assert extended.token == first.token and extended.fence == first.fence
     assert extended.valid_until > first.valid_until
-    assert 900 < single.pttl(name) <= 1_000
+    assert 2_000 < single.pttl(name) <= 3_000
     lock.extend()
     with pytest.raises(LockError, match="extension limit"):
         lock.extend()

@@ -6,6 +6,7 @@ processes in sequence. No Django import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -103,3 +104,10 @@ def freeze(*pids: int) -> None:
     for pid in pids:
         while process_state(pid) not in ("T", "") and time.monotonic() < deadline:
             time.sleep(0.001)
+
+
+def resume(*pids: int) -> None:
+    """SIGCONT every one of ``pids`` still alive (one may have died while stopped)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)

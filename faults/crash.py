@@ -23,7 +23,7 @@ from typing import Callable, Collection, Sequence
 
 from processes.protocol import Restartable
 
-from .base import FAULT_STRATEGIES, Fault, FaultError, freeze
+from .base import FAULT_STRATEGIES, Fault, FaultError, freeze, resume
 
 #: What frees a dead holder's lock, per strategy (the stall is then at most the timeout named).
 FREED_BY = {
@@ -104,17 +104,16 @@ class KillHolder(Fault):
             pids = list(self._workers())
             if not pids:
                 raise FaultError("kill-holder: no worker process to kill")
-            for pid in pids:
-                freeze(pid)
+            freeze(*pids)
             inside = self._holding(pids)
             if inside or time.monotonic() > deadline:
                 victim = min(inside) if inside else pids[0]
                 at = time.monotonic()
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(victim, signal.SIGKILL)
-                _resume([pid for pid in pids if pid != victim])
+                resume(*[pid for pid in pids if pid != victim])
                 return {"at": at, "pid": victim, "holder": bool(inside)}
-            _resume(pids)
+            resume(*pids)
             time.sleep(0.02)
 
     def _recover(self) -> None:
@@ -123,12 +122,6 @@ class KillHolder(Fault):
         which only keeps kills apart: on a fast sale (600/s) it left nothing to sell after the
         recovery, and the run could not show the sale resuming."""
         self._until_sold_again(spacing_s=0.0)
-
-
-def _resume(pids: Sequence[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
 
 
 class KillFollowerThenLeader(Fault):

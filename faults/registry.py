@@ -21,9 +21,6 @@ gunicorn master it started). It never looks for processes by name.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -31,7 +28,7 @@ from processes.nodes import RedisNode, RedisNodes
 from processes.protocol import Restartable
 from processes.replication import ReplicatedPair
 
-from .base import FAULT_STRATEGIES, Fault, FaultError, freeze
+from .base import FAULT_STRATEGIES, Fault, FaultError, freeze, resume
 from .crash import build_kill_holder, build_kill_zk_member
 
 
@@ -168,10 +165,7 @@ class PauseWorker(Fault):
             chosen = min(candidates, key=candidates.__getitem__) if candidates else None
             if chosen is None and late > self.search_s:
                 chosen = pids[-1]
-            for pid in pids:
-                if pid != chosen:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT)
+            resume(*[pid for pid in pids if pid != chosen])
             if chosen is not None:
                 self.pid, self.into_ms = chosen, inside.get(chosen)
                 self.holder = self.into_ms is not None
@@ -185,9 +179,7 @@ class PauseWorker(Fault):
         return pids
 
     def _recover(self) -> None:
-        # It may have died while stopped (its master killed it): then there is nothing to resume.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
+        resume(self.pid)  # it may have died while stopped (its master killed it)
 
 
 #: The default hold of the crash-and-restart faults (restart-redis, kill-majority): the node is back

@@ -85,7 +85,18 @@ def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, **sizing):
 
 
 @contextlib.contextmanager
-def pod(
+def pod(tmp_path: Path, strategy: str, *, sku: str, server: str, **sizing):
+    """A pod (gunicorn: gthread workers for ``server="wsgi"``, uvicorn workers for ``"asgi"``) serving
+    ``strategy`` on a port of its own (a socket listening from its choice on, which gunicorn inherits,
+    as a burst's pod does: :func:`loadtests.pods.start_gunicorn`), answering for ``sku`` once up,
+    every purchase answer saying where its view ran; yields its base URL. ``sizing``: as
+    :func:`started_pod`."""
+    with started_pod(tmp_path, strategy, sku=sku, server=server, **sizing) as (_, base):
+        yield base
+
+
+@contextlib.contextmanager
+def started_pod(
     tmp_path: Path,
     strategy: str,
     *,
@@ -96,10 +107,8 @@ def pod(
     pool: int = 4,
     **env: str,
 ):
-    """A pod (gunicorn: gthread workers for ``server="wsgi"``, uvicorn workers for ``"asgi"``) serving
-    ``strategy`` on a port of its own (a socket listening from its choice on, which gunicorn inherits,
-    as a burst's pod does: :func:`loadtests.pods.start_gunicorn`), answering for ``sku`` once up,
-    every purchase answer saying where its view ran; yields its base URL."""
+    """:func:`pod`, yielding its gunicorn (a :class:`processes.children.Child`, stopped at the end
+    if still running) beside its base URL; its access log is ``tmp_path / "access.log"``."""
     plan = BurstPlan(
         requests=8, stock=1, workers=workers, threads=threads, pool_max_size=pool, pool_timeout_s=0.5, server=server
     )
@@ -111,7 +120,7 @@ def pod(
     child = start_gunicorn(f"gunicorn ({server})", sock, env=environment, log_path=tmp_path / "gunicorn.log")
     try:
         wait_until_answers(child, f"http://127.0.0.1:{port}/api/products/{sku}")
-        yield f"http://127.0.0.1:{port}"
+        yield child, f"http://127.0.0.1:{port}"
     finally:
         child.stop()
 

@@ -248,8 +248,10 @@ def sigterm_as_interrupt():
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
             # Sent from another thread a moment later: the handler then runs in the main thread
             # outside this hook and the finaliser (raised here, it would be swallowed again).
-            again.append(threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)))
-            again[-1].start()
+            timer = threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM))
+            timer.daemon = True  # never keeps the process alive, or signals it after the block
+            again.append(timer)
+            timer.start()
 
     again: list[threading.Timer] = []
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -72,7 +72,7 @@ proc_name = "flashsale"
 # gunicorn 25+ opens a control socket (``gunicornc``: reload, shutdown, change the worker count) at
 # one path per user, ~/.gunicorn/gunicorn.ctl, whatever the port: every pod of a burst, and every
 # test worker's, took it over from the last, and the first to stop removed it. The shop never uses
-# it, and nothing should answer beyond the HTTP port; stopping its thread was also part of a pod's stop.
+# it, and nothing should answer beyond the HTTP port.
 control_socket_disable = True
 
 

@@ -175,6 +175,9 @@ class FlashSale:
         if isinstance(runner, (MasterRunner, WorkerRunner)):
             for kind, handler in handlers.items():
                 runner.register_message(kind, handler)
+        options = environment.parsed_options
+        if isinstance(runner, MasterRunner) and options is not None and options.headless:
+            await_workers(runner, options.expect_workers)
 
     def on_test_start(self, environment, **kwargs) -> None:
         rounds = len(round_paths(environment.parsed_options))
@@ -483,3 +486,18 @@ class Shopper(User):
                 gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
         busy = retry_after is not None
         self.sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)
+
+
+#: How long a master waits in :func:`await_workers` before leaving the rest of the wait to Locust.
+WORKERS_WAIT_S = 10.0
+
+
+def await_workers(runner: MasterRunner, expected: int) -> None:
+    """A headless master, at ``init``: wait, letting the runner's greenlets take the workers'
+    greetings, until ``expected`` workers are ready. Locust's own wait for ``--expect-workers``
+    checks once before any greeting can have come in and then sleeps a whole second between checks,
+    so every sale started about a second after its workers were ready; once they are here its first
+    check passes. (With the web UI nothing waits for workers at start: neither does this.)"""
+    deadline = time.monotonic() + WORKERS_WAIT_S
+    while len(runner.clients.ready) < expected and time.monotonic() < deadline:
+        gevent.sleep(0.02)

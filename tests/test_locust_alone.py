@@ -185,3 +185,40 @@ def test_by_hand_it_listens_on_127_0_0_1_unless_told_otherwise(role):
     finally:
         process.terminate()
         process.wait(10)
+
+
+AWAIT_WORKERS = """
+import time, gevent
+from types import SimpleNamespace
+import loadtests.locustfile as locustfile
+
+runner = SimpleNamespace(clients=SimpleNamespace(ready=[]))
+gevent.get_hub().loop.update_now()  # the loop's clock stood still since the imports
+gevent.spawn_later(0.2, runner.clients.ready.append, "worker-0")  # its greeting, taken by another greenlet
+started = time.monotonic()
+locustfile.await_workers(runner, 1)
+greeted = time.monotonic() - started
+locustfile.WORKERS_WAIT_S = 0.3
+started = time.monotonic()
+locustfile.await_workers(runner, 2)  # a second worker never comes
+print(f"{greeted:.2f} {time.monotonic() - started:.2f}")
+"""
+
+
+def test_a_master_waits_for_its_workers_only_until_they_are_ready():
+    """Locust's own wait for ``--expect-workers`` checks once, before any greeting can have come in,
+    then sleeps a whole second: each burst row's sale started about a second after its Locust worker
+    was ready (`prepare` 1.5 s for 500 shoppers, 0.5-0.8 s since). The master now waits at ``init``,
+    letting the greetings in, until they are all there, and at most ``WORKERS_WAIT_S``."""
+    done = subprocess.run(
+        [sys.executable, "-c", AWAIT_WORKERS],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "PYTHONPATH": str(settings.BASE_DIR)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    greeted, abandoned = (float(figure) for figure in done.stdout.split())
+    assert 0.2 <= greeted < 0.9  # once the greeting is in: not a whole second later, not at the deadline
+    assert 0.3 <= abandoned < 5.0  # no more workers: Locust's own wait takes over after WORKERS_WAIT_S

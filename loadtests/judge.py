@@ -44,7 +44,10 @@ def judge(*, backend: str, plan, figures: dict, report, errors_5xx: int) -> list
     if figures["sent"] != plan.requests or figures["answered"] != plan.requests:
         problems.append(f"sent {figures['sent']} purchases, {figures['answered']} answered, not {plan.requests}")
     problems += reset_problems(figures)
-    problems += post_count_problems(figures, killed_threads=len(figures.get("kills") or []) * plan.threads)
+    killed_threads = len(figures.get("kills") or []) * plan.threads  # kill-holder's workers
+    if figures.get("fault") == "kill-pod":
+        killed_threads += plan.workers * plan.threads  # one whole pod, every worker SIGKILLed
+    problems += post_count_problems(figures, killed_threads=killed_threads)
     window = figures["arrival_window_s"]
     if plan.scenario == "spike" and window is not None and window > SPIKE_ARRIVAL_LIMIT_S:
         problems.append(
@@ -70,8 +73,9 @@ def post_count_problems(figures: dict, *, killed_threads: int = 0) -> list[str]:
     """The purchase POSTs the pods logged against those Locust sent them: every try but those the
     balancer answered itself. One that got no answer, or a balancer's 502, may have died with its
     worker or pod before it was logged: up to one per resend after no answer, and per final transport
-    error. A worker SIGKILLed by kill-holder may also have answered and not yet logged up to one
-    request per thread (gunicorn logs after the response): ``killed_threads`` in all."""
+    error. A worker SIGKILLed (by kill-holder, or with its whole pod by kill-pod) may also have
+    answered and not yet logged up to one request per thread (gunicorn logs after the response):
+    ``killed_threads`` in all."""
     resends, by_balancer = figures.get("transport_resends", 0), figures.get("balancer_answers", 0)
     posts = figures["sent"] + figures["client_retries"] + resends - by_balancer
     unlogged = resends + figures["transport_errors"] + killed_threads

@@ -41,6 +41,12 @@ def figures(**changes) -> dict:
         ({"transport_resends": 3, "kills": [{}], "server_purchases": 100}, True),
         ({"transport_resends": 3, "kills": [{}], "server_purchases": 96}, True),
         ({"transport_resends": 3, "kills": [{}], "server_purchases": 95}, False),
+        # kill-pod: its pod's workers were SIGKILLed too, each thread maybe after an answer and before
+        # its line (a fresh clone's full run, 2026-12-07: "logged 1499 purchase POSTs, Locust sent
+        # 1550 ... 50 unanswered"): up to workers x threads (4 x 4) more than the resends
+        ({"fault": "kill-pod", "transport_resends": 3, "server_purchases": 96}, True),
+        ({"fault": "kill-pod", "transport_resends": 3, "server_purchases": 84}, True),
+        ({"fault": "kill-pod", "transport_resends": 3, "server_purchases": 83}, False),
     ],
 )
 def test_the_access_log_count_allows_only_what_the_balancer_answered_or_a_dead_pod_lost(changes, ok):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -82,6 +84,23 @@ def snapshot(sku: str = "phone-x") -> tuple[int, int, int]:
 def asgi_pod(tmp_path: Path, strategy: str, *, sku: str, **sizing):
     """An ASGI pod (gunicorn + uvicorn workers): :func:`pod` with ``server="asgi"``."""
     return pod(tmp_path, strategy, sku=sku, server="asgi", **sizing)
+
+
+#: Any 32 letters are a valid CSRF secret: the same in the cookie and the header passes the check.
+CSRF = "a" * 32
+#: The CSRF cookie and header a POST to a real pod sends (no page was loaded first).
+CSRF_HEADERS = {"X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"}
+
+
+def post_status(base: str, path: str, body: bytes, *, timeout: float = 30) -> int:
+    """One JSON POST to a real pod on a connection of its own, with :data:`CSRF_HEADERS`; its status."""
+    url = urlsplit(base)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    try:
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json", **CSRF_HEADERS})
+        return connection.getresponse().status
+    finally:
+        connection.close()
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from inventory.audit import audit
 from inventory.models import Order, Product
 from inventory.strategies import get_strategy, strategy_class
 from inventory.strategies.fenced import FencedLockStrategy
-from tests.helpers import WORKING_STRATEGIES, asgi_pod
+from tests.helpers import CSRF, WORKING_STRATEGIES, asgi_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +104,6 @@ def test_gunicorn_runs_uvicorn_workers_for_asgi():
 # --- A real ASGI pod: gunicorn + uvicorn workers on the test database ------------------------------
 
 SKU = "asgi-phone"
-CSRF = "a" * 32  # any 32 letters are a valid CSRF secret; the same in the header passes the check
 #: Every strategy that serves on the event loop (etcd and ZooKeeper are refused: blocking clients).
 ON_LOOP = [name for name in WORKING_STRATEGIES if not strategy_class(name).loop_refusal]
 

@@ -17,7 +17,6 @@ client would, against real pods.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import socket
 import time
 from urllib.parse import urlsplit
@@ -27,7 +26,7 @@ import pytest
 from inventory.models import Order, Product
 from loadtests.pods import collect_static
 from shop.body_limit import BodyLimit
-from tests.helpers import pod
+from tests.helpers import CSRF, pod, post_status
 
 pytestmark = pytest.mark.slow
 
@@ -36,22 +35,10 @@ PURCHASE = f"/api/products/{SKU}/purchase"
 PATHS = [PURCHASE, "/", "/admin/login/"]
 CAP = 1 << 20  # the setting's default
 PIECE = 64 * 1024
-CSRF = "a" * 32  # any 32 letters are a valid CSRF secret; the same in the header passes the check
 
 
 def buy(base: str) -> int:
-    url = urlsplit(base)
-    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-    try:
-        connection.request(
-            "POST",
-            PURCHASE,
-            body=b'{"quantity": 2}',
-            headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"},
-        )
-        return connection.getresponse().status
-    finally:
-        connection.close()
+    return post_status(base, PURCHASE, b'{"quantity": 2}', timeout=10)
 
 
 def head(path: str, *, framing: str) -> bytes:

@@ -19,12 +19,11 @@ import pytest
 
 from inventory.models import Order, Product
 from loadtests.pods import collect_static
-from tests.helpers import pod
+from tests.helpers import CSRF_HEADERS, pod
 
 pytestmark = pytest.mark.slow
 
 SKU = "chunked-phone"
-CSRF = "a" * 32  # any 32 letters are a valid CSRF secret; the same in the header passes the check
 PURCHASE, FLOOR, BUY = f"/api/products/{SKU}/purchase", f"/api/products/{SKU}/floor", f"/products/{SKU}/buy"
 JSON, FORM = "application/json", "application/x-www-form-urlencoded"
 
@@ -42,7 +41,7 @@ def send(base: str, path: str, content_type: str, body: bytes, *, chunked: bool)
     sized: status, Content-Type, body."""
     url = urlsplit(base)
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-    headers = {"Content-Type": content_type, "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"}
+    headers = {"Content-Type": content_type, **CSRF_HEADERS}
     try:
         if chunked:
             pieces = (body[i : i + 1024] for i in range(0, len(body), 1024))

@@ -10,33 +10,23 @@ with nothing left to do. These tests hold what that must not cost: a request's a
 
 from __future__ import annotations
 
-import http.client
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
 import pytest
 
 from inventory.models import Order, Product
 from processes.children import ChildError
-from tests.helpers import started_pod
+from tests.helpers import post_status, started_pod
 
 pytestmark = pytest.mark.slow
 
 SKU = "stop-phone"
 PURCHASES = 40
-CSRF = "a" * 32  # any 32 letters are a valid CSRF secret; the same in the header passes the check
-HEADERS = {"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"csrftoken={CSRF}"}
 
 
 def purchase(base: str) -> int:
     """One purchase of one unit on a connection of its own; its status."""
-    url = urlsplit(base)
-    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-    try:
-        connection.request("POST", f"/api/products/{SKU}/purchase", body=b'{"quantity": 1}', headers=HEADERS)
-        return connection.getresponse().status
-    finally:
-        connection.close()
+    return post_status(base, f"/api/products/{SKU}/purchase", b'{"quantity": 1}')
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,6 +7,7 @@ do (``_sync/locks.py`` is generated from it), through ``_async/io.py`` and ``_sy
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -246,6 +247,13 @@ def acquire_keys(name: str) -> tuple[str, str, str, str]:
 def release_keys(name: str) -> tuple[str, str, str, str]:
     """The keys :data:`RELEASE` runs on for the lock ``name``."""
     return (name, signal_key(name), waiters_key(name), handoff_key(name))
+
+
+@functools.lru_cache(maxsize=1024)
+def lock_keys(name: str) -> tuple[tuple[str, str, str, str], tuple[str, str, str, str]]:
+    """:func:`acquire_keys` and :func:`release_keys` of ``name``, computed once per name: a lock is
+    built per acquisition, mostly on the same few names."""
+    return acquire_keys(name), release_keys(name)
 
 
 def drift_ms(ttl_ms: int) -> float:

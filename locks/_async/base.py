@@ -26,18 +26,17 @@ from .._core import (
     WAITS,
     Lease,
     Process,
-    acquire_keys,
     check_redis_arguments,
     checked_fence,
     checked_ttl,
     drift_ms,
     forked_message,
+    lock_keys,
     log_ambiguous_release,
     logger,
     new_claim,
     new_token,
     raise_unless_interrupted,
-    release_keys,
     unclaim,
 )
 from ..errors import LockError, LockLost, NotAcquired, NotOwned
@@ -62,6 +61,7 @@ class BaseLock:
     # The process the lease was granted to: a child forked while it held the lock has a copy of
     # the lease, not the lock.
     _pid = 0
+    _on_lost: Callable[[Lease, LockLost], None] | None = None
 
     def __init__(
         self,
@@ -103,10 +103,10 @@ class BaseLock:
         self.retry_delay_ms = retry_delay_ms
         self.watchdog = watchdog
         self.max_renewals = max_renewals
-        self.on_lost = on_lost
+        if on_lost is not None:  # None is the class default: no setter call for the usual lock
+            self.on_lost = on_lost
         self.max_extensions = max_extensions
-        self._keys = acquire_keys(name)
-        self._release_keys = release_keys(name)
+        self._keys, self._release_keys = lock_keys(name)
         self._drift_ms = drift_ms(self.ttl_ms)
         self._refusal_detail = ""  # a refused release's per-node outcomes (Redlock), for its message
 
@@ -244,7 +244,8 @@ class BaseLock:
         lease = self._lease
         if lease is None:
             raise self._error(NotOwned, "release of a lock this object does not hold")
-        await self._stop_watchdog()
+        if self._watchdog is not None:
+            await self._stop_watchdog()
         # The claim's release is the one atomic step: of two threads releasing at once, the second
         # finds it released and holds nothing.
         self._lease = None

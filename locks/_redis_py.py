@@ -67,7 +67,7 @@ def read_reply(conn):
     ``read_response`` around the same two calls costs more than the lock's own Python per reply.
     Without hiredis the parser's ``read_response`` reads. Either way, on a socket whose kernel bounds
     the wait (``_connections.bound_blocking``) a receive that runs out raises ``TimeoutError``, as a
-    socket timeout does, and a server that closed the connection raises ``ConnectionError``."""
+    socket timeout does, and a server that closed or reset the connection raises ``ConnectionError``."""
     parser = conn._parser
     reader = getattr(parser, "_reader", _NO_READER)
     reply = _read_with_parser(parser) if reader is _NO_READER else _from_reader(conn, parser, reader, 0)
@@ -92,6 +92,8 @@ def _from_reader(conn, parser, reader, flags: int):
             raise RedisTimeoutError("no reply within the socket's timeout") from error
         except TimeoutError as error:  # a socket left with Python's own timeout
             raise RedisTimeoutError("no reply within the socket's timeout") from error
+        except OSError as error:  # a reset connection comes through as a bare OSError
+            raise RedisConnectionError(f"error reading from the node: {error}") from error
         if not count:
             raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
         reader.feed(buffer, 0, count)

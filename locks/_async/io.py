@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, connection_kwargs, quiet, went_away
+from .._connections import CONNECT_BACKOFF_S, DEFAULT_SOCKET_TIMEOUT_S, ByClient, connection_kwargs, quiet, went_away
 from .._core import Round, Script, node_name, pack_eval, pack_evalsha, server_key, signal_key
 from .._redis_py import connect_quietly_async, stream_of, unread_bytes
 
@@ -44,7 +44,7 @@ class NodeConnections:
     loop takes and gives back only its own, kept in :data:`_loops`, and :func:`aclose_connections`
     closes them on their loop."""
 
-    _registry: "weakref.WeakKeyDictionary[aioredis.Redis, NodeConnections]" = weakref.WeakKeyDictionary()
+    _registry = ByClient()
 
     def __init__(self, client: aioredis.Redis) -> None:
         kwargs = connection_kwargs(client)
@@ -68,10 +68,10 @@ class NodeConnections:
 
     @classmethod
     def of(cls, client: aioredis.Redis) -> "NodeConnections":
-        node = cls._registry.get(client)
-        if node is None:
-            node = cls._registry[client] = cls(client)
-        return node
+        entry = cls._registry.entries.get(id(client))
+        if entry is not None and entry[0]() is client:
+            return entry[1]
+        return cls._registry.add(client, cls)
 
     def idle(self) -> deque:
         """The running loop's idle connections to this node."""

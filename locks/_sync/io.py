@@ -56,14 +56,6 @@ def _send(conn, packed: list[bytes]) -> None:
         raise RedisConnectionError(f"error writing to the node: {error}") from error
 
 
-def _read(conn):
-    """One reply; an error reply is raised (``read_reply``), a reset connection as ``ConnectionError``."""
-    try:
-        return read_reply(conn)
-    except OSError as error:  # a reset connection comes through as a bare OSError
-        raise RedisConnectionError(f"error reading from the node: {error}") from error
-
-
 def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], argv: Sequence, *, text: bool = False):
     """Run a script on one node over ``conn`` and return its reply; exceptions propagate, and a
     connection that failed is closed. Every read waits at most ``node.timeout_s``, the NOSCRIPT
@@ -79,12 +71,12 @@ def eval_one(node: NodeConnections, conn, script: Script, keys: Sequence[str], a
         started = time.monotonic()
         _send(conn, pack_eval(script, keys, argv) if text else pack_evalsha(script, keys, argv))
         try:
-            return _read(conn)
+            return read_reply(conn)
         except NoScriptError:
             _send(conn, pack_eval(script, keys, argv))
             bound_blocking(socket_of(conn), node.timeout_s - (time.monotonic() - started))
             try:
-                return _read(conn)
+                return read_reply(conn)
             finally:
                 if socket_of(conn) is not None:
                     bound_blocking(socket_of(conn), node.timeout_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import socket
 import time
@@ -19,6 +20,7 @@ from redis.exceptions import NoScriptError
 
 from locks import AsyncRedisLock, AsyncRedlock, QuorumUnavailable, _redis_py
 from locks._async.io import NodeConnections
+from locks._connections import NodeConnections as SyncNodeConnections
 from locks._connections import bound_blocking, connection_kwargs
 
 
@@ -107,6 +109,27 @@ def test_a_reply_is_read_from_what_has_arrived_without_waiting(cluster):
         node.close()
         with pytest.raises(redis.ConnectionError):
             _redis_py.read_available(conn)  # the other end closed
+    finally:
+        conn.disconnect()
+        client.close()
+
+
+def test_a_reset_connection_is_a_connection_error(cluster):
+    """A receive the peer reset (ECONNRESET, an ``OSError``) comes out of ``read_reply`` as redis-py's
+    ``ConnectionError``, as a closed one does: the lock's round trip reads through it alone. A
+    socket pair stands in for the node: closed with our request still unread, it resets."""
+    nodes, _ = cluster
+    client = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    conn = client.connection_pool.connection_class(**connection_kwargs(client))
+    ours, node = socket.socketpair()
+    try:
+        ours.settimeout(1.0)
+        _redis_py.connect_on(conn, ours)
+        bound_blocking(ours, 1.0)
+        ours.sendall(b"*1\r\n$4\r\nPING\r\n")  # never read by the node
+        node.close()
+        with pytest.raises(redis.ConnectionError, match="error reading from the node"):
+            _redis_py.read_reply(conn)
     finally:
         conn.disconnect()
         client.close()
@@ -234,3 +257,23 @@ def test_async_a_read_ended_by_etimedout_is_a_node_failure_not_a_reply(cluster, 
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_clients_node_is_found_by_identity_and_forgotten_with_the_client(cluster):
+    """``NodeConnections.of`` (both twins' registry, ``_connections.ByClient``): the same node for
+    the same client, another for another client of the same server, and the entry goes with its
+    client, so a process that builds clients over and over keeps no node, nor its sockets, for them."""
+    nodes, _ = cluster
+    registry = SyncNodeConnections._registry
+    first = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    second = redis.Redis(host="127.0.0.1", port=nodes[0].port, socket_timeout=1.0)
+    node = SyncNodeConnections.of(first)
+    assert SyncNodeConnections.of(first) is node
+    assert SyncNodeConnections.of(second) is not node
+    key = id(first)
+    assert registry.entries[key][1] is node
+    del first, node
+    gc.collect()
+    assert key not in registry.entries
+    assert SyncNodeConnections.of(second) in registry.values()
+    second.close()

@@ -119,12 +119,12 @@ class RedisLock(BaseLock):
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
             node.give(conn)
-            return Attempt(Lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False)
+            return Lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False
         if register:
             self._hold(node, conn)
         else:
             node.give(conn)
-        return Attempt(None, -reply, split=False)
+        return None, -reply, False
 
     def _unlock(self, token: str) -> str:
         """The release's outcome; one that failed for a transport reason is tried once more on a
@@ -276,7 +276,7 @@ class Redlock(BaseLock):
                 # Valid for what is left of the validity from now, so until start + ttl - drift: every
                 # granting node set its key after start, and keeps it a TTL by its own clock.
                 valid_until = start + (self.ttl_ms - self._drift_ms) / 1000.0
-                return Attempt(Lease(self.name, token, fence, valid_until), 0, split=False)
+                return Lease(self.name, token, fence, valid_until), 0, False
         if held:
             # Wait on the first node that refused, over the connection that registered the waiter.
             index, conn = held.pop()
@@ -295,9 +295,9 @@ class Redlock(BaseLock):
         if unavailable:
             self._give_back_held()
             if again:
-                return Attempt(None, 0, split=True)
+                return None, 0, True
             raise self._error(QuorumUnavailable, unavailable)
-        return Attempt(None, hint_ms, split=bool(granted))
+        return None, hint_ms, bool(granted)
 
     def _give_back(self, held: list | None) -> None:
         for index, conn in held or ():

@@ -233,21 +233,24 @@ def test_an_even_count_of_nodes_needs_three_of_four_and_fences_rise_through_rest
     # Sound: four nodes need three (one down grants, two down are QuorumUnavailable at once), and
     # restarting each node empty in turn, a TTL after its last grant, never lowers the fence: the
     # grant raises a forgetful node's counter to the majority's before it counts.
+    # A 400 ms TTL with a 100 ms node timeout: at 200 ms the default node timeout is 10 ms, and a
+    # fresh clone's full run (2026-12-07, load average 5) saw three live nodes silent past it at
+    # once, a stall of the process read as "only 0 of 4 nodes answered".
     nodes, clients = cluster
     four = clients[:4]
     fences = []
     for victim in [0, 1, 2, 3, 0]:
         nodes[victim].kill()
-        with Redlock(four, name, ttl_ms=200, timeout_ms=0) as lease:
+        with Redlock(four, name, ttl_ms=400, timeout_ms=0, node_timeout_ms=100) as lease:
             fences.append(lease.fence)
             assert sum(client.get(name) == lease.token.encode() for i, client in enumerate(four) if i != victim) == 3
         nodes[(victim + 1) % 4].kill()
         with pytest.raises(QuorumUnavailable, match="only 2 of 4 nodes answered, 3 needed"):
-            Redlock(four, name, ttl_ms=200, timeout_ms=0).acquire()
-        time.sleep(0.25)  # distlock's delayed restart: a TTL after the last grant
+            Redlock(four, name, ttl_ms=400, timeout_ms=0, node_timeout_ms=100).acquire()
+        time.sleep(0.45)  # distlock's delayed restart: a TTL after the last grant
         nodes[victim].start()
         nodes[(victim + 1) % 4].start()
-        with Redlock(four, name, ttl_ms=200, timeout_ms=0) as lease:
+        with Redlock(four, name, ttl_ms=400, timeout_ms=0, node_timeout_ms=100) as lease:
             fences.append(lease.fence)
     assert all(a < b for a, b in itertools.pairwise(fences)), fences
     assert all(client.get(name) is None for client in four)

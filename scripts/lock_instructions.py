@@ -42,17 +42,9 @@ def _child(case: str, ops: int, ports: list[int]) -> None:
     import django
 
     django.setup()
-    from loadtests.management.commands import lockbench
+    from loadtests.management.commands.lockbench import library_cases
 
-    clients = lockbench._clients(ports)
-    one = clients[:1]
-    build = {
-        "floor-1node-fenced": lambda: lockbench._floor(one, fenced=True),
-        "ours-redis": lambda: lockbench._ours_redis(one[0]),
-        "floor-5nodes-fenced": lambda: lockbench._floor(clients, fenced=True),
-        "ours-redlock": lambda: lockbench._ours_redlock(clients),
-    }
-    op = build[case]()
+    op = library_cases(ports)[case]
     for _ in range(WARM_UP + ops):
         op()
 
@@ -72,21 +64,24 @@ def _instructions(case: str, ops: int, ports: list[int], out: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", type=int, default=2000, help="operations counted per case (default 2000)")
+    parser.add_argument("--ops", default="2000", help="operations counted per case (default 2000)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        return _child(args.child, args.ops, [int(port) for port in args.ports.split(",")])
+    if args.child:  # the warm-up's child counts 0 operations
+        return _child(args.child, int(args.ops), [int(port) for port in args.ports.split(",")])
+    ops = int(args.ops) if args.ops.isdigit() else 0
+    if ops < 1:
+        parser.exit(2, f"lock_instructions: --ops must be a whole number, 1 or more, not {args.ops!r}\n")
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = [case for case in cases if case not in CASES]
     if unknown or not cases:
-        sys.exit(f"lock_instructions: unknown case {', '.join(unknown) or '(none)'}; choose from {', '.join(CASES)}")
-    if args.ops < 1:
-        sys.exit("lock_instructions: --ops must be at least 1")
+        parser.exit(
+            2, f"lock_instructions: unknown case {', '.join(unknown) or '(none)'}; choose from {', '.join(CASES)}\n"
+        )
     if shutil.which("valgrind") is None:
-        sys.exit("lock_instructions: valgrind is not installed (apt-get install valgrind)")
+        parser.exit(1, "lock_instructions: valgrind is not installed (apt-get install valgrind)\n")
 
     from processes.nodes import RedisNodes
     from processes.ports import LOCKBENCH_BASE_PORT
@@ -97,12 +92,12 @@ def main() -> None:
         try:
             ports = [node.port for node in nodes]
             counted: dict[str, float] = {}
-            print(f"client instructions per acquire + release ({args.ops} operations a case, callgrind)")
+            print(f"client instructions per acquire + release ({ops} operations a case, callgrind)")
             print(f"{'case':<22}{'instructions':>14}{'x its fenced floor':>20}")
             for case in cases:
                 print(f"\r\033[K{case} ...", end="", file=sys.stderr, flush=True)
                 base = _instructions(case, 0, ports, run_dir)
-                counted[case] = (_instructions(case, args.ops, ports, run_dir) - base) / args.ops
+                counted[case] = (_instructions(case, ops, ports, run_dir) - base) / ops
                 print("\r\033[K", end="", file=sys.stderr, flush=True)
                 floor = counted.get(CASES[case])
                 ratio = f"{counted[case] / floor:>20.2f}" if floor else f"{'-':>20}"

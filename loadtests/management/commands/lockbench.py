@@ -149,6 +149,18 @@ def _ours_redlock(clients: list[redis.Redis]) -> Callable[[], None]:
     return op
 
 
+def library_cases(ports: list[int]) -> dict[str, Callable[[], None]]:
+    """The rows that read the library against its fenced floors, on the nodes at ``ports`` (the
+    first for one node): what ``scripts/lock_instructions.py`` counts, built as here."""
+    clients = _clients(ports)
+    return {
+        "floor-1node-fenced": _floor(clients[:1], fenced=True),
+        "ours-redis": _ours_redis(clients[0]),
+        "floor-5nodes-fenced": _floor(clients, fenced=True),
+        "ours-redlock": _ours_redlock(clients),
+    }
+
+
 def _async_batches(loop: asyncio.AbstractEventLoop, op_async) -> Callable[[], None]:
     """One call runs ten awaited operations on ``loop``: the slice loop counts ten per call."""
 

@@ -19,9 +19,12 @@ notice:
   reader holds unread (asyncio's ``StreamReader._buffer``), to tell an idle connection whose
   server went away.
 
-Nothing else in the package touches a name redis-py does not document. ``tests/locks/test_redis_py.py``
-runs each function here against a real ``redis-server`` with the installed redis-py, so an
-upgrade that breaks one fails there, by name, before any lock test does.
+Beside these, ``_connections`` keeps a poll object of its own on a blocking connection (the
+``_lock_poller`` attribute, read through the connection's instance ``__dict__``), which assumes only
+that redis-py's connections keep one. Nothing else in the package touches a name redis-py does
+not document. ``tests/locks/test_redis_py.py`` runs each function here against a real
+``redis-server`` with the installed redis-py, so an upgrade that breaks one fails there, by name,
+before any lock test does.
 """
 
 from __future__ import annotations

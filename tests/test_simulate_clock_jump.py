@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from io import StringIO
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from inventory.audit import audit
 from inventory.models import Order, Product
+from processes.nodes import NodeError, RedisNodes
 from tests import slots
 
 BASE_PORT = slots.SIMULATE_CLOCK_JUMP_BASE_PORT  # five private nodes of the demo's own
@@ -47,6 +53,44 @@ def test_one_jumped_node_breaks_only_the_bare_majority_grant():
     assert "full grant: second holder no" in text and "bare-majority grant: second holder YES" in text
     assert customers("simulate-clock-jump-full") == ["A"]
     assert customers("simulate-clock-jump-bare") == ["B"]
+
+
+@contextlib.contextmanager
+def stuttering_nodes(frozen_s: float, running_s: float):
+    """The demo's five nodes frozen (SIGSTOP) ``frozen_s`` of every ``frozen_s + running_s``: every
+    answer late by up to ``frozen_s``, as on a machine whose cores are busy elsewhere."""
+    nodes = RedisNodes(base_port=BASE_PORT, count=5, run_dir=Path(settings.RUN_DIR) / "simulate-clock-jump")
+    done = threading.Event()
+
+    def stutter():
+        while not done.is_set():
+            for node in nodes:
+                with contextlib.suppress(NodeError):  # not started yet, or killed by the demo
+                    node.pause()
+            time.sleep(frozen_s)
+            for node in nodes:
+                node.resume()
+            time.sleep(running_s)
+
+    thread = threading.Thread(target=stutter, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.slow  # about 5 s: every answer waits out a freeze
+@pytest.mark.django_db(transaction=True)
+def test_nodes_answering_late_change_no_step():
+    # Seen once in make test at load 6: "only 0 of 5 nodes answered, 3 needed (... did not answer
+    # within 50 ms)" on A's first acquire. The demo narrates a quorum, not a node timeout: late
+    # answers are still answers. Nodes frozen 80 ms of every 100 failed it 3 of 3 with the 50 ms default.
+    with stuttering_nodes(frozen_s=0.08, running_s=0.02):
+        text = run(1)
+    assert "FAIL" not in text
+    assert "full grant: second holder no" in text and "bare-majority grant: second holder YES" in text
 
 
 @pytest.mark.django_db(transaction=True)

@@ -180,9 +180,14 @@ async def _prepare(scenario: str, kind: str, clients: list, sync_clients: list, 
             client.set(f"{name}:fence", 100)
     elif scenario == "split":  # two grants of five, undone; a pause, and a retry once the others' keys expire
         for client in sync_clients[:3]:
-            client.set(name, "someone", px=150)
+            client.set(name, "someone", px=SPLIT_KEYS_MS)
     return None
 
+
+#: How long the split scenario's three foreign keys live: the acquire's rounds split until they expire,
+#: and each cancel waits them out. 80 ms: 42 suspensions to cancel at (a cold acquire has 7), 7.9 s;
+#: 150 ms gave 79 and 27 s.
+SPLIT_KEYS_MS = 80
 
 SCENARIOS = [
     ("single", "cold"),
@@ -219,6 +224,7 @@ def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_
             _report_to(reported)
             clients = _clients([node.port for node in list(nodes)[:count]])
             try:
+                prepared = time.monotonic()
                 releasing = await _prepare(scenario, kind, clients, counted, name)
                 step = _CancelledAt(_lock(kind, clients, name, ttl_ms=10_000, timeout_ms=5_000).acquire(), at)
                 try:
@@ -230,7 +236,8 @@ def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_
                 if releasing is not None:
                     await releasing
                 await _until_alone()
-                await asyncio.sleep(0.2 if scenario == "split" else 0)  # the other holders' keys expire
+                if scenario == "split":  # the other holders' keys expire (a late cancel finds them gone)
+                    await asyncio.sleep(max(0.0, prepared + SPLIT_KEYS_MS / 1000 + 0.02 - time.monotonic()))
                 left = [(client.exists(name), client.scard(f"{name}:waiters")) for client in counted]
                 assert left == [(0, 0)] * count, (at, left)
                 started = time.monotonic()  # a release's hand-off window may still be open for 20 ms

@@ -36,11 +36,13 @@ lint-and-services: venv system
 	$(MANAGE) preflight --no-nodes
 	$(MANAGE) collectstatic --noinput -v0
 
-# Three pytest-xdist workers, each in its own slot (tests/slots.py: ports, Redis and PostgreSQL
+# Four pytest-xdist workers, each in its own slot (tests/slots.py: ports, Redis and PostgreSQL
 # databases, run dir); the bursts share one worker (xdist_group "burst") so two never compete.
 # With two the suite's CPU was half of two cores' (7 min 22 s of wall, 7 min 44 s of CPU, 2026-12-05):
 # its tests wait on servers, clusters and timeouts. Three took 5 min 33 s and 5 min 51 s the same hour.
-TEST_WORKERS ?= 3
+# On 2026-12-07 (1,787 tests) three took 7 min 47 s and pytest used 128 % of the two cores; four took
+# 7 min 8 s at 142 %, every worker busy 405-409 s, the burst group's 398 s of them on one.
+TEST_WORKERS ?= 4
 # The fast lane has no burst, and its tests wait on the real services about half the time (pytest's
 # CPU was 69 s in 69 s of wall on two cores): three workers fill those waits. On 2026-12-03, two
 # alternated pairs of `make check`: 60.2 and 58.1 s with two workers, 52.7 and 48.2 s with three.

@@ -3,7 +3,7 @@
 ``FLASHSALE_TEST_SLOT=k`` (0 to 6, default 0) moves every private port by ``k × 1000``, picks
 other databases on the machine's Redis, another PostgreSQL database and another ``RUN_DIR``. Slot 0
 is the first worker of ``make test`` (and CI): Redlock nodes on 7579+, the lock tests' nodes on
-7679+, Redis databases 9 and 11; its second and third xdist workers take slots 1 and 2.
+7679+, Redis databases 9 and 11; its second to fourth xdist workers take slots 1 to 3.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 from processes.ports import TEST_SUITE_BASE_PORT
 
-#: Under pytest-xdist each worker takes the next slot: ``make test`` runs three, in slots 0 to 2.
+#: Under pytest-xdist each worker takes the next slot: ``make test`` runs four, in slots 0 to 3.
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 SLOT = int(os.environ.get("FLASHSALE_TEST_SLOT", "0")) + WORKER
 if not 0 <= SLOT <= 6:

@@ -32,6 +32,7 @@ at most one order per key. A resent purchase is counted once in ``sent``/``answe
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -42,12 +43,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gevent
+import gevent.event
 import locust.runners
+import locust.stats
 from geventhttpclient.header import Headers
 from geventhttpclient.response import HTTPParseError
 from locust import User, constant, events, task
 from locust.exception import StopUser
-from locust.runners import MasterRunner, WorkerRunner
+from locust.rpc import Message
+from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
 # `loadtests.*` imports without editing sys.path: Locust puts the working directory first on it
 # before loading a locustfile, and the locustfile runs from the project root (by hand, as in
@@ -155,6 +159,9 @@ class FlashSale:
         self.environment = None  # Locust's Environment, for the events Locust fires without it
         self.sale: Sale | None = None  # this worker's share (or the lone process's)
         self.conductor: Conductor | None = None  # the master's view (or the lone process's)
+        #: Master: the workers whose Locust stats came from a stopped worker (complete: it sends no more).
+        self.stopped_workers: set[str] = set()
+        self.quit_done: gevent.event.Event | None = None  # set once quit_once_reported has written the tables
         events.init_command_line_parser.add_listener(add_arguments)
         events.init.add_listener(self.on_init)
         events.test_start.add_listener(self.on_test_start)
@@ -251,6 +258,8 @@ class FlashSale:
             self.tell_workers(environment, messages.OPEN, {"round": mine.round})
 
     def on_worker_report(self, client_id: str, data: dict) -> None:
+        if data.get("stopped"):
+            self.stopped_workers.add(client_id)
         if self.conductor is not None and "flashsale" in data:
             self.absorb(self.environment, client_id, data["flashsale"])
 
@@ -288,7 +297,33 @@ class FlashSale:
             write_json(options.summary_json, summary)
         if options.progress_file:
             write_json(options.progress_file, self.conductor.progress())
-        gevent.spawn(environment.runner.quit if options.headless else environment.runner.stop)
+        runner = environment.runner
+        if isinstance(runner, MasterRunner) and options.headless:
+            runner.quit = self.quit_once_reported  # Locust's shutdown calls it too
+        gevent.spawn(runner.quit if options.headless else runner.stop)
+
+    def quit_once_reported(self) -> None:
+        """A headless master's quit once the sale has ended, in place of ``MasterRunner.quit``.
+        Locust's sends every worker ``quit``, then sleeps 0.5 s for their last stats whether or not
+        they came, and its shutdown calls it a second time: each row's master left about 1.1 s after
+        the sale's last answer, and ``flashsale`` waits for it. This waits until every worker's stats
+        have come from a stopped worker (the one each sends on ``quit``), at most ``QUIT_WAIT_S``,
+        writes ``--csv``'s tables from them, and only then lets the runner end. Later calls (a
+        worker's leaving, the shutdown) wait for the first."""
+        runner = self.environment.runner
+        if self.quit_done is None:
+            self.quit_done = gevent.event.Event()
+            workers = {client.id for client in runner.clients.all}
+            runner.stop(send_stop_to_client=False)
+            for worker in workers:
+                runner.server.send_to_client(Message("quit", None, worker))
+            deadline = time.monotonic() + QUIT_WAIT_S
+            while not workers <= self.stopped_workers and time.monotonic() < deadline:
+                gevent.sleep(0.005)
+            write_final_csv(self.environment)
+            self.quit_done.set()
+        self.quit_done.wait(QUIT_WAIT_S + 1.0)
+        runner.greenlet.kill(block=True)
 
     def on_test_stop(self, environment, **kwargs) -> None:
         """Master: the run ended before the sale did (``-t``, Ctrl-C, stop in the UI): say what was seen."""
@@ -302,6 +337,8 @@ class FlashSale:
     def on_report_to_master(self, client_id: str, data: dict) -> None:
         if self.sale is not None:
             data["flashsale"] = self.sale.report()
+        # A stopped worker makes no more requests: these stats are its last (quit_once_reported).
+        data["stopped"] = self.environment.runner.state == STATE_STOPPED
 
     def on_share(self, environment, msg) -> None:
         """Worker: the master's share for this worker's users."""
@@ -486,6 +523,27 @@ class Shopper(User):
                 gevent.sleep(min(retry_after, MAX_RETRY_WAIT_S))
         busy = retry_after is not None
         self.sale.record(status, headers, body, busy=busy, started=started, busy_at=busy_at, reset_at=reset_at)
+
+
+#: The longest a master's quit waits for its workers' last stats (Locust's own quit always waits this).
+QUIT_WAIT_S = 0.5
+
+
+def write_final_csv(environment) -> None:
+    """``--csv``'s three tables written once more from the final stats. Locust rewrites them every
+    second and not at its end, so the last second of a sale could be missing from them (seen:
+    5,931 of 6,000 purchases in a ``_stats.csv`` whose HTML report counted 6,000)."""
+    prefix = environment.parsed_options.csv_prefix
+    if not prefix:
+        return
+    tables = locust.stats.StatsCSV(environment, locust.stats.PERCENTILES_TO_REPORT)
+    for suffix, write in (
+        ("stats", tables.requests_csv),
+        ("failures", tables.failures_csv),
+        ("exceptions", tables.exceptions_csv),
+    ):
+        with open(f"{prefix}_{suffix}.csv", "w", newline="") as out:
+            write(csv.writer(out))
 
 
 #: How long a master waits in :func:`await_workers` before leaving the rest of the wait to Locust.

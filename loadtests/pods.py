@@ -484,8 +484,10 @@ class Row:
         # judged broken). With Locust's connections gone the workers have nothing left to finish.
         stop_all(self.pods)
         self.close_sockets()
-        # The master writes Locust's HTML and CSV reports as it quits (about 1.5 s): the next row
-        # goes on meanwhile, and waits for it only before it starts its own master on the same port.
+        # The master writes Locust's HTML and CSV reports as it quits (a few tenths of a second once
+        # its workers' last stats are in, loadtests/locustfile.py's quit_once_reported; Locust's own
+        # quit slept 1 s): the next row goes on meanwhile, and waits for it only before it starts its
+        # own master on the same port.
         if self.master is not None:
             LINGERING.append(threading.Thread(target=stop_all, args=([self.master],), name="locust-master-stop"))
             LINGERING[-1].start()

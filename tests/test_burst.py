@@ -6,6 +6,7 @@ Each test starts gunicorn on the test database, so the rows must be committed:
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import socket
@@ -108,6 +109,13 @@ def assert_floor_row(floor: dict, *, requests: int) -> None:
     assert floor["server_timing"]["total_ms"]["p50"] >= 0 and floor["server_timing"]["lock_wait_ms"] is None
 
 
+def locust_csv_count(html_report: str) -> int:
+    """The ``POST purchase`` requests that Locust's own ``--csv`` stats table beside ``html_report`` counts."""
+    with open(html_report.removesuffix(".html") + "_stats.csv", newline="") as table:
+        [row] = [row for row in csv.DictReader(table) if (row["Type"], row["Name"]) == ("POST", "purchase")]
+    return int(row["Request Count"])
+
+
 @pytest.mark.django_db(transaction=True)
 def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     document, printed, error = burst(
@@ -139,6 +147,9 @@ def test_spike_across_two_pods_and_two_locust_workers(tmp_path):
     assert_floor_row(by_backend["floor"], requests=600)
     db = by_backend["db"]
     assert db["requests"] == db["server_purchases"] == 600  # both Locust processes' shares; both pods' logs
+    # Locust's own tables count both rounds on the row's pods (its floor round's and the sale's) from
+    # both workers: written once more at the master's quit, they once missed the sale's last second.
+    assert locust_csv_count(db["locust_report"]) == 2 * 600
     assert db["status_counts"]["201"] == 20 and sum(db["status_counts"].values()) == 600
     assert (db["stock_initial"], db["stock_final"], db["orders"], db["oversold"], db["undersold"]) == (20, 0, 20, 0, 0)
     assert db["invariants_ok"] is True

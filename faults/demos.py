@@ -22,10 +22,11 @@ from inventory.models import Product
 from inventory.services import reset_sale
 from inventory.strategies.contract import Shelf
 from inventory.strategies.section import allocate, checked_write, new_order, read_shelf
-from locks import Lease
+from locks import Lease, Redlock
 
 __all__ = [
     "DEMO_NODE_TIMEOUT_MS",
+    "demo_redlock",
     "Narrator",
     "Shelf",
     "audit_line",
@@ -39,6 +40,11 @@ __all__ = [
 #: no step waits on a silent node (a killed one refuses at once). The default for a 10 s TTL, 50 ms,
 #: was outlasted by all five nodes at once in ``make test`` at load 6 (``simulate_clock_jump``).
 DEMO_NODE_TIMEOUT_MS = 1_000
+
+
+def demo_redlock(clients: list, name: str, *, ttl_ms: int) -> Redlock:
+    """A demo holder's Redlock: one try (``timeout_ms=0``), and :data:`DEMO_NODE_TIMEOUT_MS` a node."""
+    return Redlock(clients, name, ttl_ms=ttl_ms, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS)
 
 
 class Holder(NamedTuple):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 import pytest
@@ -184,13 +185,23 @@ def _empty_the_tables_that_hold_rows(test_case) -> None:
 
     for alias in test_case._databases_names(include_mirrors=False):
         connection = connections[alias]
-        tables = sorted(set(connection.introspection.django_table_names(only_existing=True)) - KEPT_TABLES)
-        quoted = [connection.ops.quote_name(table) for table in tables]
+        quoted = _emptied_tables(alias)
         with connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(f"EXISTS (SELECT 1 FROM {table})" for table in quoted))
             holding = [table for table, has_rows in zip(quoted, cursor.fetchone(), strict=True) if has_rows]
             if holding:  # CASCADE: also the empty tables that point at these (none holds a row)
                 cursor.execute(f"TRUNCATE {', '.join(holding)} CASCADE")
+
+
+@functools.cache
+def _emptied_tables(alias: str) -> list[str]:
+    """The quoted names of the tables a teardown may empty: the models' tables that exist, less
+    :data:`KEPT_TABLES`; read from the catalogue once per database, not once per test."""
+    from django.db import connections
+
+    connection = connections[alias]
+    tables = sorted(set(connection.introspection.django_table_names(only_existing=True)) - KEPT_TABLES)
+    return [connection.ops.quote_name(table) for table in tables]
 
 
 TransactionTestCase._fixture_teardown = _empty_the_tables_that_hold_rows

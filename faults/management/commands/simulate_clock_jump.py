@@ -30,11 +30,11 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from faults.demos import DEMO_NODE_TIMEOUT_MS, Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from faults.demos import Holder, Narrator, audit_line, demo_redlock, reset_product, why_refused, write_order
 from inventory.errors import InventoryError
 from inventory.models import Product
 from inventory.strategies.section import read_shelf
-from locks import Lease, NotAcquired, NotOwned, Redlock
+from locks import Lease, NotAcquired, NotOwned
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_CLOCK_JUMP_BASE_PORT
 
@@ -114,7 +114,7 @@ class Command(BaseCommand):
         if down:
             note(f"nodes {', '.join(map(str, down))} are down (killed) while A locks")
         clients = self.connect(redis_nodes)
-        lock_a = Redlock(clients, name, ttl_ms=TTL_MS, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS)
+        lock_a = demo_redlock(clients, name, ttl_ms=TTL_MS)
         lease_a = lock_a.acquire()
         shelf_a = read_shelf(product.pk)
         for index in down:
@@ -131,9 +131,7 @@ class Command(BaseCommand):
 
         free = NODES - len(left)
         expected = free >= QUORUM
-        lock_b = Redlock(
-            self.connect(redis_nodes), name, ttl_ms=TTL_MS, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS
-        )
+        lock_b = demo_redlock(self.connect(redis_nodes), name, ttl_ms=TTL_MS)
         try:
             lease_b = lock_b.acquire()
         except NotAcquired:

@@ -32,11 +32,11 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from faults.demos import DEMO_NODE_TIMEOUT_MS, Holder, Narrator, audit_line, reset_product, why_refused, write_order
+from faults.demos import Holder, Narrator, audit_line, demo_redlock, reset_product, why_refused, write_order
 from inventory.errors import InventoryError
 from inventory.models import Product
 from inventory.strategies.section import read_shelf
-from locks import NotAcquired, RedisLock, Redlock
+from locks import NotAcquired, RedisLock
 from processes.nodes import NodeError, RedisNodes
 from processes.ports import SIMULATE_FAILOVER_BASE_PORT
 from processes.protocol import started_while_needed
@@ -225,12 +225,12 @@ class Command(BaseCommand):
         before = [pair.master.client(socket_timeout=2.0)] + [node.client(socket_timeout=2.0) for node in others]
         after = [pair.replica.client(socket_timeout=2.0)] + before[1:]
         try:
-            earlier = Redlock(before, name, ttl_ms=TTL_MS, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS)
+            earlier = demo_redlock(before, name, ttl_ms=TTL_MS)
             earlier.acquire()
             earlier.release()
             pair.wait_in_sync()
             pair.hold_replication()
-            lock_a = Redlock(before, name, ttl_ms=TTL_MS, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS)
+            lock_a = demo_redlock(before, name, ttl_ms=TTL_MS)
             lease_a = lock_a.acquire()
             shelf_a = read_shelf(product.pk)
             holding = sum(1 for client in before if client.get(name) == lease_a.token.encode())
@@ -244,7 +244,7 @@ class Command(BaseCommand):
                 after[0].get(name) is None,
                 "node 0's master dies before replicating; its replica is promoted (REPLICAOF NO ONE) without A's key",
             )
-            lock_b = Redlock(after, name, ttl_ms=TTL_MS, timeout_ms=0, node_timeout_ms=DEMO_NODE_TIMEOUT_MS)
+            lock_b = demo_redlock(after, name, ttl_ms=TTL_MS)
             try:
                 lock_b.acquire()
                 refused = ""

@@ -149,16 +149,20 @@ def _ours_redlock(clients: list[redis.Redis]) -> Callable[[], None]:
     return op
 
 
-def library_cases(ports: list[int]) -> dict[str, Callable[[], None]]:
-    """The rows that read the library against its fenced floors, on the nodes at ``ports`` (the
-    first for one node): what ``scripts/lock_instructions.py`` counts, built as here."""
-    clients = _clients(ports)
+def _library_rows(clients: list[redis.Redis]) -> dict[str, Callable[[], None]]:
+    """The rows that read the library against its fenced floors (the first client for one node)."""
     return {
         "floor-1node-fenced": _floor(clients[:1], fenced=True),
-        "ours-redis": _ours_redis(clients[0]),
         "floor-5nodes-fenced": _floor(clients, fenced=True),
+        "ours-redis": _ours_redis(clients[0]),
         "ours-redlock": _ours_redlock(clients),
     }
+
+
+def library_cases(ports: list[int]) -> dict[str, Callable[[], None]]:
+    """:func:`_library_rows` on new clients of the nodes at ``ports``: what
+    ``scripts/lock_instructions.py`` counts, built as the command builds them."""
+    return _library_rows(_clients(ports))
 
 
 def _async_batches(loop: asyncio.AbstractEventLoop, op_async) -> Callable[[], None]:
@@ -403,10 +407,7 @@ class Command(BaseCommand):
         return {
             "floor-1node": _floor([single]),
             "floor-5nodes": _floor(clients),
-            "floor-1node-fenced": _floor([single], fenced=True),
-            "floor-5nodes-fenced": _floor(clients, fenced=True),
-            "ours-redis": _ours_redis(single),
-            "ours-redlock": _ours_redlock(clients),
+            **_library_rows(clients),
             "redis-py-lock": _redis_py_lock(single),
             "python-redis-lock": _python_redis_lock(single),
             "pottery-redlock": _pottery(clients),

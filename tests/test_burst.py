@@ -277,7 +277,8 @@ def test_deep_with_the_hot_row_reads_every_row_against_it(tmp_path):
         assert shape["ok"] is True and shape["rps"] > 0
     assert many["commits"] == 4  # the best run's: 200 purchases in claims of 64
     atomic, floor = rows(document)["atomic"], rows(document)["floor"]
-    assert atomic["hot_row_ratio"] == pytest.approx(atomic["rps"] / one["rps"], rel=0.01)
+    # Kept to 3 decimals: half a step of rounding, not 1 % (a fresh clone's run at load 9 read 0.03 for 0.0303).
+    assert atomic["hot_row_ratio"] == pytest.approx(atomic["rps"] / one["rps"], abs=0.0005)
     assert "hot_row_ratio" not in floor
     assert 0 < atomic["hold_p50"] <= atomic["hold_p99"]  # atomic: its transaction, BEGIN to COMMIT
     assert floor["hold_p50"] is None and floor["hold_p99"] is None

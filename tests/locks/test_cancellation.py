@@ -224,8 +224,8 @@ def test_an_acquire_cancelled_at_any_await_leaves_nothing_and_the_next_acquirer_
             _report_to(reported)
             clients = _clients([node.port for node in list(nodes)[:count]])
             try:
-                prepared = time.monotonic()
                 releasing = await _prepare(scenario, kind, clients, counted, name)
+                prepared = time.monotonic()  # after the keys were set: they expire by prepared + SPLIT_KEYS_MS
                 step = _CancelledAt(_lock(kind, clients, name, ttl_ms=10_000, timeout_ms=5_000).acquire(), at)
                 try:
                     await asyncio.ensure_future(step)

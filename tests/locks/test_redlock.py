@@ -45,9 +45,14 @@ def test_quorum_for_every_subset_of_dead_nodes(twin, cluster, name):
         for index in dead - subset:
             nodes[index].start()
         dead = set(subset)
-        lock = twin.Redlock(lock_clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+        # A grant is read on every live node: 500 ms a node there (a fresh clone's full run at load 8
+        # saw a just-restarted node's first connect outlast 50 ms, and the grant went to 3 of 4). A
+        # refusal keeps 50 ms: how fast it comes is what that branch checks.
+        granting = 5 - len(dead) >= 3
+        node_timeout_ms = 500 if granting else NODE_TIMEOUT_MS
+        lock = twin.Redlock(lock_clients, name, ttl_ms=2_000, timeout_ms=0, node_timeout_ms=node_timeout_ms)
         started = time.monotonic()
-        if 5 - len(dead) >= 3:
+        if granting:
             lease = twin(lock.acquire())
             # valid_until is the acquire's start + TTL - drift allowance (22 ms; locks/__init__.py):
             # what is left is bounded by the time the acquire took, not by a fixed figure a loaded

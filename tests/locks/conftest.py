@@ -24,6 +24,11 @@ SINGLE_URL = slots.LOCK_TEST_REDIS_URL
 BASE_PORT = slots.LOCK_TEST_BASE_PORT
 RUN_DIR = Path(__file__).resolve().parents[2] / ".run" / "test-locks"
 
+#: A Redlock node timeout for tests about what a lock answers, not how fast: on a loaded 2-core
+#: machine (load 8-13, a fresh clone's make test) a node's answer outlasted the default 50 ms, on
+#: a first connect or on a release (whose timed-out try makes a stale release ambiguous, not refused).
+ROOMY_NODE_TIMEOUT_MS = 1_000
+
 
 @pytest.fixture(scope="session")
 def redis_nodes():

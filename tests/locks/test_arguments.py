@@ -15,6 +15,8 @@ from locks.etcd import EtcdLock
 from locks.zookeeper import ZooKeeperClient, ZooKeeperLock
 from tests import slots
 
+from .conftest import ROOMY_NODE_TIMEOUT_MS
+
 #: No server listens here (nor needs to: constructors do not connect).
 PORT = slots.LOCK_TEST_BASE_PORT
 ETCD = ["http://127.0.0.1:9"]
@@ -212,11 +214,6 @@ def test_a_zookeeper_session_that_is_not_a_positive_whole_number_is_refused_by_t
 
 
 # --- extend and advance_fence ------------------------------------------------------------------
-
-
-#: The Redlock's node timeout here: these tests are about arguments, and on a loaded 2-core machine
-#: (load 8, a fresh clone's make test) connecting to the five nodes outlasted the default 50 ms.
-ROOMY_NODE_TIMEOUT_MS = 1_000
 
 
 def held_locks(twin, cluster, name):

@@ -17,7 +17,7 @@ import pytest
 from locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
 from processes.relay import Relay
 
-from .conftest import SINGLE_URL
+from .conftest import ROOMY_NODE_TIMEOUT_MS, SINGLE_URL
 from .workers import increment_under_lock
 
 NODE_TIMEOUT_MS = 50
@@ -179,10 +179,11 @@ def test_majority_held_elsewhere_refuses_within_timeout(twin, cluster, name):
 def test_expiry_then_stale_release_is_ignored(twin, cluster, name):
     nodes, sync_clients = cluster
     clients = twin.clients([node.port for node in nodes])
-    stale = twin.Redlock(clients, name, ttl_ms=150, timeout_ms=0, node_timeout_ms=NODE_TIMEOUT_MS)
+    # Roomy node timeouts: a release's first try that times out makes it ambiguous, not refused.
+    stale = twin.Redlock(clients, name, ttl_ms=150, timeout_ms=0, node_timeout_ms=ROOMY_NODE_TIMEOUT_MS)
     old = twin(stale.acquire())
     time.sleep(0.2)
-    fresh = twin.Redlock(clients, name, ttl_ms=5_000, timeout_ms=0)
+    fresh = twin.Redlock(clients, name, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=ROOMY_NODE_TIMEOUT_MS)
     new = twin(fresh.acquire())
     assert new.fence > old.fence
     with pytest.raises(NotOwned):

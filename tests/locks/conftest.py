@@ -8,6 +8,7 @@ test, so no test sees another's faults or keys.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 
@@ -77,3 +78,15 @@ def async_clients(nodes) -> list[aioredis.Redis]:
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def expire_now(sync_clients, name: str) -> None:
+    """Let ``name``'s key run out on every node now (``PEXPIRE`` 1 ms; Redis itself removes it) and
+    return once no node holds it: a lease's expiry without a short TTL, which an acquire on a loaded
+    machine could outlast before it was granted (a 150 ms lease, not granted within 0 ms at load 10)."""
+    for client in sync_clients:
+        client.pexpire(name, 1)
+    deadline = time.monotonic() + 2.0
+    while any(client.exists(name) for client in sync_clients):
+        assert time.monotonic() < deadline, f"{name} outlived a 1 ms expiry by 2 s"
+        time.sleep(0.005)

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 import locks
 from locks import AsyncRedisLock, AsyncRedlock, LockLost, NotAcquired, NotOwned, QuorumUnavailable
 
-from .conftest import ROOMY_NODE_TIMEOUT_MS, SINGLE_URL, async_clients, run
+from .conftest import ROOMY_NODE_TIMEOUT_MS, SINGLE_URL, async_clients, expire_now, run
 from .netfaults import Unreachable
 
 #: A node's time to answer in the tests that set it (the sync twin's tests use the same).
@@ -140,11 +140,11 @@ def test_async_redlock_expiry_stale_release_and_extend(cluster, name):
         try:
             # Roomy node timeouts: at 50 ms a first connect on two busy cores missed all five nodes
             # once, and a release's first try once timed out, which makes it ambiguous, not refused.
-            roomy = {"timeout_ms": 0, "node_timeout_ms": ROOMY_NODE_TIMEOUT_MS}
-            stale = AsyncRedlock(clients, name, ttl_ms=150, **roomy)
+            roomy = {"ttl_ms": 10_000, "timeout_ms": 0, "node_timeout_ms": ROOMY_NODE_TIMEOUT_MS}
+            stale = AsyncRedlock(clients, name, **roomy)
             old = await stale.acquire()
-            await asyncio.sleep(0.2)
-            fresh = AsyncRedlock(clients, name, ttl_ms=1_000, **roomy)
+            expire_now(sync_clients, name)
+            fresh = AsyncRedlock(clients, name, **roomy)
             new = await fresh.acquire()
             assert new.fence > old.fence
             with pytest.raises(NotOwned):

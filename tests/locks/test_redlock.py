@@ -17,7 +17,7 @@ import pytest
 from locks import LockLost, NotAcquired, NotOwned, QuorumUnavailable, Redlock
 from processes.relay import Relay
 
-from .conftest import ROOMY_NODE_TIMEOUT_MS, SINGLE_URL
+from .conftest import ROOMY_NODE_TIMEOUT_MS, SINGLE_URL, expire_now
 from .workers import increment_under_lock
 
 NODE_TIMEOUT_MS = 50
@@ -180,9 +180,9 @@ def test_expiry_then_stale_release_is_ignored(twin, cluster, name):
     nodes, sync_clients = cluster
     clients = twin.clients([node.port for node in nodes])
     # Roomy node timeouts: a release's first try that times out makes it ambiguous, not refused.
-    stale = twin.Redlock(clients, name, ttl_ms=150, timeout_ms=0, node_timeout_ms=ROOMY_NODE_TIMEOUT_MS)
+    stale = twin.Redlock(clients, name, ttl_ms=10_000, timeout_ms=0, node_timeout_ms=ROOMY_NODE_TIMEOUT_MS)
     old = twin(stale.acquire())
-    time.sleep(0.2)
+    expire_now(sync_clients, name)
     fresh = twin.Redlock(clients, name, ttl_ms=5_000, timeout_ms=0, node_timeout_ms=ROOMY_NODE_TIMEOUT_MS)
     new = twin(fresh.acquire())
     assert new.fence > old.fence

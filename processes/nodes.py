@@ -218,4 +218,7 @@ class RedisNodes:
                 client.flushall()
 
     def status(self) -> list[dict]:
-        return [{"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url} for node in self.nodes]
+        return [
+            {"port": node.port, "pid": node.pid(), "answers": node.ping(), "url": node.url, "pidfile": node.pidfile}
+            for node in self.nodes
+        ]

@@ -3,8 +3,11 @@ self-description."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.core import checks
+from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from inventory.checks import check_inventory_strategy
@@ -136,3 +139,21 @@ def test_preflight_refuses_redlock_urls_that_reach_one_server_twice(redlock_node
         relay.close()
     with pytest.raises(CommandError, match="REDLOCK_URLS: .*given more than once"):
         check_redlock_servers([urls[0], urls[0], urls[1]])
+
+
+def test_redlock_nodes_stop_leaves_another_checkouts_nodes_and_says_so(redlock_nodes, settings, tmp_path):
+    """A fresh clone's ``make nodes-stop`` beside a checkout whose nodes ran printed five lines of
+    "up (pid None)" and exited 0: it had stopped nothing, and said nothing of why. Seen from a
+    checkout of its own (another run dir), the suite's nodes are another checkout's."""
+    own_run_dir, settings.RUN_DIR = settings.RUN_DIR, tmp_path
+    out = StringIO()
+    refusal = r"^5 of 5 Redlock nodes still answer \(ports .*\): not started from this checkout, so left running"
+    with pytest.raises(CommandError, match=refusal):
+        call_command("redlock_nodes", "stop", stdout=out)
+    assert out.getvalue().count("up, not started from here (no live pid in ") == 5, out.getvalue()
+    assert all(node.ping() for node in redlock_nodes), "left running"
+    call_command("redlock_nodes", "status", stdout=out)  # they answer: a status is not an error
+    settings.RUN_DIR = own_run_dir
+    status = StringIO()
+    call_command("redlock_nodes", "status", stdout=status)
+    assert status.getvalue().count("up (pid ") == 5, status.getvalue()

@@ -24,12 +24,25 @@ class Command(BaseCommand):
                 nodes.stop()
         except NodeError as exc:
             raise CommandError(str(exc)) from exc
-        down = 0
+        down, foreign = 0, []
         for row in nodes.status():
-            state = f"up (pid {row['pid']})" if row["answers"] else "down"
+            if not row["answers"]:
+                state = "down"
+            elif row["pid"] is None:
+                # Another checkout's node, or one started by hand: this one has no pid for it, and
+                # stop acts through its own pidfiles only.
+                state = f"up, not started from here (no live pid in {row['pidfile']})"
+                foreign.append(row["port"])
+            else:
+                state = f"up (pid {row['pid']})"
             down += not row["answers"]
             self.stdout.write(f"{row['url']:<28} {state}")
         if action == "status" and down:
             raise CommandError(
                 f"{down} of {len(nodes)} Redlock nodes are down: run `python manage.py redlock_nodes start`"
+            )
+        if action == "stop" and foreign:
+            raise CommandError(
+                f"{len(foreign)} of {len(nodes)} Redlock nodes still answer (ports {', '.join(map(str, foreign))}): "
+                "not started from this checkout, so left running; stop them from the checkout that started them"
             )

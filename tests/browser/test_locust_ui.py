@@ -52,9 +52,9 @@ def ui_stats(url: str, *, purchases: int, within_s: float = 10.0) -> dict[str, d
         time.sleep(0.25)
 
 
-# Seen once in a fresh clone's full run (2026-12-07, load 11): the sale ended and the worker reported
+# Seen in two fresh clones' full runs (2026-12-07, load 11): the sale ended and the worker reported
 # that it had stopped (the master's log), yet the page read "stopping" for 20 s; 3 of 3 passed alone
-# beside eight CPU hogs. Rerun up to twice until seen again with more kept.
+# beside eight CPU hogs, and the rerun passed. Rerun up to twice until its cause is found.
 @pytest.mark.flaky(reruns=2)
 def test_the_numbers_typed_into_the_form_are_the_sale(live_server, page, tmp_path):
     prepare_product(sku=SKU, stock=10)

@@ -37,6 +37,16 @@ def wait_for_worker(url: str, master: Child) -> None:
     pytest.fail(f"the worker never reached the master: {master.log_tail()}")
 
 
+def runner_state(url: str) -> str:
+    """What the master's web UI reads: its runner's state, user count and workers."""
+    try:
+        with urllib.request.urlopen(f"{url}/stats/requests", timeout=5) as response:
+            report = json.load(response)
+    except OSError as exc:
+        return f"no stats ({exc})"
+    return f"state {report.get('state')}, users {report.get('user_count')}, workers {report.get('workers')}"
+
+
 def ui_stats(url: str, *, purchases: int, within_s: float = 10.0) -> dict[str, dict]:
     """The web UI's request stats by name, once they count ``purchases`` purchases or ``within_s``
     has passed. A worker told to stop sends no final report (Locust's ``WorkerRunner`` does so
@@ -59,7 +69,8 @@ def ui_stats(url: str, *, purchases: int, within_s: float = 10.0) -> dict[str, d
 def test_the_numbers_typed_into_the_form_are_the_sale(live_server, page, tmp_path):
     prepare_product(sku=SKU, stock=10)
     summary = tmp_path / "summary.json"
-    locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "INFO"]
+    # DEBUG: the master's "Stopping..." and the stop messages it sends, for the flaky marker's cause.
+    locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "DEBUG"]
     env = {**os.environ, "PYTHONPATH": str(settings.BASE_DIR)}
     master = Child(
         "locust master",
@@ -93,7 +104,10 @@ def test_the_numbers_typed_into_the_form_are_the_sale(live_server, page, tmp_pat
         while not summary.exists() and time.monotonic() < deadline:
             time.sleep(0.25)
         assert summary.exists(), f"no summary: {master.log_tail()} | {worker.log_tail()}"
-        expect(page.get_by_text("STOPPED")).to_be_visible(timeout=20_000)
+        try:
+            expect(page.get_by_text("STOPPED")).to_be_visible(timeout=20_000)
+        except AssertionError as missed:  # keep what the flaky marker's cause needs (docs/testing.md)
+            raise AssertionError(f"{missed}\nmaster: {runner_state(url)} | {master.log_tail(30)}") from None
         sale = json.loads(summary.read_text())
         stats = ui_stats(url, purchases=30)
     finally:

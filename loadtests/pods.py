@@ -476,7 +476,8 @@ class Row:
         that ended leave by themselves on the master's quit, their last stats sent; any other is
         SIGKILLed), then the pods (SIGTERM) and the master (after its own quit)."""
         stop_all([self.balancer])
-        if self.summary_path.exists():
+        ended = self.summary_path.exists()
+        if ended:
             # The sale ended and the master has sent every worker ``quit``: each stops, sends its last
             # stats and leaves. SIGKILLed at once, a worker starved of a core lost them, and Locust's
             # own CSV and HTML counted 738 or 861 of a spike's 1,200 purchases (the judged figures,
@@ -497,7 +498,6 @@ class Row:
             # A master whose sale ended (its summary is written) leaves by itself, its reports
             # complete; a SIGTERM meanwhile raced them (a fresh clone's run at load 8: no HTML page,
             # the CSV 1,043 of 1,200). Any other master is stopped at once.
-            ended = self.summary_path.exists()
             LINGERING.append(threading.Thread(target=let_quit, args=(self.master, ended), name="locust-master-stop"))
             LINGERING[-1].start()
 
@@ -553,8 +553,7 @@ def wait_for_exits(children: list[Child], timeout_s: float) -> None:
 def let_quit(master: Child, ended: bool) -> None:
     """Stop a row's Locust master: after its own quit when its sale ``ended``, else at once."""
     if ended:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            master.process.wait(MASTER_QUIT_S)
+        wait_for_exits([master], MASTER_QUIT_S)
     stop_all([master])
 
 

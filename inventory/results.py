@@ -45,10 +45,13 @@ class Timings:
         inside = (self.queue_wait_ms or 0.0) + (self.lock_wait_ms or 0.0) + self.lock_hold_ms
         return max(0.0, self.total_ms - inside)
 
-    def note_transactions(self, spans: Spans) -> None:
-        """The section's commits and statements (each purchase of a batch gets its section's)."""
+    def note_transactions(self, spans: Spans, *, since: float | None = None) -> None:
+        """The section's commits and statements (each purchase of a batch gets its section's); one
+        that joined the batch at ``since`` (``time.perf_counter``) only those it was there for."""
         if spans.ms:
             self.commit_ms, self.sql_statements, self.sql_ms = spans.commit_ms, spans.statements, spans.sql_ms
+            if since is not None:
+                self.sql_statements, self.sql_ms = spans.since(since)
 
 
 @dataclass(frozen=True)

@@ -264,5 +264,5 @@ async def alead_batch(
         elif transactions.ms:
             # No lock: the hold is the batch's transaction(s), or what was left of them once it joined.
             timings.lock_hold_ms = _ms(waited_from, released) if joined else sum(transactions.ms)
-        timings.note_transactions(transactions)
+        timings.note_transactions(transactions, since=ticket.taken_at if joined else None)
         combiner.answer(ticket, result)

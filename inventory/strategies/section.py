@@ -68,6 +68,9 @@ class Spans:
     statements: int = 0
     # Those messages' round trips, each from its send to its reply read (inside the hold).
     sql_ms: float = 0.0
+    # Each message's send time (``time.perf_counter``) and round trip (ms): a purchase that joined a
+    # batch during its read counts only the messages sent once it was taken (``since``).
+    sends: list[tuple[float, float]] = field(default_factory=list)
 
     def count(self, execute, sql, params, many, context):
         """A ``connection.execute_wrapper``: one more statement, and its round trip's milliseconds."""
@@ -76,7 +79,14 @@ class Spans:
         try:
             return execute(sql, params, many, context)
         finally:
-            self.sql_ms += (time.perf_counter() - started) * 1000
+            ms = (time.perf_counter() - started) * 1000
+            self.sql_ms += ms
+            self.sends.append((started, ms))
+
+    def since(self, moment: float) -> tuple[int, float]:
+        """The messages sent at or after ``moment`` and their round trips' milliseconds."""
+        later = [ms for sent, ms in self.sends if sent >= moment]
+        return len(later), sum(later)
 
 
 #: Where :func:`section_transaction` notes its transactions (:class:`Spans`) while a runner collects

@@ -1,15 +1,21 @@
-"""The probe ``manage.py purchasecost`` sends its requests with: a product of its own and a shopper.
+"""The probe ``manage.py purchasecost`` sends its requests with: a product of its own and its shoppers.
 
 The product (``cost-probe-<pid>``) has stock and a per-customer limit no run exhausts, so every
 purchase is confirmed by the same path; it is deleted, with its orders and units, on the way out.
+With more than one shopper (``purchasecost --batch N``) each is a thread with a session of its own,
+sending one request after another as Locust's closed-loop shoppers do, so that a strategy with
+``BATCH`` > 1 serves them in shared sections.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import threading
 import time
 from decimal import Decimal
+from typing import Callable
 
 from django.db import connection
 from django.test import Client
@@ -20,13 +26,21 @@ from inventory.models import Allocation, Order, Product
 PLENTY = 10**9
 PROBE_PREFIX = "cost-probe-"
 BLOCKS = 8
+#: Requests each shopper thread sends before the counted ones (``purchasecost --batch``).
+WARM_UP_EACH = 4
+
+
+#: The section size a purchase answer's ``Server-Timing`` names (absent from a floor answer).
+BATCH_TIMING = re.compile(r"\bbatch;dur=(\d+)")
 
 
 class Probe:
-    def __init__(self) -> None:
+    def __init__(self, shoppers: int = 1) -> None:
         self.sku = f"{PROBE_PREFIX}{os.getpid()}"
-        self.client = Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True)
+        self.clients = [Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True) for _ in range(shoppers)]
         self.body = json.dumps({"quantity": 1})
+        #: The section size of every purchase answered since the last :meth:`sections` (1 for a floor answer).
+        self.batches: list[int] = []
 
     def __enter__(self) -> "Probe":
         Product.objects.create(
@@ -37,8 +51,9 @@ class Probe:
             stock=PLENTY,
             per_customer_limit=PLENTY,
         )
-        self.client.get("/api/session")
-        self.csrf = self.client.cookies["csrftoken"].value
+        for client in self.clients:
+            client.get("/api/session")
+        self.csrfs = [client.cookies["csrftoken"].value for client in self.clients]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -49,13 +64,59 @@ class Probe:
             for model, column in rows:
                 cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {column} = %s", [product])
 
-    def send(self, kind: str) -> None:
+    def send(self, kind: str, shopper: int = 0) -> None:
         """One request to ``/api/products/<sku>/<kind>``; anything but a confirmed answer is an error."""
-        response = self.client.post(
-            f"/api/products/{self.sku}/{kind}", self.body, content_type="application/json", HTTP_X_CSRFTOKEN=self.csrf
+        response = self.clients[shopper].post(
+            f"/api/products/{self.sku}/{kind}",
+            self.body,
+            content_type="application/json",
+            HTTP_X_CSRFTOKEN=self.csrfs[shopper],
         )
         if response.status_code not in (200, 201):
             raise RuntimeError(f"{kind} answered {response.status_code}: {response.content[:200]!r}")
+        found = BATCH_TIMING.search(response.get("Server-Timing", ""))
+        self.batches.append(int(found.group(1)) if found else 1)
+
+    def sections(self) -> float:
+        """The mean section size of the purchases answered since the last call, as a purchase saw it."""
+        batches, self.batches = self.batches, []
+        return sum(batches) / len(batches) if batches else 0.0
+
+    def each_shopper(self, kind: str, requests: int, *, warmed: Callable[[], None]) -> None:
+        """Every shopper sends :data:`WARM_UP_EACH` requests, then ``requests`` more, one after another,
+        on a thread of its own; ``warmed()`` runs on the caller's thread between the two rounds, once every
+        shopper is done with the first and before any starts the second (the threads and their database
+        connections live on, so neither counts as the counted requests' cost)."""
+        between = threading.Barrier(len(self.clients) + 1)
+        failures: list[BaseException] = []
+
+        def shop(shopper: int) -> None:
+            try:
+                for _ in range(WARM_UP_EACH):
+                    self.send(kind, shopper)
+                between.wait()
+                between.wait()
+                for _ in range(requests):
+                    self.send(kind, shopper)
+            except BaseException as exc:  # noqa: BLE001 (raised again on the caller's thread)
+                failures.append(exc)
+                between.abort()
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=shop, args=(n,), name=f"shopper-{n}") for n in range(len(self.clients))]
+        for thread in threads:
+            thread.start()
+        try:
+            between.wait()
+            warmed()
+            between.wait()
+        except threading.BrokenBarrierError:
+            pass  # a shopper failed: raised below
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
 
     def best_cpu_ms(self, kind: str, requests: int) -> float:
         """This process's CPU per request, the best of :data:`BLOCKS` blocks of ``requests`` / 8."""

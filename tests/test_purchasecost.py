@@ -60,3 +60,37 @@ def test_bad_arguments_are_one_line_errors():
         call_command("purchasecost", "--counter", "cpu", "--strategies", "nosuch", stdout=StringIO(), stderr=StringIO())
     with pytest.raises(CommandError, match="--requests must be at least 1"):
         call_command("purchasecost", "--requests", "0", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match="--batch must be at least 1"):
+        call_command("purchasecost", "--batch", "0", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match=r"^--requests must be a multiple of --batch \(each of the 16 shoppers"):
+        call_command("purchasecost", "--requests", "100", "--batch", "16", stdout=StringIO(), stderr=StringIO())
+
+
+@pytest.mark.slow  # two child processes, each a Django start and four shopper threads
+@pytest.mark.django_db(transaction=True)
+def test_batch_sends_from_as_many_shoppers_and_says_the_section_size():
+    out = StringIO()
+    call_command(
+        "purchasecost",
+        "--counter",
+        "cpu",
+        "--strategies",
+        "atomic",
+        "--requests",
+        "32",
+        "--batch",
+        "4",
+        stdout=out,
+        stderr=StringIO(),
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "per request, CPU ms of this process (32 requests a case, 4 shoppers, BATCH=4, cpu)"
+    assert lines[1].split() == ["strategy", "floor", "purchase", "floor/purchase", "section"]
+    name, floor, purchase, ratio, section = lines[2].split()
+    assert name == "atomic" and float(floor) > 0 and float(purchase) > 0
+    assert float(ratio) == pytest.approx(float(floor) / float(purchase), abs=0.02)
+    # The mean size of the sections the purchases were served in, from their Server-Timing: above
+    # one, so BATCH=4 reached the child and its shoppers ran at once (4.0 in five runs of five: a
+    # leader after a shared section lingers for company), and never more than the four shoppers.
+    assert 1.0 < float(section) <= 4.0
+    assert not Product.objects.filter(sku__startswith=PROBE_PREFIX).exists() and not Order.objects.exists()

@@ -15,6 +15,12 @@ gunicorn's. The floor is counted once (its view is the same whatever the strateg
 
 ``--counter cpu`` reads the child's CPU time instead (``time.process_time``, the best of eight
 blocks): quick, without valgrind, and as noisy as the machine.
+
+``--batch N`` counts a purchase served in shared sections: the strategy runs with ``BATCH=N`` and
+the child's requests come from N shoppers, each a thread with a session of its own sending one
+request after another (the floor's too), so that purchases queue behind a leader as a pod's threads'
+do. The table then gives the mean section size a purchase was served in (from its ``Server-Timing``);
+under valgrind, which runs one thread at a time, sections are smaller than on a pod.
 """
 
 from __future__ import annotations
@@ -49,13 +55,20 @@ class Command(BaseCommand):
         parser.add_argument("--strategies", default="db,atomic,redis", help="comma-separated (default db,atomic,redis)")
         parser.add_argument("--requests", type=int, default=100, help="requests counted per case (default 100)")
         parser.add_argument("--counter", choices=("callgrind", "cpu"), default="callgrind")
+        parser.add_argument(
+            "--batch", type=int, default=1, help="BATCH for the strategies, and as many shopper threads (default 1)"
+        )
         parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
 
-    def handle(self, *args, strategies: str, requests: int, counter: str, child: str | None, **options):
+    def handle(self, *args, strategies: str, requests: int, counter: str, batch: int, child: str | None, **options):
         if child is not None:  # the warm-up alone is a child of 0 requests
-            return self._child(child, requests, counter)
+            return self._child(child, requests, counter, batch)
         if requests < 1:
             raise CommandError("--requests must be at least 1")
+        if batch < 1:
+            raise CommandError("--batch must be at least 1")
+        if requests % batch:
+            raise CommandError(f"--requests must be a multiple of --batch (each of the {batch} shoppers sends as many)")
         names = [name.strip() for name in strategies.split(",") if name.strip()]
         if not names:
             raise CommandError("--strategies names no strategy")
@@ -67,50 +80,83 @@ class Command(BaseCommand):
         if counter == "callgrind" and shutil.which("valgrind") is None:
             raise CommandError("valgrind is not installed: install it (apt-get install valgrind) or use --counter cpu")
         unit = "instructions" if counter == "callgrind" else "CPU ms"
-        self.stdout.write(f"per request, {unit} of this process ({requests} requests a case, {counter})")
-        self.stdout.write(f"{'strategy':<14}{'floor':>12}{'purchase':>12}{'floor/purchase':>16}")
-        floor = self._measure(names[0], "floor", requests, counter)  # the same view whatever the strategy
+        shoppers = f", {batch} shoppers, BATCH={batch}" if batch > 1 else ""
+        self.stdout.write(f"per request, {unit} of this process ({requests} requests a case{shoppers}, {counter})")
+        sections = f"{'section':>9}" if batch > 1 else ""
+        self.stdout.write(f"{'strategy':<14}{'floor':>12}{'purchase':>12}{'floor/purchase':>16}{sections}")
+        floor, _ = self._measure(names[0], "floor", requests, counter, batch)  # the same view whatever the strategy
         for name in names:
-            purchase = self._measure(name, "purchase", requests, counter)
+            purchase, section = self._measure(name, "purchase", requests, counter, batch)
             cells = f"{_shown(floor, counter):>12}{_shown(purchase, counter):>12}{floor / purchase:>16.2f}"
-            self.stdout.write(f"{name:<14}{cells}")
+            self.stdout.write(f"{name:<14}{cells}" + (f"{section:>9.1f}" if batch > 1 else ""))
 
-    def _measure(self, strategy: str, kind: str, requests: int, counter: str) -> float:
+    def _measure(self, strategy: str, kind: str, requests: int, counter: str, batch: int) -> tuple[float, float]:
+        """Per request, the cost and the mean section size a request was served in."""
         self.stderr.write(f"\r\033[K{strategy}: {kind} ({counter})", ending="")
         self.stderr.flush()
         try:
             if counter == "cpu":
-                return json.loads(_run_child(strategy, kind, requests, valgrind=None))["cpu_ms"]
+                said = json.loads(_run_child(strategy, kind, requests, batch, valgrind=None)[0])
+                return said["cpu_ms"], said["section"]
             with tempfile.TemporaryDirectory() as out:
-                base = _instructions(strategy, kind, 0, out)
-                return (_instructions(strategy, kind, requests, out) - base) / requests
+                base, _ = _instructions(strategy, kind, 0, batch, out)
+                counted, section = _instructions(strategy, kind, requests, batch, out)
+                return (counted - base) / requests, section
         finally:
             self.stderr.write("\r\033[K", ending="")
 
-    def _child(self, kind: str, requests: int, counter: str) -> None:
+    def _child(self, kind: str, requests: int, counter: str, batch: int) -> None:
         from loadtests.cost import Probe
 
-        with Probe() as probe:
+        with Probe(shoppers=batch) as probe:
+            if batch > 1:
+                said = _shoppers(probe, kind, requests // batch)
+                self.stdout.write(json.dumps(said if counter == "cpu" else {"section": said["section"]}))
+                return
             for _ in range(WARM_UP):
                 probe.send(kind)
-            # What the process holds by now is never collected again: the collector's passes over it
-            # (this process imports the load tests too, a worker does not) would count per request.
-            gc.collect()
-            gc.freeze()
+            _freeze()
+            probe.sections()  # the warm-up's are not counted
             if counter == "callgrind":
                 for _ in range(requests):
                     probe.send(kind)
+                self.stdout.write(json.dumps({"section": probe.sections()}))
             else:
-                self.stdout.write(json.dumps({"cpu_ms": probe.best_cpu_ms(kind, requests)}))
+                self.stdout.write(json.dumps({"cpu_ms": probe.best_cpu_ms(kind, requests), "section": 1.0}))
         connection.close()
+
+
+def _freeze() -> None:
+    """What the process holds by now is never collected again: the collector's passes over it (this
+    process imports the load tests too, a worker does not) would count per request."""
+    gc.collect()
+    gc.freeze()
+
+
+def _shoppers(probe, kind: str, each: int) -> dict:
+    """The probe's shoppers send ``each`` requests apiece after their warm-up: this process's CPU per
+    request over all its threads, and the mean section size a request was served in."""
+    started = [0.0]
+
+    def warmed() -> None:
+        _freeze()
+        probe.sections()  # the warm-up's are not counted
+        started[0] = time.process_time()
+
+    probe.each_shopper(kind, each, warmed=warmed)
+    requests = each * len(probe.clients)
+    cpu_ms = (time.process_time() - started[0]) / requests * 1000 if requests else 0.0
+    return {"cpu_ms": cpu_ms, "section": probe.sections()}
 
 
 def _shown(value: float, counter: str) -> str:
     return f"{value / 1e6:.3f}M" if counter == "callgrind" else f"{value:.3f}"
 
 
-def _run_child(strategy: str, kind: str, requests: int, *, valgrind: list[str] | None) -> str:
+def _run_child(strategy: str, kind: str, requests: int, batch: int, *, valgrind: list[str] | None) -> tuple[str, str]:
+    """The child's standard output and error."""
     command = [sys.executable, "manage.py", "purchasecost", "--child", kind, "--requests", str(requests)]
+    command += ["--batch", str(batch)]
     command += ["--counter", "cpu" if valgrind is None else "callgrind"]
     # The parent's database (a test's, under pytest), the strategy asked for, DEBUG off as under gunicorn,
     # and what the strategy's own server needs (a control: ALLOW_UNSAFE_STRATEGY=1, as flashsale's pods get).
@@ -120,20 +166,22 @@ def _run_child(strategy: str, kind: str, requests: int, *, valgrind: list[str] |
         "INVENTORY_STRATEGY": strategy,
         "DJANGO_DEBUG": "0",
         **strategy_class(strategy).server_env(settings.INVENTORY),
+        "INVENTORY_BATCH": str(batch),
     }
     done = subprocess.run((valgrind or []) + command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise CommandError(f"{strategy} {kind}: the child failed ({last})")
-    return done.stdout if valgrind is None else done.stderr
+    return done.stdout, done.stderr
 
 
-def _instructions(strategy: str, kind: str, requests: int, out: str) -> int:
-    """Instructions of a child that sent the warm-up and ``requests`` more (0: the warm-up only)."""
+def _instructions(strategy: str, kind: str, requests: int, batch: int, out: str) -> tuple[int, float]:
+    """Instructions of a child that sent the warm-up and ``requests`` more (0: the warm-up only), and
+    the mean section size its counted requests were served in."""
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.%p"]
     started = time.monotonic()
-    log = _run_child(strategy, kind, requests, valgrind=valgrind)
+    said, log = _run_child(strategy, kind, requests, batch, valgrind=valgrind)
     found = re.search(r"Collected : (\d+)", log)
     if found is None:
         raise CommandError(f"{strategy} {kind}: valgrind printed no count after {time.monotonic() - started:.0f} s")
-    return int(found.group(1))
+    return int(found.group(1)), json.loads(said)["section"]

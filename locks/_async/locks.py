@@ -41,6 +41,7 @@ from .._core import (
     fence_and_laggards,
     granted_votes,
     log_failed_release,
+    new_lease,
     redlock_release_outcome,
     refused_round,
     release_outcome,
@@ -117,7 +118,7 @@ class AsyncRedisLock(BaseLock):
             raise self._error(QuorumUnavailable, f"the node did not answer: {error}") from error
         if reply > 0:
             node.give(conn)
-            return Lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False
+            return new_lease(self.name, token, reply, start + (self.ttl_ms - self._drift_ms) / 1000.0), 0, False
         if register:
             self._hold(node, conn)
         else:
@@ -274,7 +275,7 @@ class AsyncRedlock(BaseLock):
                 # Valid for what is left of the validity from now, so until start + ttl - drift: every
                 # granting node set its key after start, and keeps it a TTL by its own clock.
                 valid_until = start + (self.ttl_ms - self._drift_ms) / 1000.0
-                return Lease(self.name, token, fence, valid_until), 0, False
+                return new_lease(self.name, token, fence, valid_until), 0, False
         if held:
             # Wait on the first node that refused, over the connection that registered the waiter.
             index, conn = held.pop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -28,6 +29,20 @@ def test_grant_carries_token_fence_and_validity(single, name):
     assert single.get(name) is None
     with RedisLock(single, name, ttl_ms=2_000) as second:
         assert second.fence == 2
+
+
+def test_a_granted_lease_is_the_frozen_dataclass_the_constructor_makes(single, name):
+    """A grant builds its lease without ``Lease.__init__`` (``_core.new_lease``): it must be the same
+    value, as frozen, equal and hashable as one the constructor makes, for both locks."""
+    for lock in (RedisLock(single, name, ttl_ms=2_000, timeout_ms=0), Redlock([single], name, ttl_ms=2_000)):
+        lease = lock.acquire()
+        built = Lease(lease.name, lease.token, lease.fence, lease.valid_until)
+        assert type(lease) is Lease and lease == built and hash(lease) == hash(built) and repr(lease) == repr(built)
+        assert list(vars(lease)) == ["name", "token", "fence", "valid_until"]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            lease.fence = 0
+        assert dataclasses.replace(lease, fence=lease.fence + 1).fence == lease.fence + 1
+        lock.release()
 
 
 def test_held_lock_is_refused_and_error_names_key_and_node(single, name):

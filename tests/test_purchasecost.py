@@ -11,22 +11,17 @@ from inventory.models import Order, Product
 from loadtests.cost import PROBE_PREFIX
 
 
+def cpu_counts(*args: str) -> list[str]:
+    """The lines ``purchasecost --counter cpu`` prints with ``args``."""
+    out = StringIO()
+    call_command("purchasecost", "--counter", "cpu", *args, stdout=out, stderr=StringIO())
+    return out.getvalue().splitlines()
+
+
 @pytest.mark.slow  # four child processes, each a Django start
 @pytest.mark.django_db(transaction=True)
 def test_cpu_counter_prints_a_row_per_strategy_and_leaves_nothing_behind():
-    out = StringIO()
-    call_command(
-        "purchasecost",
-        "--counter",
-        "cpu",
-        "--strategies",
-        "db,atomic",
-        "--requests",
-        "16",
-        stdout=out,
-        stderr=StringIO(),
-    )
-    lines = out.getvalue().splitlines()
+    lines = cpu_counts("--strategies", "db,atomic", "--requests", "16")
     assert lines[0].startswith("per request, CPU ms of this process (16 requests a case, cpu)")
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
     assert set(rows) == {"db", "atomic"}
@@ -69,21 +64,7 @@ def test_bad_arguments_are_one_line_errors():
 @pytest.mark.slow  # two child processes, each a Django start and four shopper threads
 @pytest.mark.django_db(transaction=True)
 def test_batch_sends_from_as_many_shoppers_and_says_the_section_size():
-    out = StringIO()
-    call_command(
-        "purchasecost",
-        "--counter",
-        "cpu",
-        "--strategies",
-        "atomic",
-        "--requests",
-        "32",
-        "--batch",
-        "4",
-        stdout=out,
-        stderr=StringIO(),
-    )
-    lines = out.getvalue().splitlines()
+    lines = cpu_counts("--strategies", "atomic", "--requests", "32", "--batch", "4")
     assert lines[0] == "per request, CPU ms of this process (32 requests a case, 4 shoppers, BATCH=4, cpu)"
     assert lines[1].split() == ["strategy", "floor", "purchase", "floor/purchase", "section"]
     name, floor, purchase, ratio, section = lines[2].split()

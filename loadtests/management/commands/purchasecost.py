@@ -111,18 +111,9 @@ class Command(BaseCommand):
         with Probe(shoppers=batch) as probe:
             if batch > 1:
                 said = _shoppers(probe, kind, requests // batch)
-                self.stdout.write(json.dumps(said if counter == "cpu" else {"section": said["section"]}))
-                return
-            for _ in range(WARM_UP):
-                probe.send(kind)
-            _freeze()
-            probe.sections()  # the warm-up's are not counted
-            if counter == "callgrind":
-                for _ in range(requests):
-                    probe.send(kind)
-                self.stdout.write(json.dumps({"section": probe.sections()}))
             else:
-                self.stdout.write(json.dumps({"cpu_ms": probe.best_cpu_ms(kind, requests), "section": 1.0}))
+                said = _one_shopper(probe, kind, requests, counter)
+        self.stdout.write(json.dumps(said if counter == "cpu" else {"section": said["section"]}))
         connection.close()
 
 
@@ -131,6 +122,20 @@ def _freeze() -> None:
     process imports the load tests too, a worker does not) would count per request."""
     gc.collect()
     gc.freeze()
+
+
+def _one_shopper(probe, kind: str, requests: int, counter: str) -> dict:
+    """One shopper sends the warm-up, then ``requests`` more: under callgrind one after another, with
+    ``--counter cpu`` the best of the probe's blocks (:meth:`~loadtests.cost.Probe.best_cpu_ms`)."""
+    for _ in range(WARM_UP):
+        probe.send(kind)
+    _freeze()
+    probe.sections()  # the warm-up's are not counted
+    if counter == "cpu":
+        return {"cpu_ms": probe.best_cpu_ms(kind, requests), "section": 1.0}
+    for _ in range(requests):
+        probe.send(kind)
+    return {"section": probe.sections()}
 
 
 def _shoppers(probe, kind: str, each: int) -> dict:

@@ -49,9 +49,8 @@ class Timings:
         """The section's commits and statements (each purchase of a batch gets its section's); one
         that joined the batch at ``since`` (``time.perf_counter``) only those it was there for."""
         if spans.ms:
-            self.commit_ms, self.sql_statements, self.sql_ms = spans.commit_ms, spans.statements, spans.sql_ms
-            if since is not None:
-                self.sql_statements, self.sql_ms = spans.since(since)
+            self.commit_ms = spans.commit_ms
+            self.sql_statements, self.sql_ms = spans.since(since)
 
 
 @dataclass(frozen=True)

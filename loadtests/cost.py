@@ -39,8 +39,9 @@ class Probe:
         self.sku = f"{PROBE_PREFIX}{os.getpid()}"
         self.clients = [Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True) for _ in range(shoppers)]
         self.body = json.dumps({"quantity": 1})
-        #: The section size of every purchase answered since the last :meth:`sections` (1 for a floor answer).
-        self.batches: list[int] = []
+        #: With more than one shopper, the ``Server-Timing`` of every answer since the last
+        #: :meth:`sections`, read only then: a probe of one shopper adds nothing to what is counted.
+        self.timings: list[str] | None = [] if shoppers > 1 else None
 
     def __enter__(self) -> "Probe":
         Product.objects.create(
@@ -74,13 +75,17 @@ class Probe:
         )
         if response.status_code not in (200, 201):
             raise RuntimeError(f"{kind} answered {response.status_code}: {response.content[:200]!r}")
-        found = BATCH_TIMING.search(response.get("Server-Timing", ""))
-        self.batches.append(int(found.group(1)) if found else 1)
+        if self.timings is not None:
+            self.timings.append(response.get("Server-Timing", ""))
 
     def sections(self) -> float:
-        """The mean section size of the purchases answered since the last call, as a purchase saw it."""
-        batches, self.batches = self.batches, []
-        return sum(batches) / len(batches) if batches else 0.0
+        """The mean size of the sections the requests answered since the last call were served in, as
+        a purchase saw it (a floor answer names none: 1); 1 for a probe of one shopper."""
+        if self.timings is None:
+            return 1.0
+        timings, self.timings = self.timings, []
+        sizes = [int(found.group(1)) if (found := BATCH_TIMING.search(header)) else 1 for header in timings]
+        return sum(sizes) / len(sizes) if sizes else 0.0
 
     def each_shopper(self, kind: str, requests: int, *, warmed: Callable[[], None]) -> None:
         """Every shopper sends :data:`WARM_UP_EACH` requests, then ``requests`` more, one after another,

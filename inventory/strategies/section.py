@@ -62,30 +62,24 @@ class Spans:
     # Their COMMITs: the round trip that carried each (its own, or the write's when it rode along,
     # see sell_and_commit); a ROLLBACK ending a refused write counts too.
     commit_ms: float = 0.0
-    # SQL messages they sent through the cursor, one round trip each (a message may hold several
+    # The SQL messages they sent through the cursor, one round trip each (a message may hold several
     # statements: the BEGIN riding the first, a FOR UPDATE read's side reads, the COMMIT riding with
-    # the write); a BEGIN or COMMIT sent alone is not counted.
-    statements: int = 0
-    # Those messages' round trips, each from its send to its reply read (inside the hold).
-    sql_ms: float = 0.0
-    # Each message's send time (``time.perf_counter``) and round trip (ms): a purchase that joined a
-    # batch during its read counts only the messages sent once it was taken (``since``).
+    # the write; a BEGIN or COMMIT sent alone is not counted): each one's send time
+    # (``time.perf_counter``) and round trip, from its send to its reply read (ms, inside the hold).
     sends: list[tuple[float, float]] = field(default_factory=list)
 
     def count(self, execute, sql, params, many, context):
-        """A ``connection.execute_wrapper``: one more statement, and its round trip's milliseconds."""
-        self.statements += 1
+        """A ``connection.execute_wrapper``: one more message, and its round trip's milliseconds."""
         started = time.perf_counter()
         try:
             return execute(sql, params, many, context)
         finally:
-            ms = (time.perf_counter() - started) * 1000
-            self.sql_ms += ms
-            self.sends.append((started, ms))
+            self.sends.append((started, (time.perf_counter() - started) * 1000))
 
-    def since(self, moment: float) -> tuple[int, float]:
-        """The messages sent at or after ``moment`` and their round trips' milliseconds."""
-        later = [ms for sent, ms in self.sends if sent >= moment]
+    def since(self, moment: float | None = None) -> tuple[int, float]:
+        """The messages sent at or after ``moment`` (None: all of them) and their round trips' ms: a
+        purchase that joined a batch during its read counts only those sent once it was taken."""
+        later = [ms for sent, ms in self.sends if moment is None or sent >= moment]
         return len(later), sum(later)
 
 

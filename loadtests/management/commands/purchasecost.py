@@ -173,6 +173,9 @@ def _run_child(strategy: str, kind: str, requests: int, batch: int, *, valgrind:
         "DJANGO_DEBUG": "0",
         **strategy_class(strategy).server_env(settings.INVENTORY),
         "INVENTORY_BATCH": str(batch),
+        # One hash seed for every child, as scripts/lock_instructions.py: dict layouts, and so the
+        # counts, otherwise moved by up to 5 % between two runs of the same code.
+        "PYTHONHASHSEED": "0",
     }
     done = subprocess.run((valgrind or []) + command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:

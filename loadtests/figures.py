@@ -300,13 +300,18 @@ def longest_gap(purchases: list[list], *, since: float | None) -> float | None:
 
 def median_run(runs: list[dict]) -> dict:
     """The run with the median ``rps`` (the lower middle one for an even count), carrying
-    ``rps`` = the median, ``rps_range`` = [min, max] and ``repeats``."""
+    ``rps`` = the median, ``rps_range`` = [min, max], ``repeats`` and ``rounds``: each run's
+    ``rps`` and ``floor_ratio`` in the order they ran (a verdict reads its spread off them)."""
     ordered = sorted(runs, key=lambda run: run["rps"])
     chosen = dict(ordered[(len(ordered) - 1) // 2])
     chosen.update(
         rps=round(statistics.median(run["rps"] for run in runs), 1),
         rps_range=[ordered[0]["rps"], ordered[-1]["rps"]],
         repeats=len(runs),
+        rounds=[
+            {"rps": run["rps"], "floor_ratio": run.get("floor_ratio")}
+            for run in sorted(runs, key=lambda run: run.get("round", 0))
+        ],
     )
     return chosen
 

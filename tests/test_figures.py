@@ -176,6 +176,19 @@ def test_median_run_reports_median_and_range():
     assert row["n"] == 3  # the lower middle run's other figures
 
 
+def test_median_run_keeps_each_rounds_rate_and_ratio_in_the_order_they_ran():
+    runs = [
+        {"rps": 300.0, "round": 2, "floor_ratio": 0.3},
+        {"rps": 100.0, "round": 1, "floor_ratio": 0.1},
+        {"rps": 200.0, "round": 3},
+    ]
+    assert median_run(runs)["rounds"] == [
+        {"rps": 100.0, "floor_ratio": 0.1},
+        {"rps": 300.0, "floor_ratio": 0.3},
+        {"rps": 200.0, "floor_ratio": None},
+    ]
+
+
 def test_timeline_counts_sends_and_answers_from_the_clients_own_times():
     samples = [(99.0, -1.0, 10), (100.0, 0.0, 10), (100.5, 0.5, 4), (101.0, 1.0, 0)]
     points = timeline(samples, opened_at=100.0, sent_times=[100.0, 100.1, 100.2], answer_times=[100.4, 100.6, 101.0])

@@ -151,3 +151,49 @@ def test_figures_a_hand_edited_document_holds_as_something_else_are_not_read():
     assert verdicts([FLOOR, {**good, "floor_ratio": "0.18"}]) == []
     batched = row("redis", 64, "1200", 0.6)
     assert [v.target.what for v in verdicts([FLOOR, good, batched])] == ["alone", "batched", "batch_p50"]
+
+
+def rounds(*figures: tuple[float, float | None]) -> list[dict]:
+    """A --repeat row's ``rounds`` (:func:`loadtests.figures.median_run`): each round's rps and floor ratio."""
+    return [{"rps": rps, "floor_ratio": ratio} for rps, ratio in figures]
+
+
+def test_a_target_whose_rounds_fall_on_both_sides_says_one_run_cannot_settle_it():
+    # Seen in the fortieth session's deep run: redis-stock batched 0.58× "NOT met" and atomic 0.71×
+    # "met", their rounds 0.47–0.80× and 0.63–0.73×: the median's side of the target was the luck of
+    # the run, and the count "8 of 13 met" did not say that four of the eight could have read otherwise.
+    alone = row("redis", 1, 360.0, 0.18, rounds=rounds((330.0, 0.16), (360.0, 0.18), (380.0, 0.19)))
+    batched = row("redis", 64, 1200.0, 0.6, rounds=rounds((1000.0, 0.45), (1200.0, 0.6), (1400.0, 0.7)))
+    lines = verdict_lines([FLOOR, alone, batched])
+    assert "  redis at BATCH 1 ≥ 0.25× the floor: 0.18×  NOT met  (its rounds 0.16–0.19×)" in lines
+    assert (
+        "  redis batched ≥ 0.5× the floor: 0.60×  met  (its rounds 0.45–0.70×, on both sides of the target)"
+    ) in lines
+    # Each round's batched rate over the same round's BATCH 1 rate: 3.03, 3.33, 3.68, all above 3.
+    assert "  redis batched ≥ 3× its own BATCH 1: 3.33×  met  (its rounds 3.03–3.68×)" in lines
+    assert lines[-1] == (
+        "  3 of 4 met; on 1 of them the rounds fell on both sides of the target: another run may read them either way"
+    )
+    [_, undecided, own, _] = verdicts([FLOOR, alone, batched])
+    assert undecided.undecided and not own.undecided
+    # Exactly at the target counts as met, so a round there is on the target's side.
+    at_target = row("db", 1, 500.0, 0.25, rounds=rounds((500.0, 0.25), (520.0, 0.26)))
+    assert not verdicts([FLOOR, at_target])[0].undecided
+
+
+def test_rounds_that_are_not_all_figures_claim_no_spread():
+    plain = row("db", 1, 500.0, 0.24)
+    assert verdicts([FLOOR, plain])[0].rounds == ()  # one run: no rounds
+    for odd in (
+        rounds((500.0, 0.24)),  # one round: nothing to spread
+        rounds((500.0, 0.24), (480.0, None)),
+        [{"rps": 500.0, "floor_ratio": 0.24}, "x"],
+        "0.2-0.3",
+    ):
+        [verdict, *_] = verdicts([FLOOR, {**plain, "rounds": odd}])
+        assert verdict.rounds == () and verdict.value == 0.24 and not verdict.undecided
+    # A batched row whose rounds do not pair with the BATCH 1 row's: no multiple per round.
+    alone = {**plain, "rounds": rounds((500.0, 0.24), (510.0, 0.25))}
+    batched = row("db", 64, 1500.0, 0.7, rounds=rounds((1500.0, 0.7), (1400.0, 0.68), (1450.0, 0.69)))
+    own = next(v for v in verdicts([FLOOR, alone, batched]) if v.target.what == "own")
+    assert own.rounds == ()

@@ -206,6 +206,13 @@ def test_the_section_lists_issue_28s_targets_its_rows_ran():
     assert "redis batched ≥ 3× its own BATCH 1: 6.20×  met" in html
     # Without a batched row the batching section, and with it the targets, are not shown.
     assert 'id="targets"' not in render_report({"runs": [floor, alone]})
+    # A --repeat run's rounds that fall on both sides of a target: the count says how many.
+    spread = [{"rps": 500.0, "floor_ratio": 0.45}, {"rps": 700.0, "floor_ratio": 0.7}]
+    html = render_report({"runs": [floor, alone, {**batched, "rounds": spread}]})
+    assert "3 of 4 met; on 1 of them the rounds fell on both sides of the target" in html
+    assert "its rounds 0.45–0.70×, on both sides of the target" in html
+    assert html.count('class="spread-mark"') == 1 and "redis batched: its rounds 0.45–0.70 × the floor" in html
+    assert 'class="spread-mark"' not in render_report({"runs": [floor, alone, batched]})
 
 
 def _chart(html: str, unit: str) -> str:

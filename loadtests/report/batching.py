@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.utils.html import escape as esc
 
 from .. import cpu
-from ..targets import verdicts
+from ..targets import tally, verdicts
 from . import svg
 from .base import breakdown_of, count, figure, ms, ratio, timing
 from .charts import breakdown_chart
@@ -98,7 +98,6 @@ def targets_list(runs: list[dict]) -> str:
     if not found:
         return ""
     items = "".join(f"<li>{esc(verdict.line().strip())}</li>" for verdict in found)
-    met = sum(verdict.met for verdict in found)
     charts = "".join(
         f'<figure class="card overview">{chart}</figure>'
         for chart in (
@@ -109,12 +108,13 @@ def targets_list(runs: list[dict]) -> str:
     )
     return (
         '<h3 id="targets">Against issue 28\'s targets</h3>'
-        f"<p>{met} of {len(found)} met, read off this run's rows. A ratio to the floor belongs to the "
+        f"<p>Read off this run's rows: {esc(tally(found))}. A ratio to the floor belongs to the "
         "machine it was measured on: read it from a quiet one. In the charts each bar is a figure (green "
         "met, red not), the solid mark its target, and each dashed mark the most the row's own measurements "
         "allow it: its CPU a purchase, and for a row alone behind a lock, one holder at a time for its mean "
-        "hold. A target beyond every dashed mark asks a cheaper purchase or a shorter hold, not a luckier run."
-        "</p>"
+        "hold. A target beyond every dashed mark asks a cheaper purchase or a shorter hold, not a luckier run. "
+        "With <code>--repeat</code>, a whisker spans the figure's rounds: one that crosses the target is a "
+        "figure another run may read on its other side.</p>"
         f'<ul class="sentences">{items}</ul>{charts}'
     )
 
@@ -131,6 +131,7 @@ def _reach(found: list, *, unit: str) -> str:
             met=v.met,
             bounds=[(bound.short, bound.value, bound.said) for bound in v.bounds],
             shown=v.shown,
+            spread=(min(v.rounds), max(v.rounds)) if v.rounds else None,
         )
         for v in found
     ]

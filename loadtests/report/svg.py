@@ -347,16 +347,23 @@ class Reach:
     bounds: Sequence[tuple[str, float, str]] = ()
     #: The figure as its verdict prints it (more places when two would round it onto its target).
     shown: str = ""
+    #: The lowest and highest of its rounds (a ``--repeat`` run), drawn as a whisker through the bar.
+    spread: tuple[float, float] | None = None
 
 
 def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> str:
     """Horizontal bars, one a figure (green when met, red when not), its target a solid mark across
-    it and each bound a dashed one named above it: how far a figure is from its target, and whether
-    what the row measured leaves room to get there."""
+    it, each bound a dashed one named above it and, for a ``--repeat`` run, a whisker from its lowest
+    round to its highest: how far a figure is from its target, whether what the row measured leaves
+    room to get there, and whether its rounds agree on which side of the target it lies."""
     bar_h, gap, names_h = 12, 26, 11
     height = 24 + 30 + len(rows) * (bar_h + gap)
     left = label_left([row.label for row in rows])
-    x_max = max([v for row in rows for v in (row.value, row.target, *(b[1] for b in row.bounds))], default=1) * 1.1
+    x_max = max(
+        [v for row in rows for v in (row.value, row.target, *(b[1] for b in row.bounds), *(row.spread or ()))],
+        default=1,
+    )
+    x_max = (x_max or 1) * 1.1
     plot = Plot(height=height, x_max=x_max or 1, y_max=1, left=left, right=14, top=20, bottom=30)
     body = [
         f'<line class="grid" x1="{num(plot.x(t))}" x2="{num(plot.x(t))}" y1="{plot.top}" y2="{plot.base}"/>'
@@ -374,8 +381,11 @@ def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> s
             f'width="{num(width)}" height="{bar_h}" rx="2"><title>{esc(row.label)}: {shown} {esc(unit)}, '
             f"{state} (target {row.target:g})</title></rect>"
         )
+        if row.spread is not None:
+            body.append(_whisker(plot, row.spread, y=y + bar_h / 2, label=row.label, unit=unit))
         # The figure's value right of the bar and of every mark across it, so no mark covers it.
-        end = max([plot.left + width, plot.x(row.target), *(plot.x(b[1]) for b in row.bounds)])
+        marks = [row.target, *(b[1] for b in row.bounds), *(row.spread or ())]
+        end = max([plot.left + width, *(plot.x(mark) for mark in marks)])
         body.append(f'<text class="value" x="{num(end + 5)}" y="{num(y + bar_h - 2)}">{shown}</text>')
         x = num(plot.x(row.target))
         body.append(
@@ -393,6 +403,16 @@ def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> s
             )
         y += bar_h + gap
     return _svg(height=height, title=title, desc=desc, body=body, css_class="chart-bars")
+
+
+def _whisker(plot: Plot, spread: tuple[float, float], *, y: float, label: str, unit: str) -> str:
+    """A line from a figure's lowest round to its highest, capped at both ends."""
+    low, high = (num(plot.x(value)) for value in spread)
+    caps = "".join(f'<line x1="{x}" x2="{x}" y1="{num(y - 3)}" y2="{num(y + 3)}"/>' for x in (low, high))
+    return (
+        f'<g class="spread-mark"><title>{esc(label)}: its rounds {spread[0]:.2f}–{spread[1]:.2f} {esc(unit)}</title>'
+        f'<line x1="{low}" x2="{high}" y1="{num(y)}" y2="{num(y)}"/>{caps}</g>'
+    )
 
 
 def _suffix(series: str, per_row: int) -> str:

@@ -379,11 +379,22 @@ def drive(
             progress.phase = "floor"
         else:
             sample_burst(row, progress, opened_at, number=number, sku=sku)
+        if progress.finished:
+            note_the_end(progress, len(row.rounds), since)
         if on_progress:
             on_progress(progress)
         if progress.finished:
             return
         time.sleep(SAMPLE_INTERVAL_S)
+
+
+def note_the_end(progress: Progress, rounds: int, since: list[float]) -> None:
+    """The master has written its summary (or quit): every round that opened has ended. A report
+    read just before the master's last one still says the last round is open; its end, and its
+    closing CPU snapshot, are noted here then (before, that round had no CPU figures)."""
+    for number in range(rounds):
+        if f"countdown_{number}" in progress.steps and f"round_{number}" not in progress.steps:
+            progress.step(f"round_{number}", since)
 
 
 def note_steps(progress: Progress, report: dict, since: list[float]) -> None:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -97,4 +98,47 @@ def test_a_round_shorter_than_a_sample_still_has_its_opening_snapshot():
     note_steps(progress, {"round": 1, "phase": "countdown"}, since)  # round 0 opened and ended between
 
     cost = round_cpu(progress, 0, {"answered": 300})
+    assert cost is not None and cost["pods"] > 0, progress.cpu_at
+
+
+class _EndingSale:
+    """What :func:`loadtests.burst.drive` looks at of a row whose master ends the sale while it
+    reads: the progress file still says the last round is open, and the summary is already there
+    (the master writes its summary, then its last progress report)."""
+
+    def __init__(self, summary_path) -> None:
+        self.rounds = [("floor", "no-such-sku"), ("purchase", "no-such-sku")]
+        self.workers: list = []
+        self.master = self
+        self.summary_path = summary_path
+        self.plan = SimpleNamespace(timeout_s=60.0)  # the open round's time limit
+
+    def running(self) -> bool:
+        return True
+
+    def progress_report(self) -> dict:
+        self.summary_path.write_text("{}")  # the master's summary, written just after this read
+        return {"round": 1, "phase": "open", "opened_at": time.time()}
+
+
+@pytest.mark.django_db
+def test_the_last_rounds_end_is_noted_when_the_summary_comes_just_after_a_stale_report(tmp_path):
+    """Seen in a fresh clone's ``make test`` at load 9: test_deep_puts_one_unit_per_purchase_and_every_purchase_buys
+    failed, its purchase round's ``cpu_ms`` None. The driver read the master's progress (the last
+    round still open), then found the summary and returned: the round's end, and with it its closing
+    CPU snapshot, was never noted."""
+    from loadtests.burst import drive, round_cpu
+    from loadtests.plan import Progress
+
+    readings = iter([{"pods": 1.0}, {"pods": 1.5}, {"pods": 4.0}, {"pods": 4.5}])
+    progress = Progress(backend="db", requests=300)
+    progress.meter = lambda: next(readings)
+    since = [time.monotonic()]
+    progress.step("prepare", since)
+    progress.cpu_at["countdown_1"] = progress.meter()  # the countdown's last look, as note_steps takes it
+
+    drive(_EndingSale(tmp_path / "summary.json"), progress, None, since)
+
+    assert progress.finished and "round_1" in progress.steps, progress.steps
+    cost = round_cpu(progress, 1, {"answered": 300})
     assert cost is not None and cost["pods"] > 0, progress.cpu_at

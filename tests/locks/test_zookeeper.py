@@ -262,7 +262,10 @@ def test_a_killed_holder_frees_the_lock_after_its_session_timeout_a_closed_one_a
     if end == "SIGKILL":
         assert 1.0 < waited < 2.0 + 2 * SLACK_S, f"a killed holder's znode lives until its 2 s session ends: {waited}"
     else:
-        assert waited < SLACK_S, waited
+        # At once, next to the killed holder's 2 s: under half the session, the killed case's floor.
+        # Seen at 0.509 s against the 0.5 s slack in a fresh clone's full run at load 9 (the
+        # ensemble's JVMs beside the suite's four workers); 0.06-0.10 s beside eight CPU hogs alone.
+        assert waited < SESSION_MS / 2000, f"a closed session's znode goes with it, not with its timeout: {waited}"
 
 
 def wait_for(predicate, timeout_s: float = 10.0) -> None:

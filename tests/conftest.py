@@ -223,16 +223,23 @@ def _content_types_read_afresh():
 #: What each rerun test failed on, for the summary: pytest-rerunfailures names a rerun test and
 #: nothing more, and a failure seen only in a full run is otherwise lost.
 RERUN_REASONS: list[tuple[str, str]] = []
+#: The most of one rerun's message the summary prints: the whole of it, unless a test appended a long
+#: log (the Locust UI test's master log, whose runner state comes last in its message, was cut off
+#: when only the first three lines were kept).
+RERUN_REASON_CHARS = 4_000
 
 
 def pytest_runtest_logreport(report):
     if report.outcome == "rerun" and report.longrepr is not None:
-        lines = [line for line in str(report.longreprtext).splitlines() if line.startswith("E ")]
-        RERUN_REASONS.append((report.nodeid, " / ".join(line[1:].strip() for line in lines[:3]) or "(no message)"))
+        lines = [line[1:].strip() for line in str(report.longreprtext).splitlines() if line.startswith("E ")]
+        RERUN_REASONS.append((report.nodeid, " / ".join(line for line in lines if line) or "(no message)"))
 
 
 def pytest_terminal_summary(terminalreporter):
     if RERUN_REASONS:
         terminalreporter.section("what each rerun failed on")
         for nodeid, reason in RERUN_REASONS:
-            terminalreporter.write_line(f"{nodeid}: {reason[:400]}")
+            cut = (
+                f" … ({len(reason) - RERUN_REASON_CHARS:,} more characters)" if len(reason) > RERUN_REASON_CHARS else ""
+            )
+            terminalreporter.write_line(f"{nodeid}: {reason[:RERUN_REASON_CHARS]}{cut}")

@@ -22,7 +22,7 @@ FAILS_ONCE = textwrap.dedent(
         marker = os.path.join(os.path.dirname(__file__), "tried")
         if not os.path.exists(marker):
             open(marker, "w").close()
-            assert 1 == 2, "the first try fails"
+            assert 1 == 2, "the first try fails\\nsecond line\\nthird line\\nkept for the cause: stopping"
     """
 )
 
@@ -39,3 +39,6 @@ def test_a_rerun_tests_first_failure_is_in_the_summary(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed, 1 rerun" in result.stdout
     assert "test_once.py::test_fails_once: AssertionError: the first try fails" in result.stdout, result.stdout
+    # The whole message, not its first three lines: a test that appends what its cause needs (the
+    # Locust UI test, the runner's state) had it cut off in a fresh clone's run (2026-12-07).
+    assert "kept for the cause: stopping" in result.stdout, result.stdout

@@ -19,6 +19,10 @@ the floor round itself leaves some CPU idle, so a row can end a little above its
 Beside a row alone whose guard is a lock (it waited for one) stands a second bound: one holder at
 a time, each holding it for the row's mean hold (grant to release), sells at most one purchase a
 hold, whatever the CPU. Below both, the hand-over between holders binds too.
+
+A ``--repeat`` run's figure also stands beside its lowest and highest round. A row's rounds move by
+a quarter of the floor on these 2-core VMs, so a target whose rounds fall on both sides of it is met
+or missed by the luck of the run; the count says on how many that happened (:func:`tally`).
 """
 
 from __future__ import annotations

@@ -107,8 +107,10 @@ class Verdict:
     def _rounds_said(self) -> list[str]:
         if len(self.rounds) < 2:
             return []
-        low, high = min(self.rounds), max(self.rounds)
-        said = f"its rounds {low:.2f}–{high:.2f}×"
+        low, high = f"{min(self.rounds):.2f}", f"{max(self.rounds):.2f}"
+        if low == high:  # 0.181 and 0.184 read "0.18–0.18": a third place, or one figure for all
+            low, high = f"{min(self.rounds):.3f}", f"{max(self.rounds):.3f}"
+        said = f"its rounds {low}–{high}×" if low != high else f"its rounds all {low}×"
         return [f"{said}, on both sides of the target" if self.undecided else said]
 
 

@@ -179,6 +179,11 @@ def test_a_target_whose_rounds_fall_on_both_sides_says_one_run_cannot_settle_it(
     # Exactly at the target counts as met, so a round there is on the target's side.
     at_target = row("db", 1, 500.0, 0.25, rounds=rounds((500.0, 0.25), (520.0, 0.26)))
     assert not verdicts([FLOOR, at_target])[0].undecided
+    # Rounds that two places cannot tell apart get a third (seen: "its rounds 0.18–0.18×"), or one figure.
+    close = row("db", 1, 380.0, 0.18, rounds=rounds((383.4, 0.181), (380.5, 0.184)))
+    assert "its rounds 0.181–0.184×" in verdicts([FLOOR, close])[0].line()
+    same = row("db", 1, 380.0, 0.18, rounds=rounds((383.4, 0.18), (380.5, 0.18)))
+    assert verdicts([FLOOR, same])[0].line().endswith("(its rounds all 0.180×)")
 
 
 def test_rounds_that_are_not_all_figures_claim_no_spread():

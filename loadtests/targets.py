@@ -87,7 +87,12 @@ class Verdict:
     @property
     def undecided(self) -> bool:
         """Its rounds fell on both sides of the target: the median's side is the luck of the run."""
-        return len(self.rounds) > 1 and min(self.rounds) < self.target.minimum <= max(self.rounds)
+        return self.spread is not None and self.spread[0] < self.target.minimum <= self.spread[1]
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """Its lowest and highest round, or None without two rounds."""
+        return (min(self.rounds), max(self.rounds)) if len(self.rounds) > 1 else None
 
     @property
     def label(self) -> str:
@@ -105,11 +110,12 @@ class Verdict:
         return f"  {self.label}: {shown}  {'met' if self.met else 'NOT met'}{why}" + (f"  ({allows})" if allows else "")
 
     def _rounds_said(self) -> list[str]:
-        if len(self.rounds) < 2:
+        if self.spread is None:
             return []
-        low, high = f"{min(self.rounds):.2f}", f"{max(self.rounds):.2f}"
+        lowest, highest = self.spread
+        low, high = f"{lowest:.2f}", f"{highest:.2f}"
         if low == high:  # 0.181 and 0.184 read "0.18–0.18": a third place, or one figure for all
-            low, high = f"{min(self.rounds):.3f}", f"{max(self.rounds):.3f}"
+            low, high = f"{lowest:.3f}", f"{highest:.3f}"
         said = f"its rounds {low}–{high}×" if low != high else f"its rounds all {low}×"
         return [f"{said}, on both sides of the target" if self.undecided else said]
 
@@ -232,9 +238,8 @@ def round_figures(row: dict, batched: dict | None = None) -> tuple[float, ...]:
     if theirs is None:
         figures = [_measured(one, "floor_ratio", zero=True) for one in mine]
     elif len(theirs) == len(mine):
-        figures = [
-            _ratio(_measured(b, "rps", zero=True), _measured(a, "rps")) for a, b in zip(mine, theirs, strict=True)
-        ]
+        rates = [_rates(alone, batched) for alone, batched in zip(mine, theirs, strict=True)]
+        figures = [pair[1] / pair[0] if pair is not None else None for pair in rates]
     else:
         return ()
     return tuple(figures) if len(figures) > 1 and None not in figures else ()  # type: ignore[arg-type]
@@ -243,10 +248,6 @@ def round_figures(row: dict, batched: dict | None = None) -> tuple[float, ...]:
 def _round_list(row: dict) -> list[dict]:
     rounds = row.get("rounds")
     return rounds if isinstance(rounds, list) and all(isinstance(one, dict) for one in rounds) else []
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    return numerator / denominator if numerator is not None and denominator else None
 
 
 def _rates(alone: dict, batched: dict) -> tuple[float, float] | None:

@@ -131,7 +131,7 @@ def _reach(found: list, *, unit: str) -> str:
             met=v.met,
             bounds=[(bound.short, bound.value, bound.said) for bound in v.bounds],
             shown=v.shown,
-            spread=(min(v.rounds), max(v.rounds)) if v.rounds else None,
+            spread=v.spread,
         )
         for v in found
     ]

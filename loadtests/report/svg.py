@@ -350,6 +350,10 @@ class Reach:
     #: The lowest and highest of its rounds (a ``--repeat`` run), drawn as a whisker through the bar.
     spread: tuple[float, float] | None = None
 
+    def marks(self) -> list[float]:
+        """Where its marks stand: the target, each bound, the whisker's ends."""
+        return [self.target, *(bound[1] for bound in self.bounds), *(self.spread or ())]
+
 
 def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> str:
     """Horizontal bars, one a figure (green when met, red when not), its target a solid mark across
@@ -359,11 +363,7 @@ def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> s
     bar_h, gap, names_h = 12, 26, 11
     height = 24 + 30 + len(rows) * (bar_h + gap)
     left = label_left([row.label for row in rows])
-    x_max = max(
-        [v for row in rows for v in (row.value, row.target, *(b[1] for b in row.bounds), *(row.spread or ()))],
-        default=1,
-    )
-    x_max = (x_max or 1) * 1.1
+    x_max = max([value for row in rows for value in (row.value, *row.marks())], default=1) * 1.1
     plot = Plot(height=height, x_max=x_max or 1, y_max=1, left=left, right=14, top=20, bottom=30)
     body = [
         f'<line class="grid" x1="{num(plot.x(t))}" x2="{num(plot.x(t))}" y1="{plot.top}" y2="{plot.base}"/>'
@@ -384,8 +384,7 @@ def reach_chart(rows: Sequence[Reach], *, unit: str, title: str, desc: str) -> s
         if row.spread is not None:
             body.append(_whisker(plot, row.spread, y=y + bar_h / 2, label=row.label, unit=unit))
         # The figure's value right of the bar and of every mark across it, so no mark covers it.
-        marks = [row.target, *(b[1] for b in row.bounds), *(row.spread or ())]
-        end = max([plot.left + width, *(plot.x(mark) for mark in marks)])
+        end = max([plot.left + width, *(plot.x(mark) for mark in row.marks())])
         body.append(f'<text class="value" x="{num(end + 5)}" y="{num(y + bar_h - 2)}">{shown}</text>')
         x = num(plot.x(row.target))
         body.append(

@@ -296,14 +296,10 @@ def run_batch(
                 strategy, batch, asks, product_id=product_id, grant=grant, conflicts=conflicts, retries=retries
             )
         conflicts += 1
-        again = None if recovered else strategy.recover(batch.conflict, grant)
-        if again is not None:
-            grant, recovered = again, True
-        elif attempt_number + 1 < strategy.max_attempts:
-            time.sleep(strategy.backoff_s(attempt_number))
-        else:
+        retry = strategy.after_conflict(batch.conflict, grant, recovered=recovered, attempt=attempt_number)
+        if retry is None:
             break
-        retries += 1
+        (grant, recovered), retries = retry, retries + 1
     return _busy(strategy, asks, grant=grant, conflicts=conflicts, retries=retries)
 
 

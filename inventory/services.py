@@ -376,14 +376,10 @@ def run_section(
         if attempt.conflict is None:
             return result_of(strategy, attempt, grant=grant, conflicts=conflicts, retries=retries, timings=timings)
         conflicts += 1
-        again = None if recovered else strategy.recover(attempt.conflict, grant)
-        if again is not None:
-            grant, recovered = again, True
-        elif attempt_number + 1 < strategy.max_attempts:
-            time.sleep(strategy.backoff_s(attempt_number))
-        else:
+        retry = strategy.after_conflict(attempt.conflict, grant, recovered=recovered, attempt=attempt_number)
+        if retry is None:
             break
-        retries += 1
+        (grant, recovered), retries = retry, retries + 1
     return PurchaseResult(
         Outcome.BUSY, strategy.name, fence=grant.token, conflicts=conflicts, retries=retries, timings=timings
     )

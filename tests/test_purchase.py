@@ -13,7 +13,7 @@ from inventory.errors import InvalidQuantity, ProductNotFound
 from inventory.models import Order, Product
 from inventory.services import purchase, reset_sale, restock
 from inventory.strategies import load_strategy
-from inventory.strategies.contract import Outcome
+from inventory.strategies.contract import Grant, Outcome, Shelf
 from inventory.strategies.section import checked_write, read_shelf
 from tests.helpers import FENCED_STRATEGIES, snapshot
 
@@ -164,6 +164,25 @@ class TestStrategyLoading:
         assert load_strategy("redis", config=config).fenced is False
         assert load_strategy("redis", config={**settings.INVENTORY, "OPTIONS": {}}).fenced is True
         assert load_strategy("optimistic", config={**settings.INVENTORY, "OPTIONS": {}}).max_attempts == 9
+
+    def test_after_a_conflict_a_purchase_recovers_once_retries_after_its_backoff_then_is_busy(self, settings):
+        # The one retry policy that a purchase alone (services.run_section) and a batch
+        # (batched.run_batch_section) follow after a conflict.
+        shelf = Shelf(
+            1, stock=5, version=3, fence=7, per_customer_limit=2, sale_starts_at=None, sale_ends_at=None, price=1
+        )
+        grant = Grant(token=8)
+        atomic = load_strategy("atomic")  # recovers: reads the row again under the same grant
+        assert atomic.after_conflict(shelf, grant, recovered=False, attempt=0) == (grant, True)
+        assert atomic.after_conflict(shelf, grant, recovered=True, attempt=0) is None, "recovers once, one attempt"
+        options = {**settings.INVENTORY["OPTIONS"], "MAX_RETRIES": 2, "BACKOFF_MS": 5}
+        optimistic = load_strategy("optimistic", config={**settings.INVENTORY, "OPTIONS": options})
+        waits = []
+        optimistic.backoff_s = lambda attempt: waits.append(attempt) or 0.0
+        assert optimistic.after_conflict(shelf, grant, recovered=False, attempt=0) == (grant, False)
+        assert optimistic.after_conflict(shelf, grant, recovered=False, attempt=1) == (grant, False)
+        assert optimistic.after_conflict(shelf, grant, recovered=False, attempt=2) is None, "three attempts in all"
+        assert waits == [0, 1], "a plain retry waits its backoff first; giving up does not"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -29,6 +29,7 @@ says why in ``loop_refusal`` and is refused there.
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
 from typing import AsyncIterator, Callable
 
@@ -163,6 +164,19 @@ class Strategy:
     def backoff_s(self, attempt: int) -> float:
         """How long to wait before attempt ``attempt + 1`` (only with ``max_attempts`` > 1)."""
         return 0.0
+
+    def after_conflict(self, shelf: Shelf, grant: Grant, *, recovered: bool, attempt: int) -> tuple[Grant, bool] | None:
+        """Attempt ``attempt`` (from 0) met a conflict (``shelf``, the row as it was): the grant to run
+        the section again with and whether it came from :meth:`recover` (once a purchase), after
+        :meth:`backoff_s` for a plain retry; None when the purchase is to be answered busy. The one
+        retry policy of a purchase alone and of a batch."""
+        again = None if recovered else self.recover(shelf, grant)
+        if again is not None:
+            return again, True
+        if attempt + 1 < self.max_attempts:
+            time.sleep(self.backoff_s(attempt))
+            return grant, recovered
+        return None
 
     # Self-description ------------------------------------------------------------------------
 

@@ -167,7 +167,7 @@ class TestStrategyLoading:
 
     def test_after_a_conflict_a_purchase_recovers_once_retries_after_its_backoff_then_is_busy(self, settings):
         # The one retry policy that a purchase alone (services.run_section) and a batch
-        # (batched.run_batch_section) follow after a conflict.
+        # (batched.run_batch) follow after a conflict.
         shelf = Shelf(
             1, stock=5, version=3, fence=7, per_customer_limit=2, sale_starts_at=None, sale_ends_at=None, price=1
         )

@@ -62,6 +62,7 @@ from loadtests.balancer import ANSWERED_BY
 from loadtests.conductor import Conductor
 from loadtests.connection import Connection, retry_after_s
 from loadtests.sale import Sale
+from loadtests.webui import hold_passing_polls
 
 PAGE_NAME = "session"
 PURCHASE_NAME = "purchase"
@@ -185,6 +186,8 @@ class FlashSale:
         options = environment.parsed_options
         if isinstance(runner, MasterRunner) and options is not None and options.headless:
             await_workers(runner, options.expect_workers)
+        if kwargs.get("web_ui") is not None:  # a sale stops the runner itself: see loadtests/webui.py
+            hold_passing_polls(kwargs["web_ui"], runner)
 
     def on_test_start(self, environment, **kwargs) -> None:
         rounds = len(round_paths(environment.parsed_options))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.slots import LOCK_TEST_REDIS_URL
+from tests.slots import LOCK_TEST_REDIS_URL, SHOP_REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ("SET NX PX", "EVALSHA: SET", "EVALSHA: SET + INCR", "EVALSHA: our ACQUIRE", "MULTI SET INCR EXEC")
@@ -28,6 +28,17 @@ def test_prints_every_row_against_the_plain_set_and_leaves_no_key():
     assert [line.split("  ")[1].strip() for line in lines[1:]] == list(ROWS)
     assert lines[1].endswith("1.00x SET NX PX")
     assert redis.Redis.from_url(LOCK_TEST_REDIS_URL).keys("lua_round_trip:*") == []
+
+
+def test_with_several_urls_each_command_goes_to_every_node_and_leaves_no_key_on_any():
+    done = run("--url", LOCK_TEST_REDIS_URL, "--url", SHOP_REDIS_URL, "--slices", "2", "--ops", "3")
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(f"(2 nodes at once: {LOCK_TEST_REDIS_URL} {SHOP_REDIS_URL})")
+    assert [line.split("  ")[1].strip() for line in lines[1:]] == list(ROWS)
+    for url in (LOCK_TEST_REDIS_URL, SHOP_REDIS_URL):
+        assert redis.Redis.from_url(url).keys("lua_round_trip:*") == []
 
 
 @pytest.mark.slow  # starts Django in a process of its own per case: make test runs it, make check does not

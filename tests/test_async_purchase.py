@@ -126,6 +126,20 @@ async def release_once_queued(release) -> None:
     release()
 
 
+def run_on_a_loop(coroutine):
+    """``asyncio.run(coroutine)``, then what the ASGI application's lifespan does as its loop ends:
+    :func:`inventory.async_purchase.aclose_loop` closes the connections its purchases opened (left
+    to the collector once the loop is closed, each was a ResourceWarning)."""
+
+    async def then_close():
+        try:
+            return await coroutine
+        finally:
+            await async_purchase.aclose_loop()
+
+    return asyncio.run(then_close())
+
+
 def loop_sale(count: int, *, hang_up_every: int = 0, release=None) -> tuple[Counter, Counter]:
     """``count`` purchases as tasks of one event loop (BATCH from the settings), 30 customers (limit 1);
     with ``hang_up_every``, every n-th shopper's task is cancelled, one after another over the first
@@ -158,7 +172,7 @@ def loop_sale(count: int, *, hang_up_every: int = 0, release=None) -> tuple[Coun
         outcomes["hung up"] = sum(isinstance(one, asyncio.CancelledError) for one in done)
         await asyncio.sleep(0.5)  # the hung-up purchases run to their end (shielded) before the loop closes
 
-    asyncio.run(sale())
+    run_on_a_loop(sale())
     return outcomes, sizes
 
 
@@ -230,7 +244,7 @@ def test_on_the_loop_purchases_queued_while_the_row_read_waits_join_its_batch(us
         return await asyncio.wait_for(asyncio.gather(first, *others), 10)
 
     with row_locked_elsewhere(product.pk) as release:
-        results = asyncio.run(sale())
+        results = run_on_a_loop(sale())
     assert [result.timings.batch for result in results] == [4, 4, 4, 4]
     assert all(result.confirmed for result in results)
     assert Product.objects.get(pk=product.pk).stock == 6 and audit(sku="hot").ok
@@ -259,7 +273,7 @@ def test_on_the_loop_a_leader_lingers_for_company_only_after_a_batch_that_had_it
         others = [asyncio.create_task(apurchase(sku="hot", customer=name, quantity=1)) for name in ("fay", "gus")]
         return alone, alone_s, await asyncio.wait_for(asyncio.gather(first, *others), 10)
 
-    alone, alone_s, results = asyncio.run(sale())
+    alone, alone_s, results = run_on_a_loop(sale())
     assert alone.confirmed and alone.timings.batch == 1 and alone_s < 0.9, "a purchase alone waited for company"
     assert [result.timings.batch for result in results] == [3, 3, 3]
     assert results[0].timings.queue_wait_ms < 900, "the linger went on after gus made three"
@@ -309,7 +323,7 @@ def test_a_hold_cancelled_while_its_section_runs_on_is_refused_by_the_fence(
         resume.set()  # A's section wakes only after B has committed
         assert await asyncio.to_thread(done.wait, 10), "A's section never ended"
 
-    asyncio.run(scenario())
+    run_on_a_loop(scenario())
     assert results["b"].confirmed and results["b waited"] < 3.0, results  # released at once, not at the 10 s TTL
     if fenced:
         assert (results["a"].outcome.value, results["a"].conflicts) == ("busy", 1), results

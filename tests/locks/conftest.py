@@ -16,6 +16,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from locks import aclose_connections
 from processes.nodes import RedisNodes
 from tests import slots
 
@@ -77,7 +78,17 @@ def async_clients(nodes) -> list[aioredis.Redis]:
 
 
 def run(coro):
-    return asyncio.run(coro)
+    """``asyncio.run(coro)``, then the locks' connections of that loop closed
+    (:func:`locks.aclose_connections`), as an application does before its loop ends: left to the
+    collector after ``asyncio.run`` has closed the loop, each was a ResourceWarning."""
+
+    async def then_close():
+        try:
+            return await coro
+        finally:
+            await aclose_connections()
+
+    return asyncio.run(then_close())
 
 
 def expire_now(sync_clients, name: str) -> None:

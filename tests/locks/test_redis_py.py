@@ -23,6 +23,8 @@ from locks._async.io import NodeConnections
 from locks._connections import NodeConnections as SyncNodeConnections
 from locks._connections import bound_blocking, connection_kwargs
 
+from .conftest import run
+
 
 def new_connection(client):
     return client.connection_pool.connection_class(**_redis_py.pool_kwargs(client))
@@ -256,7 +258,7 @@ def test_async_a_read_ended_by_etimedout_is_a_node_failure_not_a_reply(cluster, 
         for client in clients:
             await client.aclose()
 
-    asyncio.run(scenario())
+    run(scenario())  # the locks' connections of the loop closed with it
 
 
 def test_a_clients_node_is_found_by_identity_and_forgotten_with_the_client(cluster):

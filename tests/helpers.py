@@ -33,17 +33,23 @@ WORKING_STRATEGIES = [name for name in STRATEGIES if not strategy_class(name).co
 FENCED_STRATEGIES = [name for name in WORKING_STRATEGIES if issubclass(strategy_class(name), FencedLockStrategy)]
 
 
-def bought_on_a_loop(**kwargs):
-    """``apurchase(**kwargs)`` on a fresh event loop, as a uvicorn worker awaits it; the connections
-    it opened are closed before the loop ends (``aclose_loop``), as the worker's lifespan shutdown does."""
+def run_on_a_loop(coroutine):
+    """``asyncio.run(coroutine)``, then what a uvicorn worker's lifespan shutdown does as its loop
+    ends: ``aclose_loop`` closes the connections the loop's purchases opened (left to the collector
+    once the loop is closed, each was a ResourceWarning)."""
 
-    async def on_the_loop():
+    async def then_close():
         try:
-            return await apurchase(**kwargs)
+            return await coroutine
         finally:
             await aclose_loop()
 
-    return asyncio.run(on_the_loop())
+    return asyncio.run(then_close())
+
+
+def bought_on_a_loop(**kwargs):
+    """``apurchase(**kwargs)`` on a fresh event loop, as a uvicorn worker awaits it."""
+    return run_on_a_loop(apurchase(**kwargs))
 
 
 def refusing_trigger(

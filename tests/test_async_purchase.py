@@ -29,6 +29,7 @@ from tests.helpers import (
     bought_on_a_loop,
     purchases_queued,
     row_locked_elsewhere,
+    run_on_a_loop,
     waiting_for_a_row_lock_is,
 )
 from tests.test_matrix import PAUSED_HOLDER_LOCKS, PausingRedis, PausingRedlock, holder_ttl_ms
@@ -124,20 +125,6 @@ async def release_once_queued(release) -> None:
 
     await until(queued, f"{behind} purchases queued behind the section on the row", 5.0)
     release()
-
-
-def run_on_a_loop(coroutine):
-    """``asyncio.run(coroutine)``, then what the ASGI application's lifespan does as its loop ends:
-    :func:`inventory.async_purchase.aclose_loop` closes the connections its purchases opened (left
-    to the collector once the loop is closed, each was a ResourceWarning)."""
-
-    async def then_close():
-        try:
-            return await coroutine
-        finally:
-            await async_purchase.aclose_loop()
-
-    return asyncio.run(then_close())
 
 
 def loop_sale(count: int, *, hang_up_every: int = 0, release=None) -> tuple[Counter, Counter]:

@@ -48,6 +48,12 @@ def test_with_several_urls_each_command_goes_to_every_node_and_leaves_no_key_on_
         (["--ops", "0"], 2, "--slices and --ops must be 1 or more, not 40 and 0"),
         (["--slices", "-1"], 2, "--slices and --ops must be 1 or more, not -1 and 200"),
         (["--url", "redis://127.0.0.1:1/0"], 1, "cannot use redis://127.0.0.1:1/0"),
+        (
+            ["--url", "redis://127.0.0.1:6379/15", "--url", "redis://127.0.0.1:1/0"],
+            1,
+            "cannot use redis://127.0.0.1:6379/15 redis://127.0.0.1:1/0",
+        ),
+        (["--url", "redis://127.0.0.1:6379/15", "--url", "notaurl"], 2, "--url 'notaurl'"),
         (["--url", "notaurl"], 2, "--url 'notaurl': Redis URL must specify one of the following schemes"),
     ],
 )
